@@ -1,0 +1,131 @@
+"""Handler registration, dispatch and contexts (architecture §5-6).
+
+Handlers are registered by the annotated type of their message parameter; mistakes are
+`ConfigurationError`s when the `Host` is built. Each handler turn gets the context of its
+owner kind.
+"""
+
+import msgspec
+import pytest
+
+from zlink_actors import (
+    Actor,
+    ActorContext,
+    ChannelContext,
+    ChannelHandler,
+    ConfigurationError,
+    Created,
+    Existing,
+    Host,
+    Spot,
+    SpotContext,
+    SpotRef,
+    handler,
+)
+
+from ._support import Note, Ping, Pong
+from .conftest import Harness
+
+
+class Where(msgspec.Struct, frozen=True):
+    pass
+
+
+def test_handler_without_a_message_annotation_is_a_configuration_error() -> None:
+    class Sloppy(Spot):
+        @handler
+        def ping(self, ctx: SpotContext, msg) -> None:  # type: ignore[no-untyped-def]
+            pass
+
+    with pytest.raises(ConfigurationError):
+        Host(spots=[Sloppy])
+
+
+def test_two_handlers_for_one_message_type_is_a_configuration_error() -> None:
+    class Twice(Spot):
+        @handler
+        def first(self, ctx: SpotContext, msg: Ping) -> None:
+            pass
+
+        @handler
+        def second(self, ctx: SpotContext, msg: Ping) -> None:
+            pass
+
+    with pytest.raises(ConfigurationError):
+        Host(spots=[Twice])
+
+
+def test_two_classes_with_one_type_name_in_a_host_is_a_configuration_error() -> None:
+    class First(Spot):
+        type_name = "shared"
+
+    class Second(Actor):
+        type_name = "shared"
+
+    with pytest.raises(ConfigurationError):
+        Host(spots=[First], actors=[Second])
+
+
+def test_messages_are_dispatched_by_their_annotated_type(harness: Harness) -> None:
+    class Room(Spot):
+        @handler
+        def ping(self, ctx: SpotContext, msg: Ping) -> str:
+            return "ping"
+
+        @handler
+        async def note(self, ctx: SpotContext, msg: Note) -> str:
+            return "note"
+
+    host = harness.host(spots=[Room])
+    host.spots.get_or_create("room", Room).submit_sync()
+
+    assert host.request_to_spot("room", Ping()).submit_sync() == "ping"
+    assert host.request_to_spot("room", Note()).submit_sync() == "note"
+
+
+def test_each_owner_kind_sees_its_own_context(harness: Harness) -> None:
+    class Room(Spot):
+        @handler
+        def where(self, ctx: SpotContext, msg: Where) -> tuple[str, str]:
+            return type(ctx).__name__, ctx.spot_id
+
+    class Player(Actor):
+        @handler
+        def where(self, ctx: ActorContext, msg: Where) -> tuple[str, str, str]:
+            return type(ctx).__name__, ctx.actor_id, ctx.spot_id
+
+    class Lobby(ChannelHandler):
+        @handler
+        def where(self, ctx: ChannelContext, msg: Where) -> tuple[str, str]:
+            return type(ctx).__name__, ctx.channel
+
+    host = harness.host(spots=[Room], actors=[Player], channels={"lobby": Lobby})
+    host.spots.get_or_create("room", Room).submit_sync()
+    host.actors.get_or_create("alice", Player).submit_sync()
+
+    assert host.request_to_spot("room", Where()).submit_sync() == ("SpotContext", "room")
+    assert host.request_to_actor("alice", Where()).submit_sync() == (
+        "ActorContext",
+        "alice",
+        host.entry_spot_id,
+    )
+    assert host.request_to_channel("lobby", Where()).submit_sync() == ("ChannelContext", "lobby")
+
+
+def test_get_or_create_creates_once_and_then_finds_the_existing_object(
+    harness: Harness,
+) -> None:
+    class Room(Spot):
+        @handler
+        def ping(self, ctx: SpotContext, msg: Ping) -> Pong:
+            return Pong(msg.n)
+
+    host = harness.host(spots=[Room])
+
+    created = host.spots.get_or_create("room", Room).submit_sync()
+    existing = host.spots.get_or_create("room", Room).submit_sync()
+
+    assert isinstance(created, Created)
+    assert isinstance(created.ref, SpotRef)
+    assert created.ref.spot_id == "room"
+    assert existing == Existing(created.ref)

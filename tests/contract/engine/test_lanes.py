@@ -1,0 +1,317 @@
+"""Application lanes and one-way backpressure (digest §4 "Lanes", §5 "One-way sends",
+"Backpressure"; SC §4-7).
+
+A one-way send completes at admission. When the target's application lane is full it
+waits, with no time limit and refusing caller cancellation, FIFO, and is admitted exactly
+once, or ends with `ShuttingDownError`. A request never waits: `CapacityExceededError`.
+A send to a target behind your own gate never waits.
+"""
+
+import logging
+import threading
+
+import pytest
+
+from zlink_actors import (
+    CancellationSource,
+    CancellationToken,
+    CapacityExceededError,
+    Completion,
+    HostState,
+    ShutdownOutcome,
+    ShutdownResult,
+    ShuttingDownError,
+    Spot,
+    SpotContext,
+    handler,
+)
+
+from ._support import WAIT, Boom, Hold, Note, Ping, Probe
+from .conftest import Harness
+
+
+class Mailroom:
+    """A Spot class built per test: `Hold` blocks on a latch, `Note`s are recorded."""
+
+    def __init__(self, harness: Harness, last_note: int = -1) -> None:
+        self.latch = harness.latch()
+        self.entered = threading.Event()
+        self.saw_last = threading.Event()
+        self.notes: list[int] = []
+        mailroom = self
+
+        class Room(Spot):
+            @handler
+            def hold(self, ctx: SpotContext, msg: Hold) -> None:
+                mailroom.entered.set()
+                mailroom.latch.wait(WAIT)
+
+            @handler
+            def note(self, ctx: SpotContext, msg: Note) -> None:
+                mailroom.notes.append(msg.n)
+                if msg.n == last_note:
+                    mailroom.saw_last.set()
+
+            @handler
+            def boom(self, ctx: SpotContext, msg: Boom) -> None:
+                raise ValueError("one-way handler failed")
+
+            @handler
+            def probe(self, ctx: SpotContext, msg: Probe) -> list[int]:
+                return list(mailroom.notes)
+
+        self.cls = Room
+
+
+def test_sends_to_a_full_queue_wait_and_are_admitted_in_fifo_order_exactly_once(
+    harness: Harness,
+) -> None:
+    room = Mailroom(harness, last_note=3)
+    host = harness.host(spots=[room.cls], application_lane_items=2)
+    host.spots.get_or_create("room", room.cls).submit_sync()
+    host.send_to_spot("room", Hold()).submit_sync()
+    assert room.entered.wait(WAIT)
+
+    first = host.send_to_spot("room", Note(0)).submit()
+    waiting = [host.send_to_spot("room", Note(n)).submit() for n in (1, 2, 3)]
+
+    assert first.done()
+    assert [c.done() for c in waiting] == [False, False, False]
+    assert [c.cancel() for c in waiting] == [False, False, False]
+    assert [c.done() for c in waiting] == [False, False, False]
+    assert host.statistics().waiting_sends == 3
+
+    room.latch.set()
+    assert [c.result(WAIT) for c in waiting] == [None, None, None]
+    assert room.saw_last.wait(WAIT)
+    assert host.request_to_spot("room", Probe()).submit_sync() == [0, 1, 2, 3]
+    assert host.statistics().waiting_sends == 0
+
+
+def test_request_to_a_full_queue_fails_at_once_with_capacity_exceeded(
+    harness: Harness,
+) -> None:
+    room = Mailroom(harness, last_note=0)
+    host = harness.host(spots=[room.cls], application_lane_items=2)
+    host.spots.get_or_create("room", room.cls).submit_sync()
+    host.send_to_spot("room", Hold()).submit_sync()
+    assert room.entered.wait(WAIT)
+    host.send_to_spot("room", Note(0)).submit_sync()
+
+    refused = host.request_to_spot("room", Note(99)).submit()
+
+    assert refused.done()
+    with pytest.raises(CapacityExceededError):
+        refused.result()
+    assert host.statistics().pending_calls == 0
+    room.latch.set()
+    assert room.saw_last.wait(WAIT)
+    # The refused request was never visible to the handler.
+    assert host.request_to_spot("room", Probe()).submit_sync() == [0]
+
+
+def test_one_way_handler_failure_keeps_the_send_result_and_counts_a_failure(
+    harness: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    room = Mailroom(harness)
+    host = harness.host(spots=[room.cls])
+    host.spots.get_or_create("room", room.cls).submit_sync()
+    before = host.statistics().handler_failures
+
+    with caplog.at_level(logging.ERROR, logger="zlink_actors"):
+        sent = host.send_to_spot("room", Boom()).submit()
+        assert sent.result(WAIT) is None
+        host.request_to_spot("room", Probe()).submit_sync()  # Boom was handled before it
+
+    assert host.statistics().handler_failures == before + 1
+    assert sent.result() is None
+    assert sent.exception() is None
+    assert any(
+        isinstance(r.exc_info[1] if r.exc_info else None, ValueError) for r in caplog.records
+    )
+
+
+def test_send_waiting_for_space_when_shutdown_starts_ends_with_shutting_down(
+    harness: Harness,
+) -> None:
+    room = Mailroom(harness)
+    host = harness.host(spots=[room.cls], application_lane_items=1)
+    host.spots.get_or_create("room", room.cls).submit_sync()
+    host.send_to_spot("room", Hold()).submit_sync()
+    assert room.entered.wait(WAIT)
+    waiting = host.send_to_spot("room", Note(1)).submit()
+    assert not waiting.done()
+
+    results: list[ShutdownResult] = []
+    stopper = threading.Thread(target=lambda: results.append(host.shutdown(deadline=WAIT)))
+    stopper.start()
+    with pytest.raises(ShuttingDownError):
+        waiting.result(WAIT)
+
+    room.latch.set()
+    stopper.join(WAIT * 2)
+    assert not stopper.is_alive()
+    assert results[0].outcome is ShutdownOutcome.STOPPED
+    assert room.notes == []  # the waiting send was never admitted
+
+
+def test_lane_slot_stays_reserved_while_an_async_handler_awaits(harness: Harness) -> None:
+    job = harness.job()
+    notes: list[int] = []
+
+    class Room(Spot):
+        @handler
+        async def slow(self, ctx: SpotContext, msg: Hold) -> None:
+            await ctx.run_cpu_worker(job).submit()
+
+        @handler
+        def note(self, ctx: SpotContext, msg: Note) -> None:
+            notes.append(msg.n)
+
+        @handler
+        def probe(self, ctx: SpotContext, msg: Probe) -> list[int]:
+            return list(notes)
+
+    host = harness.host(spots=[Room], application_lane_items=2)
+    host.spots.get_or_create("room", Room).submit_sync()
+    slow = host.request_to_spot("room", Hold()).timeout(30.0).submit()
+    assert job.started.wait(WAIT)
+
+    host.send_to_spot("room", Note(1)).submit_sync()
+    waiting = host.send_to_spot("room", Note(2)).submit()
+
+    assert not waiting.done()  # the suspended handler still holds its slot
+    job.release()
+    assert slow.result(WAIT) is None
+    assert waiting.result(WAIT) is None
+    host.send_to_spot("room", Note(3)).submit_sync()  # behind note 2 (a FIFO marker)
+    assert host.request_to_spot("room", Probe()).submit_sync()[:2] == [1, 2]
+
+
+def test_lane_slot_stays_reserved_across_yield_although_the_gate_is_released(
+    harness: Harness,
+) -> None:
+    job = harness.job()
+    room = Mailroom(harness, last_note=2)
+
+    class YieldingRoom(room.cls):  # type: ignore[name-defined,misc]
+        @handler
+        async def slow(self, ctx: SpotContext, msg: Ping) -> None:
+            await ctx.run_cpu_worker(job).yield_()
+
+    host = harness.host(spots=[YieldingRoom], application_lane_items=2)
+    host.spots.get_or_create("room", YieldingRoom).submit_sync()
+    slow = host.request_to_spot("room", Ping()).timeout(30.0).submit()
+    assert job.started.wait(WAIT)
+
+    host.send_to_spot("room", Hold()).submit_sync()
+    assert room.entered.wait(WAIT)  # the gate was released: Hold runs meanwhile
+    waiting = host.send_to_spot("room", Note(2)).submit()
+
+    assert not waiting.done()  # the parked handler still holds its slot
+    job.release()
+    room.latch.set()
+    assert slow.result(WAIT) is None
+    assert waiting.result(WAIT) is None
+    assert room.saw_last.wait(WAIT)
+
+
+class PausingToken(CancellationToken):
+    """A never-cancelled token whose `cancelled` read blocks until `resume` is set.
+
+    Terminators read `cancel.cancelled` once, right after the Host's admission check, so
+    this holds a call between that check and its enqueue: a seam to place a seal there.
+    """
+
+    __slots__ = ("_events",)
+
+    def __init__(self, reached: threading.Event, resume: threading.Event) -> None:
+        super().__init__(CancellationSource().token._state)
+        self._events = (reached, resume)
+
+    @property
+    def cancelled(self) -> bool:
+        reached, resume = self._events
+        reached.set()
+        resume.wait(WAIT)
+        return False
+
+
+def test_send_that_starts_waiting_while_the_host_drains_ends_with_shutting_down(
+    harness: Harness,
+) -> None:
+    room = Mailroom(harness)
+    host = harness.host(spots=[room.cls], application_lane_items=1)
+    host.spots.get_or_create("room", room.cls).submit_sync()
+    host.send_to_spot("room", Hold()).submit_sync()
+    assert room.entered.wait(WAIT)
+    early = host.send_to_spot("room", Note(1)).submit()
+    reached, resume = threading.Event(), threading.Event()
+    late: list[Completion[None]] = []
+    sender = threading.Thread(
+        target=lambda: late.append(
+            host.send_to_spot("room", Note(2)).submit(cancel=PausingToken(reached, resume))
+        )
+    )
+    sender.start()
+    assert reached.wait(WAIT)  # the late send passed the admission check: still serving
+
+    results: list[ShutdownResult] = []
+    stopper = threading.Thread(target=lambda: results.append(host.shutdown(deadline=1.0)))
+    stopper.start()
+    with pytest.raises(ShuttingDownError):
+        early.result(WAIT)  # sealed: the sends waiting then were failed
+    resume.set()
+    sender.join(WAIT)
+    assert not sender.is_alive()
+    assert host.state is HostState.DRAINING  # the late send started waiting while draining
+    stopper.join(WAIT)
+    assert not stopper.is_alive()
+    assert results[0].outcome is ShutdownOutcome.FORCE_STOPPED
+
+    # Shutdown has returned: every send still waiting must have ended.
+    assert late[0].done()
+    with pytest.raises(ShuttingDownError):
+        late[0].result(0)
+
+
+def test_send_to_a_target_behind_your_own_gate_never_waits_even_when_full(
+    harness: Harness,
+) -> None:
+    go = harness.latch()
+    entered = threading.Event()
+    finished = threading.Event()
+    saw_last = threading.Event()
+    notes: list[int] = []
+    done_at_once: list[bool] = []
+
+    class Room(Spot):
+        @handler
+        def fill(self, ctx: SpotContext, msg: Hold) -> None:
+            entered.set()
+            go.wait(WAIT)
+            sends = [ctx.send_to_spot(ctx.spot_id, Note(n)).submit() for n in (1, 2)]
+            done_at_once.extend(c.done() for c in sends)
+            finished.set()
+
+        @handler
+        def note(self, ctx: SpotContext, msg: Note) -> None:
+            notes.append(msg.n)
+            if msg.n == 9:
+                saw_last.set()
+
+    host = harness.host(spots=[Room], application_lane_items=2)
+    host.spots.get_or_create("room", Room).submit_sync()
+    host.send_to_spot("room", Hold()).submit_sync()
+    assert entered.wait(WAIT)
+    host.send_to_spot("room", Note(0)).submit_sync()
+    outside = host.send_to_spot("room", Note(9)).submit()
+    assert not outside.done()  # the lane is full: a send from outside waits
+
+    go.set()
+    assert finished.wait(WAIT)
+    assert done_at_once == [True, True]
+
+    assert outside.result(WAIT) is None
+    assert saw_last.wait(WAIT)
+    assert notes == [0, 1, 2, 9]

@@ -1,0 +1,52 @@
+"""The samples are documentation: each one runs here and prints what it promises."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+SAMPLES = Path(__file__).resolve().parents[2] / "samples"
+
+
+def run_sample(name: str) -> list[str]:
+    proc = subprocess.run(
+        [sys.executable, str(SAMPLES / name)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    return proc.stdout.splitlines()
+
+
+def test_demo_matches_players_through_the_lobby_and_stops_cleanly() -> None:
+    lines = run_sample("demo.py")
+    assert lines[:4] == [
+        "ana: queued at position 1",
+        "bo: matched at once with ana",
+        "cy: queued at position 1",
+        "di: matched at once with cy",
+    ]
+    assert "lobby: timer: ana is still waiting" in lines
+    assert "lobby: rating ana vs bo (gate released)" in lines
+    assert "ana plays bo (fairness 0.85)" in lines
+    assert "di plays cy (fairness 0.98)" in lines
+    assert any(
+        line.startswith("turns run:") and line.endswith("handler failures: 0") for line in lines
+    )
+    assert lines[-1].startswith("host stopped (stopped)")
+
+
+def test_readme_example_runs_and_prints_the_balance() -> None:
+    readme = (SAMPLES.parent / "README.md").read_text()
+    blocks = readme.split("```python\n")[1:]
+    assert blocks, "README has no python example"
+    code = blocks[0].split("```")[0]
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["12"]

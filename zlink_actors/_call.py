@@ -1,0 +1,178 @@
+"""The single-use call builder every operation shares (architecture §6).
+
+A builder collects options (`timeout`, `metadata`) and is finished by exactly one
+terminator. A second terminator, or an option after the terminator, raises
+`InvalidOperationError` from the call itself; so does repeating an option. Usage errors
+raise where the mistake is made (a bad argument from the builder method, a wrong context
+or a second terminator from the terminator), before anything is submitted, and leave the
+builder unused; operational failures complete the returned `Completion` exceptionally
+(and so raise from `submit_sync()`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
+
+from . import _context
+from ._cancellation import CancellationToken
+from ._completion import Completion, _Cell
+from ._driver import YieldAwaitable
+from ._errors import CancelledError, InvalidOperationError
+from ._turn import require_yield_turn
+
+if TYPE_CHECKING:
+    from ._runtime import Runtime
+
+__all__ = ["Call", "YieldableCall", "check_seconds", "check_token", "failed", "settled"]
+
+T = TypeVar("T")
+
+
+def check_seconds(name: str, seconds: object) -> float:
+    """Validate a positive, finite number of seconds (`TypeError` / `ValueError`)."""
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        raise TypeError(f"{name} must be a number of seconds, got {type(seconds).__name__}")
+    value = float(seconds)
+    if not (value > 0 and math.isfinite(value)):
+        raise ValueError(f"{name} must be a positive, finite number of seconds, got {seconds!r}")
+    return value
+
+
+def check_token(cancel: object) -> CancellationToken | None:
+    """Validate a `cancel=` argument."""
+    if cancel is None or isinstance(cancel, CancellationToken):
+        return cancel
+    raise TypeError(f"cancel= takes a CancellationToken, got {type(cancel).__name__}")
+
+
+def settled(value: T) -> Completion[T]:
+    """A fresh, already-successful completion."""
+    return Completion(_Cell.settled(value, None))
+
+
+def failed(exc: BaseException) -> Completion[Any]:
+    """A fresh, already-failed completion (a pre-cancelled call uses `CancelledError`)."""
+    return Completion(_Cell.settled(None, exc))
+
+
+class Call(Generic[T]):
+    """Base of every call builder. Created by the runtime; not constructed by users."""
+
+    __slots__ = ("_runtime", "_timeout", "_used")
+
+    def __init__(self, runtime: Runtime) -> None:
+        self._runtime = runtime
+        self._timeout: float | None = None
+        self._used = False
+
+    def timeout(self, seconds: float) -> Self:
+        """Set the end-to-end budget, fixed when the terminator starts.
+
+        Raises:
+            InvalidOperationError: the option was already set, or the call was submitted.
+            TypeError, ValueError: `seconds` is not a positive, finite number.
+        """
+        self._check_open("timeout()")
+        if self._timeout is not None:
+            raise InvalidOperationError("timeout() was already set on this call")
+        self._timeout = check_seconds("timeout", seconds)
+        return self
+
+    # -- terminators -------------------------------------------------------------------
+
+    def submit(self, cancel: CancellationToken | None = None) -> Completion[T]:
+        """Start the call and return its `Completion`.
+
+        Completes when: the operation's application result is terminal (for one-way
+        calls: admission, with `None`).
+        Turn: `await` on it keeps the current turn (the gate stays held).
+        Raises: `InvalidOperationError` for a second terminator or a wrong context;
+        operational failures complete the `Completion` exceptionally instead.
+        """
+        if cancel is not None:
+            check_token(cancel)
+        if self._used:
+            raise InvalidOperationError("this call was already submitted; builders are single-use")
+        self._used = True
+        try:
+            return self._start(cancel)
+        except BaseException:
+            # A usage error raised before anything was submitted: the call stays unused.
+            self._used = False
+            raise
+
+    def submit_sync(self, cancel: CancellationToken | None = None) -> T:
+        """Start the call and block the calling application thread for its result.
+
+        Completes when: as `submit()`.
+        Turn: application threads only; inside any runtime context it raises
+        `InvalidOperationError` before anything is submitted.
+        Raises: the operation's error (`DeadlineExceededError`, `ShuttingDownError`,
+        `CancelledError`, ...), or `InvalidOperationError` for misuse.
+        """
+        if cancel is not None:
+            check_token(cancel)
+        if _context.runtime_var.get() is not None:
+            _context.forbid_blocking("submit_sync()")
+        if self._used:
+            raise InvalidOperationError("this call was already submitted; builders are single-use")
+        self._used = True
+        try:
+            completion = self._start(cancel)
+        except BaseException:
+            self._used = False
+            raise
+        return completion.result()
+
+    # -- for subclasses ----------------------------------------------------------------
+
+    def _start(self, cancel: CancellationToken | None) -> Completion[T]:
+        raise NotImplementedError
+
+    def _start_claimed(self, cancel: CancellationToken | None) -> Completion[T]:
+        try:
+            return self._start(cancel)
+        except BaseException:
+            # A usage error raised before anything was submitted: the call stays unused.
+            self._used = False
+            raise
+
+    def _check_open(self, what: str) -> None:
+        if self._used:
+            raise InvalidOperationError(f"{what} after the call was submitted")
+
+    def _claim(self) -> None:
+        if self._used:
+            raise InvalidOperationError("this call was already submitted; builders are single-use")
+        self._used = True
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__}>"
+
+    @staticmethod
+    def _pre_cancelled(cancel: CancellationToken | None) -> Completion[Any] | None:
+        """CS §2: a valid call with a cancelled token completes cancelled, unstarted."""
+        if cancel is not None and cancel.cancelled:
+            return failed(CancelledError())
+        return None
+
+
+class YieldableCall(Call[T]):
+    """A call whose result may also be awaited with the gate released (`yield_()`)."""
+
+    __slots__ = ()
+
+    def yield_(self, cancel: CancellationToken | None = None) -> YieldAwaitable[T]:
+        """Start the call; `await` the result releases the Spot gate meanwhile.
+
+        Completes when: as `submit()`.
+        Turn: releases the gate (SpotWide or Instance Spot `async def` turns only; a
+        member Actor keeps its queue claim). The continuation runs later as a new turn,
+        queued behind work already waiting: re-read state after it.
+        Raises: `InvalidOperationError` outside an eligible turn, before anything starts.
+        """
+        token = check_token(cancel)
+        require_yield_turn(type(self).__name__)
+        self._claim()
+        return YieldAwaitable(self._start_claimed(token))

@@ -1,0 +1,383 @@
+"""`Completion[T]`, the one async result type, and `CompletionSource[T]`.
+
+One operation has one `_Cell`: the first completion wins atomically under the cell's lock
+and every later attempt returns `False` (SC §2, §10). Callers never see the cell; they get
+`Completion` handles, a fresh one per call. A handle's own cancellation ends only that
+handle's wait (SC §2 stage isolation): it never changes the cell, nor any other handle.
+Operations whose cancellation means something (a pending request, a worker) give their
+handle a *canceller* that races for the operation's single terminal instead.
+
+Done-callbacks never run on the completing stack or under the cell lock (SC §11): they are
+posted to the process-shared completion dispatcher, or, when added inside a handler turn,
+handed to that owner to run as a record under its gate.
+"""
+
+from __future__ import annotations
+
+import _thread
+import asyncio
+import logging
+from collections.abc import Callable, Generator
+from typing import Any, Generic, TypeVar, cast
+
+from . import _context
+from ._dispatcher import get_dispatcher
+from ._errors import CancelledError
+
+__all__ = ["Completion", "CompletionSource"]
+
+T = TypeVar("T")
+log = logging.getLogger("zlink_actors")
+_PENDING = 0
+_DONE = 1
+
+#: A canceller races for the operation's terminal; True when cancellation won.
+Canceller = Callable[[], bool]
+
+
+class _Cell(Generic[T]):
+    """The shared result of one operation. Internal: users hold `Completion` handles."""
+
+    __slots__ = ("_exc", "_listeners", "_lock", "_state", "_value")
+
+    def __init__(self) -> None:
+        self._lock = _thread.allocate_lock()
+        self._state = _PENDING
+        self._value: T | None = None
+        self._exc: BaseException | None = None
+        self._listeners: list[Completion[T]] | None = None
+
+    def try_set(self, value: T | None, exc: BaseException | None) -> bool:
+        with self._lock:
+            if self._state:
+                return False
+            self._value = value
+            self._exc = exc
+            self._state = _DONE
+            listeners = self._listeners
+            self._listeners = None
+        # SC §11: confirm, release the lock, then notify.
+        if listeners:
+            for handle in listeners:
+                handle._fire()
+        return True
+
+    def set_result(self, value: T) -> bool:
+        return self.try_set(value, None)
+
+    def set_exception(self, exc: BaseException) -> bool:
+        return self.try_set(None, exc)
+
+    def cancel(self) -> bool:
+        return self.try_set(None, CancelledError())
+
+    def done(self) -> bool:
+        return self._state == _DONE
+
+    def claim(self) -> bool:
+        """Atomically check that no terminal won yet, for work about to start.
+
+        A terminal that wins before this returns prevents the start; one that comes
+        after it only ends the caller's wait (the work runs; its late result is dropped).
+        """
+        with self._lock:
+            return self._state == _PENDING
+
+    def handle(self, canceller: Canceller | None = None) -> Completion[T]:
+        return Completion(self, canceller)
+
+    @classmethod
+    def settled(cls, value: T | None, exc: BaseException | None) -> _Cell[T]:
+        cell: _Cell[T] = cls()
+        cell._value = value
+        cell._exc = exc
+        cell._state = _DONE
+        return cell
+
+
+class Completion(Generic[T]):
+    """The result of one call: a reply, `None` for a one-way admission, or an error.
+
+    Created by the runtime (terminators, `CompletionSource.completion`); not meant to be
+    constructed by users. Each call returns a fresh handle: cancelling, consuming or
+    waiting on one never changes another, even when both observe one finished result.
+
+    Blocking observation (`result`, `exception`, `wait`) of an unsettled completion is for
+    application threads only; inside a handler, timer, worker or callback it raises
+    `InvalidOperationError` at once (use `await`). An observation timeout raises the
+    builtin `TimeoutError` and neither completes nor cancels the result.
+    """
+
+    __slots__ = (
+        "_callbacks",
+        "_cancelled",
+        "_canceller",
+        "_cell",
+        "_fired",
+        "_listening",
+        "_waiters",
+    )
+
+    def __init__(self, cell: _Cell[T], canceller: Canceller | None = None) -> None:
+        self._cell = cell
+        self._canceller = canceller
+        self._cancelled = False
+        self._fired = False
+        #: In the cell's listener list: the cell's completion will call `_fire()`.
+        self._listening = False
+        self._waiters: list[Any] | None = None
+        self._callbacks: list[tuple[Callable[[Completion[T]], object], Any]] | None = None
+
+    # -- state -------------------------------------------------------------------------
+
+    def done(self) -> bool:
+        """True once the result is settled or this handle was cancelled."""
+        return self._cancelled or self._cell._state == _DONE
+
+    def cancelled(self) -> bool:
+        """True if this handle was cancelled or the operation ended cancelled."""
+        return self._cancelled or (
+            self._cell._state == _DONE and isinstance(self._cell._exc, CancelledError)
+        )
+
+    def cancel(self) -> bool:
+        """End this caller's wait with `CancelledError`.
+
+        Returns `False` if already done, or if the operation refuses cancellation (a
+        one-way send waiting for capacity). For a pending request or worker the
+        cancellation races the other terminal paths; the handler or callable may still
+        run, and its late result is dropped.
+        """
+        if self.done():
+            return False
+        if self._canceller is not None:
+            return self._canceller()
+        with self._cell._lock:
+            if self._cancelled or self._cell._state == _DONE:
+                return False
+            self._cancelled = True
+            listeners = self._cell._listeners
+            if listeners is not None and self in listeners:
+                listeners.remove(self)
+                self._listening = False
+        self._fire()
+        return True
+
+    # -- observation -------------------------------------------------------------------
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until done; return `False` if `timeout` seconds passed first."""
+        if self.done():
+            return True
+        _context.forbid_blocking("Completion.wait()")
+        return self._block(timeout)
+
+    def result(self, timeout: float | None = None) -> T:
+        """Return the value, or raise the operation's error (`CancelledError` if cancelled).
+
+        Raises:
+            TimeoutError: `timeout` passed first (the builtin, not `DeadlineExceededError`).
+            InvalidOperationError: unsettled, and called inside a runtime context.
+        """
+        if not self.done():
+            _context.forbid_blocking("Completion.result()")
+            if not self._block(timeout):
+                raise TimeoutError(f"the result was not settled within {timeout} s")
+        if self._cancelled:
+            raise CancelledError()
+        exc = self._cell._exc
+        if exc is not None:
+            raise exc
+        return cast(T, self._cell._value)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        """Return the operation's error, or `None` if it succeeded.
+
+        Raises `CancelledError` if cancelled, and the same `TimeoutError` and
+        `InvalidOperationError` as `result()`.
+        """
+        if not self.done():
+            _context.forbid_blocking("Completion.exception()")
+            if not self._block(timeout):
+                raise TimeoutError(f"the result was not settled within {timeout} s")
+        if self.cancelled():
+            raise CancelledError()
+        return self._cell._exc
+
+    def add_done_callback(self, fn: Callable[[Completion[T]], object]) -> None:
+        """Call `fn(self)` once this handle is done, on a fresh turn.
+
+        Never on the completing thread's stack: callbacks go to the completion dispatcher
+        (also when added after completion). Added inside a handler turn, the callback runs
+        as a record of that owner, under its gate. An exception from `fn` is logged and
+        does not stop other callbacks.
+        """
+        if not callable(fn):
+            raise TypeError(f"callback must be callable, got {type(fn).__name__}")
+        ctx = _context.current()
+        poster = ctx.callback_poster() if ctx is not None else None
+        if self._add_listener(fn, poster):
+            get_dispatcher().post(fn, self, poster)
+
+    def __await__(self) -> Generator[Any, None, T]:
+        if not self.done():
+            if asyncio._get_running_loop() is not None:
+                # Inside asyncio (an I/O worker): bridge through an asyncio future.
+                yield from self._asyncio_future().__await__()
+            else:
+                # Inside a handler coroutine: the framework's driver parks the turn.
+                yield self
+        return self.result()
+
+    # -- internals ---------------------------------------------------------------------
+
+    def _listen(self) -> None:
+        # Caller holds the cell lock.
+        if self._listening:
+            return
+        self._listening = True
+        listeners = self._cell._listeners
+        if listeners is None:
+            self._cell._listeners = [self]
+        else:
+            listeners.append(self)
+
+    def _block(self, timeout: float | None) -> bool:
+        if timeout is not None and timeout < 0:
+            raise ValueError("timeout must be >= 0 or None")
+        waiter = _thread.allocate_lock()
+        waiter.acquire()
+        cell = self._cell
+        with cell._lock:
+            if self._cancelled or cell._state == _DONE:
+                return True
+            if self._waiters is None:
+                self._waiters = []
+            self._waiters.append(waiter)
+            self._listen()
+        if waiter.acquire(True, -1 if timeout is None else timeout):
+            return True
+        with cell._lock:
+            if self._waiters is not None and waiter in self._waiters:
+                self._waiters.remove(waiter)
+        return self.done()
+
+    def _fire(self) -> None:
+        """Wake waiters and post callbacks; runs once, outside the cell lock."""
+        with self._cell._lock:
+            if self._fired:
+                return
+            self._fired = True
+            waiters, self._waiters = self._waiters, None
+            callbacks, self._callbacks = self._callbacks, None
+        if waiters:
+            for waiter in waiters:
+                waiter.release()
+        if callbacks:
+            dispatcher = get_dispatcher()
+            for fn, poster in callbacks:
+                if poster is _INLINE:
+                    _run_inline(fn, self)
+                else:
+                    dispatcher.post(fn, self, poster)
+
+    def _asyncio_future(self) -> asyncio.Future[None]:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+
+        def wake(_: Completion[T]) -> None:
+            if not loop.is_closed():
+                loop.call_soon_threadsafe(_resolve, future)
+
+        # `call_soon_threadsafe` never blocks: wake the loop from the completing thread.
+        self._add_inline(wake)
+        return future
+
+    def _add_internal_callback(self, fn: Callable[[Completion[T]], object]) -> None:
+        """Framework-internal: run `fn(self)` on the dispatcher, ignoring turn binding."""
+        if self._add_listener(fn, None):
+            get_dispatcher().post(fn, self, None)
+
+    def _add_inline(self, fn: Callable[[Completion[T]], object]) -> None:
+        """Framework-internal: run `fn(self)` on the completing thread, after the cell lock
+        is released (now, if already done). Only for runtime work that runs no user code
+        and does not block: queueing a resume record, waking a gate."""
+        if self._add_listener(fn, _INLINE):
+            _run_inline(fn, self)
+
+    def _add_listener(self, fn: Callable[[Completion[T]], object], poster: Any) -> bool:
+        """Register `fn`; True if already done (the caller runs it)."""
+        cell = self._cell
+        with cell._lock:
+            # While the cell is publishing its result, a listening handle has not fired
+            # yet: queue behind its earlier callbacks so their order is kept.
+            if not self._fired and (
+                self._listening or (not self._cancelled and cell._state != _DONE)
+            ):
+                if self._callbacks is None:
+                    self._callbacks = []
+                self._callbacks.append((fn, poster))
+                self._listen()
+                return False
+        return True
+
+    def __repr__(self) -> str:
+        if not self.done():
+            return "<Completion pending>"
+        if self.cancelled():
+            return "<Completion cancelled>"
+        exc = self._cell._exc
+        if exc is not None:
+            return f"<Completion raised {type(exc).__name__}>"
+        return f"<Completion result={self._cell._value!r}>"
+
+
+_INLINE: Any = object()
+
+
+def _run_inline(fn: Callable[[Any], object], arg: Any) -> None:
+    try:
+        fn(arg)
+    except BaseException:
+        log.exception("internal completion hook %r raised", fn)
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+class CompletionSource(Generic[T]):
+    """A result the application completes itself; the first completion wins.
+
+    `completion` returns a fresh handle on each access; all observe the same result.
+    Dropping the source or a handle completes and cancels nothing.
+    """
+
+    __slots__ = ("_cell",)
+
+    def __init__(self) -> None:
+        self._cell: _Cell[T] = _Cell()
+
+    @property
+    def completion(self) -> Completion[T]:
+        """A fresh handle on this source's result."""
+        return Completion(self._cell)
+
+    def set_result(self, value: T) -> bool:
+        """Complete with `value`; return whether this call won."""
+        return self._cell.try_set(value, None)
+
+    def set_exception(self, exc: BaseException) -> bool:
+        """Complete with `exc`; return whether this call won."""
+        if not isinstance(exc, BaseException):
+            raise TypeError("set_exception() takes an exception instance")
+        return self._cell.try_set(None, exc)
+
+    def cancel(self) -> bool:
+        """Complete as cancelled; return whether this call won."""
+        return self._cell.try_set(None, CancelledError())
+
+    def done(self) -> bool:
+        """True once completed."""
+        return self._cell.done()

@@ -1,0 +1,168 @@
+"""The call surface shared by `Host` and the handler contexts (architecture §6).
+
+From an application thread calls hang off `Host`; inside a handler off its context
+(`SpotContext`, `ActorContext`, `ChannelContext`). The names and behaviour are the same
+in both places: the runtime reads the turn from a context variable, so what matters is
+where a call is made, not which object it was built from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, TypeVar, overload
+
+from ._cancellation import CancellationToken
+from ._messaging import RequestCall, SendCall, TargetKind
+from ._objects import check_id
+from ._turn import TurnContext
+from ._workers import CpuWorkerCall, IoWorkerCall
+
+if TYPE_CHECKING:
+    from ._create import ActorManager, SpotManager
+    from ._runtime import Runtime
+    from ._spot_timers import TimerSet
+
+__all__ = ["ActorContext", "CallSurface", "ChannelContext", "SpotContext"]
+
+T = TypeVar("T")
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
+def _check_channel(name: object) -> str:
+    if not isinstance(name, str):
+        raise TypeError(f"a channel name is a str, got {type(name).__name__}")
+    if not name:
+        raise ValueError("a channel name is never empty")
+    return name
+
+
+class CallSurface:
+    """Builders for every call; mixed into `Host` and the handler contexts."""
+
+    __slots__ = ()
+    _runtime: Runtime
+
+    def send_to_spot(self, spot_id: str, payload: Any) -> SendCall:
+        """A one-way send to a Spot; finish it with `submit()` or `submit_sync()`."""
+        return SendCall(self._runtime, TargetKind.SPOT, check_id("spot_id", spot_id), payload)
+
+    @overload
+    def request_to_spot(self, spot_id: str, payload: Any) -> RequestCall[Any]: ...
+    @overload
+    def request_to_spot(self, spot_id: str, payload: Any, reply: type[T]) -> RequestCall[T]: ...
+    def request_to_spot(
+        self, spot_id: str, payload: Any, reply: type[T] | None = None
+    ) -> RequestCall[Any]:
+        """A request to a Spot; the reply must be an instance of `reply` when given."""
+        return RequestCall(
+            self._runtime, TargetKind.SPOT, check_id("spot_id", spot_id), payload, reply
+        )
+
+    def send_to_actor(self, actor_id: str, payload: Any) -> SendCall:
+        """A one-way send to an Actor (always into the Actor's own queue)."""
+        return SendCall(self._runtime, TargetKind.ACTOR, check_id("actor_id", actor_id), payload)
+
+    @overload
+    def request_to_actor(self, actor_id: str, payload: Any) -> RequestCall[Any]: ...
+    @overload
+    def request_to_actor(self, actor_id: str, payload: Any, reply: type[T]) -> RequestCall[T]: ...
+    def request_to_actor(
+        self, actor_id: str, payload: Any, reply: type[T] | None = None
+    ) -> RequestCall[Any]:
+        """A request to an Actor; the reply must be an instance of `reply` when given."""
+        return RequestCall(
+            self._runtime, TargetKind.ACTOR, check_id("actor_id", actor_id), payload, reply
+        )
+
+    def send_to_channel(self, channel: str, payload: Any) -> SendCall:
+        """A one-way send to the handler registered under `channel`."""
+        return SendCall(self._runtime, TargetKind.CHANNEL, _check_channel(channel), payload)
+
+    @overload
+    def request_to_channel(self, channel: str, payload: Any) -> RequestCall[Any]: ...
+    @overload
+    def request_to_channel(self, channel: str, payload: Any, reply: type[T]) -> RequestCall[T]: ...
+    def request_to_channel(
+        self, channel: str, payload: Any, reply: type[T] | None = None
+    ) -> RequestCall[Any]:
+        """A request to the handler registered under `channel`."""
+        return RequestCall(
+            self._runtime, TargetKind.CHANNEL, _check_channel(channel), payload, reply
+        )
+
+    def run_cpu_worker(self, fn: Callable[..., T], *args: Any) -> CpuWorkerCall[T]:
+        """A call that runs `fn(*args)` on the CPU pool (a slot is held only while it runs)."""
+        return CpuWorkerCall(self._runtime, fn, args)
+
+    def run_io_worker(
+        self, async_fn: Callable[[CancellationToken], Awaitable[T]]
+    ) -> IoWorkerCall[T]:
+        """A call that runs `await async_fn(token)` on the I/O executor's event loop."""
+        return IoWorkerCall(self._runtime, async_fn)
+
+    @property
+    def spots(self) -> SpotManager:
+        """Create, get-or-create and close Spots."""
+        return self._runtime.spot_manager
+
+    @property
+    def actors(self) -> ActorManager:
+        """Create, get-or-create and close Actors."""
+        return self._runtime.actor_manager
+
+
+class _HandlerContext(TurnContext, CallSurface):
+    __slots__ = ()
+
+    @property
+    def metadata(self) -> Mapping[str, Any]:
+        """The metadata the message was sent with (read-only; empty if none)."""
+        meta = self._metadata
+        return _EMPTY if meta is None else MappingProxyType(meta)
+
+    @property
+    def timers(self) -> TimerSet:
+        """This object's timers: ticks run as records under its gate."""
+        return self._runtime.timers_for(self._act)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self._act.id!r}>"
+
+
+class SpotContext(_HandlerContext):
+    """The context of a Spot's handler turn. Created by the runtime."""
+
+    __slots__ = ()
+
+    @property
+    def spot_id(self) -> str:
+        """This Spot's id."""
+        return self._act.id
+
+
+class ActorContext(_HandlerContext):
+    """The context of an Actor's handler turn. Created by the runtime."""
+
+    __slots__ = ()
+
+    @property
+    def actor_id(self) -> str:
+        """This Actor's id."""
+        return self._act.id
+
+    @property
+    def spot_id(self) -> str:
+        """The id of the Spot this Actor belongs to (the Entry Spot by default)."""
+        return self._act.spot.id
+
+
+class ChannelContext(_HandlerContext):
+    """The context of a channel handler's turn. Created by the runtime."""
+
+    __slots__ = ()
+
+    @property
+    def channel(self) -> str:
+        """The ChannelName this handler is registered under."""
+        return self._act.id

@@ -1,0 +1,179 @@
+"""The coroutine driver: steps `async def` handlers without an asyncio loop.
+
+`await completion` parks the turn and keeps the gate (SUSPENDED): the pool thread is
+freed, nothing else runs under that gate, and the continuation is scheduled first when
+the result settles. `await call.yield_()` parks the coroutine and releases the gate; it
+resumes as one resume record queued behind the work already in the Spot's queue. A
+SpotWide member Actor keeps its Actor-queue claim meanwhile, so only its own next record
+waits.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Coroutine, Generator
+from contextvars import Context
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from ._completion import Completion
+from ._errors import InvalidOperationError
+from ._scheduler import SUSPENDED, Record
+from ._turn import K_RESUME, TurnContext
+
+if TYPE_CHECKING:
+    from ._scheduler import AppPool, Gate, Mailbox
+
+__all__ = ["Frame", "YieldAwaitable"]
+
+log = logging.getLogger("zlink_actors")
+T = TypeVar("T")
+
+OnDone = Callable[[Any, BaseException | None], None]
+
+
+class YieldAwaitable(Generic[T]):
+    """What `yield_()` returns: `await` it to release the gate until the result settles.
+
+    Created by the runtime; not constructed by users.
+    """
+
+    __slots__ = ("_completion",)
+
+    def __init__(self, completion: Completion[T]) -> None:
+        self._completion = completion
+
+    def __await__(self) -> Generator[Any, None, T]:
+        yield self
+        return self._completion.result()
+
+
+class Frame:
+    """A handler coroutine in progress, with what it owns across suspensions."""
+
+    __slots__ = (
+        "box",
+        "claimed",
+        "context",
+        "coro",
+        "ctx",
+        "on_done",
+        "pool",
+        "rec",
+        "reserved",
+        "resume_box",
+    )
+
+    def __init__(
+        self,
+        coro: Coroutine[Any, Any, Any],
+        ctx: TurnContext,
+        context: Context,
+        rec: Record,
+        on_done: OnDone,
+        pool: AppPool,
+        resume_box: Mailbox,
+    ) -> None:
+        self.coro = coro
+        self.ctx = ctx
+        #: The turn's own context (it holds the runtime marker), kept across resumptions.
+        self.context = context
+        self.box = ctx._box
+        self.rec = rec
+        self.on_done = on_done
+        self.pool = pool
+        self.resume_box = resume_box
+        self.reserved = False
+        self.claimed = False
+        ctx._frame = self
+
+    def resume(self) -> bool:
+        """Step the coroutine; True if the turn was handed off (gate SUSPENDED)."""
+        coro = self.coro
+        ctx = self.ctx
+        run = self.context.run
+        throw: BaseException | None = None
+        while True:
+            try:
+                yielded = run(coro.send, None) if throw is None else run(coro.throw, throw)
+            except StopIteration as stop:
+                self._finish(stop.value, None)
+                return False
+            except BaseException as exc:
+                self._finish(None, exc)
+                return False
+            if isinstance(yielded, Completion):
+                self._hold_reservation()
+                gate = ctx._gate
+                with gate.lock:
+                    gate.state = SUSPENDED
+                    gate.frame = self
+                yielded._add_inline(_Resume(self.pool, gate))
+                return True
+            if isinstance(yielded, YieldAwaitable):
+                self._park(yielded._completion)
+                return False
+            throw = InvalidOperationError(
+                f"a handler can await only zlink-actors calls, not {type(yielded).__name__}; "
+                "run asyncio code with run_io_worker()"
+            )
+
+    def _hold_reservation(self) -> None:
+        # The record is not terminal yet: its lane slot now belongs to this coroutine.
+        rec = self.rec
+        if rec.reserved:
+            rec.reserved = False
+            self.reserved = True
+
+    def _park(self, completion: Completion[Any]) -> None:
+        self._hold_reservation()
+        box = self.box
+        if box is not self.resume_box and not self.claimed:
+            # A SpotWide member Actor keeps its queue claim across yield_().
+            with box.gate.lock:
+                box.claimed = True
+            self.claimed = True
+        self.pool.park()
+        completion._add_inline(self._enqueue_resume)
+
+    def _enqueue_resume(self, _: Completion[Any]) -> None:
+        try:
+            if not self.pool.force(self.resume_box, Record(K_RESUME, self)):
+                self.discard()
+        finally:
+            self.pool.unpark()
+
+    def discard(self) -> None:
+        """The owner closed while parked: close the coroutine, release what it held."""
+        try:
+            self.coro.close()
+        except BaseException:
+            log.exception("closing a parked handler coroutine raised")
+        self._release()
+
+    def _finish(self, value: Any, exc: BaseException | None) -> None:
+        try:
+            self.on_done(value, exc)
+        except BaseException:
+            log.exception("post-turn work of %r failed", self.coro)
+        self._release()
+
+    def _release(self) -> None:
+        if self.claimed:
+            self.claimed = False
+            self.pool.release_claim(self.box)
+        if self.reserved:
+            self.reserved = False
+            self.pool.release_reservation(self.box)
+
+
+class _Resume:
+    """Wakes a SUSPENDED gate when the awaited result settles."""
+
+    __slots__ = ("gate", "pool")
+
+    def __init__(self, pool: AppPool, gate: Gate) -> None:
+        self.pool = pool
+        self.gate = gate
+
+    def __call__(self, _: Completion[Any]) -> None:
+        self.pool.resume(self.gate)

@@ -1,0 +1,290 @@
+"""Activations, the object registry and record execution for one Host.
+
+An `Activation` is one live Spot, Actor or channel handler: the user's instance, its
+handler table, its mailbox and its gate. `Engine.run_record` is what a pool thread calls
+for each record: it builds the turn context, runs the handler (stepping it with the
+coroutine driver when it is `async def`) and does the record's post-turn work (the reply,
+the failure count) before the gate moves on.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections.abc import Callable
+from contextvars import Context
+from types import CoroutineType
+from typing import TYPE_CHECKING, Any, Final
+
+from ._context import runtime_var
+from ._driver import Frame
+from ._errors import (
+    ConfigurationError,
+    InternalFailureError,
+    ProtocolError,
+    ZlinkError,
+)
+from ._handlers import HandlerInfo, HandlerTable
+from ._objects import Actor, ActorRef, ChannelHandler, Spot, SpotMode, SpotRef
+from ._scheduler import Gate, Mailbox, Record
+from ._turn import K_CALL, K_CALLBACK, K_MESSAGE, K_REQUEST, K_RESUME, K_TICK, TurnContext
+
+if TYPE_CHECKING:
+    from ._operation import ReplyRouteId
+    from ._runtime import Runtime
+    from ._spot_timers import TimerSet
+
+__all__ = ["Activation", "Engine", "RequestInfo", "TypeInfo"]
+
+log = logging.getLogger("zlink_actors")
+
+SPOT: Final = "spot"
+ACTOR: Final = "actor"
+CHANNEL: Final = "channel"
+
+
+class TypeInfo:
+    """A registered user class: its stable name, kind and handler table."""
+
+    __slots__ = ("cls", "kind", "name", "table")
+
+    def __init__(self, cls: type, kind: str, name: str) -> None:
+        self.cls = cls
+        self.kind = kind
+        self.name = name
+        self.table = HandlerTable.build(cls)
+
+
+class RequestInfo:
+    """What a request record carries besides its payload; called with the handler's
+    outcome, it is the record's post-turn work: the reply."""
+
+    __slots__ = ("engine", "reply_type", "route")
+
+    def __init__(self, engine: Engine, route: ReplyRouteId, reply_type: type | None) -> None:
+        self.engine = engine
+        self.route = route
+        self.reply_type = reply_type
+
+    def __call__(self, value: Any, exc: BaseException | None) -> None:
+        pending = self.engine.runtime.pending
+        if exc is None:
+            expected = self.reply_type
+            if expected is None or isinstance(value, expected):
+                pending.finish(self.route, value)
+                return
+            exc = ProtocolError(
+                f"the reply is a {type(value).__name__}, expected {expected.__name__}"
+            )
+        elif not isinstance(exc, ZlinkError):
+            self.engine.handler_failures += 1
+            failure = InternalFailureError(f"the handler raised {type(exc).__name__}: {exc}")
+            failure.__cause__ = exc
+            exc = failure
+        # A late reply (after timeout, cancel or shutdown) finds no entry: dropped.
+        pending.finish(self.route, exc=exc)
+
+
+class Activation:
+    """One live Spot, Actor or channel handler."""
+
+    __slots__ = (
+        "box",
+        "closed",
+        "ctx_type",
+        "generation",
+        "id",
+        "instance",
+        "kind",
+        "spot",
+        "timers",
+        "type",
+    )
+
+    def __init__(
+        self,
+        kind: str,
+        obj_id: str,
+        type_info: TypeInfo,
+        instance: Any,
+        generation: int,
+        ctx_type: type[TurnContext],
+    ) -> None:
+        self.kind = kind
+        self.id = obj_id
+        self.type = type_info
+        self.instance = instance
+        self.generation = generation
+        self.ctx_type = ctx_type
+        self.box: Mailbox = None  # type: ignore[assignment]  # set right after
+        #: The Spot this object belongs to (itself for a Spot).
+        self.spot: Activation = self
+        self.timers: TimerSet | None = None
+        self.closed = False
+
+    @property
+    def resume_box(self) -> Mailbox:
+        """Where a `yield_()` continuation of this object queues: its Spot's mailbox."""
+        return self.spot.box
+
+    def ref(self) -> SpotRef | ActorRef:
+        if self.kind == ACTOR:
+            return ActorRef(self.id, self.generation)
+        return SpotRef(self.id, self.generation)
+
+    def __repr__(self) -> str:
+        return f"<{self.kind} {self.id!r} {self.type.name}>"
+
+
+class Engine:
+    """The registry of types and live objects, and the record runner."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self.lock = threading.Lock()
+        self.types: dict[str, TypeInfo] = {}
+        self.by_class: dict[type, TypeInfo] = {}
+        self.spots: dict[str, Activation] = {}
+        self.actors: dict[str, Activation] = {}
+        self.channels: dict[str, Activation] = {}
+        self.generations = 0
+        self.handler_failures = 0
+        self.entry: Activation = None  # type: ignore[assignment]  # made by setup()
+
+    # -- registration ------------------------------------------------------------------
+
+    def register(self, cls: type, kind: str) -> TypeInfo:
+        base = {SPOT: Spot, ACTOR: Actor, CHANNEL: ChannelHandler}[kind]
+        if not (isinstance(cls, type) and issubclass(cls, base)):
+            raise ConfigurationError(f"{cls!r} is not a subclass of {base.__name__}")
+        name = getattr(cls, "type_name", None) or cls.__qualname__
+        if not isinstance(name, str) or not name:
+            raise ConfigurationError(f"{cls.__qualname__}.type_name must be a non-empty str")
+        if name in self.types:
+            raise ConfigurationError(f"type name {name!r} is registered twice in one Host")
+        if kind == SPOT and not isinstance(getattr(cls, "mode", None), SpotMode):
+            raise ConfigurationError(f"{cls.__qualname__}.mode must be a SpotMode")
+        info = TypeInfo(cls, kind, name)
+        self.types[name] = info
+        self.by_class[cls] = info
+        return info
+
+    def setup(self, channels: dict[str, type]) -> None:
+        from ._contexts import ChannelContext, SpotContext
+
+        entry_info = TypeInfo(_EntrySpot, SPOT, "zlink.EntrySpot")
+        entry_id = f"{self.runtime.name}-entry-{uuid.uuid4()}"
+        self.entry = self._activate(SPOT, entry_id, entry_info, _EntrySpot(), SpotContext)
+        self.spots[entry_id] = self.entry
+        for name, cls in channels.items():
+            if not isinstance(name, str) or not name:
+                raise ConfigurationError("channel names must be non-empty str")
+            info = self.register(cls, CHANNEL)
+            try:
+                instance = cls()
+            except Exception as exc:
+                raise ConfigurationError(f"channel handler {cls.__qualname__}() raised") from exc
+            self.channels[name] = self._activate(CHANNEL, name, info, instance, ChannelContext)
+
+    def _activate(
+        self,
+        kind: str,
+        obj_id: str,
+        info: TypeInfo,
+        instance: Any,
+        ctx_type: type[TurnContext],
+        spot: Activation | None = None,
+    ) -> Activation:
+        self.generations += 1
+        act = Activation(kind, obj_id, info, instance, self.generations, ctx_type)
+        pool = self.runtime.pool
+        if spot is not None:
+            act.spot = spot
+            # SpotWide: the Spot's gate covers its members; Entry / PerActor: own gate.
+            gate = spot.box.gate if spot.box.gate.spotwide else Gate(pool)
+        else:
+            spotwide = kind == SPOT and getattr(info.cls, "mode", None) is SpotMode.SPOT_WIDE
+            gate = Gate(pool, spotwide=spotwide and info.cls is not _EntrySpot)
+        act.box = Mailbox(act, gate)
+        return act
+
+    def new_spot(self, spot_id: str, info: TypeInfo, instance: Any) -> Activation:
+        from ._contexts import SpotContext
+
+        return self._activate(SPOT, spot_id, info, instance, SpotContext)
+
+    def new_actor(self, actor_id: str, info: TypeInfo, instance: Any) -> Activation:
+        from ._contexts import ActorContext
+
+        return self._activate(ACTOR, actor_id, info, instance, ActorContext, spot=self.entry)
+
+    def all_activations(self) -> list[Activation]:
+        with self.lock:
+            return [*self.spots.values(), *self.actors.values(), *self.channels.values()]
+
+    # -- running records ---------------------------------------------------------------
+
+    def run_record(self, box: Mailbox, rec: Record) -> bool:
+        """Run one record under its gate; True if the turn was handed off."""
+        kind = rec.kind
+        if kind == K_RESUME:
+            frame: Frame = rec.a
+            return frame.resume()
+        act: Activation = box.owner
+        on_done: Callable[[Any, BaseException | None], None]
+        args: tuple[Any, ...]
+        if kind == K_MESSAGE:
+            info: HandlerInfo = rec.c
+            ctx = act.ctx_type(self.runtime, act, box, rec.b)
+            fn, args, on_done = info.fn, (act.instance, ctx, rec.a), self._message_done
+        elif kind == K_REQUEST:
+            info, on_done = rec.c
+            ctx = act.ctx_type(self.runtime, act, box, rec.b)
+            fn, args = info.fn, (act.instance, ctx, rec.a)
+        elif kind == K_CALLBACK:
+            ctx = act.ctx_type(self.runtime, act, box, None)
+            fn, args, on_done = rec.a, (rec.b,), self._callback_done
+        elif kind == K_TICK:
+            timer, tick = rec.a, rec.b
+            if timer.cancelled:  # restarted or cancelled after this tick was queued
+                return False
+            ctx = act.ctx_type(self.runtime, act, box, None)
+            fn, args, on_done = timer.callback, (ctx, tick), timer.tick_done
+        elif kind == K_CALL:
+            ctx = act.ctx_type(self.runtime, act, box, None)
+            fn, args, on_done = rec.a, (act.instance, ctx), rec.b
+        else:  # pragma: no cover - the scheduler only carries these kinds
+            raise AssertionError(f"unknown record kind {kind}")
+        # Each turn runs in a context of its own (a coroutine keeps its context across
+        # resumptions, as an asyncio task does): context variables set by one owner's
+        # handler never leak into another's, whatever thread runs them.
+        context = Context()
+        context.run(runtime_var.set, ctx)
+        try:
+            result = context.run(fn, *args)
+        except BaseException as exc:
+            on_done(None, exc)
+            return False
+        if type(result) is CoroutineType:
+            frame = Frame(result, ctx, context, rec, on_done, self.runtime.pool, act.resume_box)
+            return frame.resume()
+        on_done(result, None)
+        return False
+
+    def _message_done(self, value: Any, exc: BaseException | None) -> None:
+        # SC §4: a one-way call completed at admission; a later failure is only logged.
+        if exc is not None:
+            self.handler_failures += 1
+            log.error("one-way handler raised", exc_info=exc)
+
+    def _callback_done(self, value: Any, exc: BaseException | None) -> None:
+        if exc is not None:
+            self.handler_failures += 1
+            log.error("completion callback raised", exc_info=exc)
+
+
+class _EntrySpot(Spot):
+    """The framework's default membership for Actors: a gate per Actor, no handlers."""
+
+    mode = SpotMode.PER_ACTOR

@@ -1,0 +1,187 @@
+"""Typed errors: one root, one subclass per `ErrorKind`.
+
+The tree::
+
+    Exception
+    +-- ZlinkError                      .kind: ErrorKind
+    |   +-- NotFoundError               NOT_FOUND (0)
+    |   +-- AlreadyExistsError          ALREADY_EXISTS (1)
+    |   +-- TypeMismatchError           TYPE_MISMATCH (2)
+    |   +-- NotConfiguredError          NOT_CONFIGURED (3)
+    |   +-- RejectedError               REJECTED (4)
+    |   +-- UnavailableError            UNAVAILABLE (5)
+    |   +-- CapacityExceededError       CAPACITY_EXCEEDED (6)
+    |   +-- DeadlineExceededError       DEADLINE_EXCEEDED (7)   also a TimeoutError
+    |   +-- ShuttingDownError           SHUTTING_DOWN (8)
+    |   +-- ProtocolError               PROTOCOL_ERROR (9)
+    |   +-- InvalidOperationError       INVALID_OPERATION (10)  also a RuntimeError
+    |   +-- DataLostError               DATA_LOST (11)
+    |   +-- InternalFailureError        INTERNAL_FAILURE (12)
+    +-- ConfigurationError              bad Host / class configuration (no kind)
+    concurrent.futures.CancelledError   re-exported as CancelledError
+
+Errors carry no retry hint (SC §14): callers branch on the type or on `.kind`, never on
+the message text.
+"""
+
+from __future__ import annotations
+
+import enum
+from concurrent.futures import CancelledError
+
+__all__ = [
+    "AlreadyExistsError",
+    "CancelledError",
+    "CapacityExceededError",
+    "ConfigurationError",
+    "DataLostError",
+    "DeadlineExceededError",
+    "ErrorKind",
+    "InternalFailureError",
+    "InvalidOperationError",
+    "NotConfiguredError",
+    "NotFoundError",
+    "ProtocolError",
+    "RejectedError",
+    "ShuttingDownError",
+    "TypeMismatchError",
+    "UnavailableError",
+    "ZlinkError",
+    "error_for_kind",
+]
+
+
+class ErrorKind(enum.IntEnum):
+    """The thirteen upstream error kinds; the numbers are the same in every language."""
+
+    NOT_FOUND = 0
+    ALREADY_EXISTS = 1
+    TYPE_MISMATCH = 2
+    NOT_CONFIGURED = 3
+    REJECTED = 4
+    UNAVAILABLE = 5
+    CAPACITY_EXCEEDED = 6
+    DEADLINE_EXCEEDED = 7
+    SHUTTING_DOWN = 8
+    PROTOCOL_ERROR = 9
+    INVALID_OPERATION = 10
+    DATA_LOST = 11
+    INTERNAL_FAILURE = 12
+
+
+class ZlinkError(Exception):
+    """Root of every framework error. `kind` says which of the thirteen it is."""
+
+    kind: ErrorKind = ErrorKind.INTERNAL_FAILURE
+
+
+class NotFoundError(ZlinkError):
+    """The logical target (object, channel, handler) does not exist."""
+
+    kind = ErrorKind.NOT_FOUND
+
+
+class AlreadyExistsError(ZlinkError):
+    """The identity or registration already exists (exclusive create)."""
+
+    kind = ErrorKind.ALREADY_EXISTS
+
+
+class TypeMismatchError(ZlinkError):
+    """The existing object has a different type from the one requested."""
+
+    kind = ErrorKind.TYPE_MISMATCH
+
+
+class NotConfiguredError(ZlinkError):
+    """A required role, handler or store is not configured."""
+
+    kind = ErrorKind.NOT_CONFIGURED
+
+
+class RejectedError(ZlinkError):
+    """A filter, admission or policy rejected the call without a typed result."""
+
+    kind = ErrorKind.REJECTED
+
+
+class UnavailableError(ZlinkError):
+    """The target existed but its route or owner is unusable, or was lost while waiting."""
+
+    kind = ErrorKind.UNAVAILABLE
+
+
+class CapacityExceededError(ZlinkError):
+    """A local bounded resource (a target's queue, for a request) is full."""
+
+    kind = ErrorKind.CAPACITY_EXCEEDED
+
+
+class DeadlineExceededError(ZlinkError, TimeoutError):
+    """The operation's deadline passed before it had a result."""
+
+    kind = ErrorKind.DEADLINE_EXCEEDED
+
+
+class ShuttingDownError(ZlinkError):
+    """The runtime admits no new work, or a close/shutdown ended a pending call."""
+
+    kind = ErrorKind.SHUTTING_DOWN
+
+
+class ProtocolError(ZlinkError):
+    """Data, payload or reply could not be decoded, or has the wrong type."""
+
+    kind = ErrorKind.PROTOCOL_ERROR
+
+
+class InvalidOperationError(ZlinkError, RuntimeError):
+    """Wrong context or state: a second terminator, an ineligible `yield_()`, a blocking
+    call inside the runtime, a reentrant wait."""
+
+    kind = ErrorKind.INVALID_OPERATION
+
+
+class DataLostError(ZlinkError):
+    """A relocation payload is missing or invalid."""
+
+    kind = ErrorKind.DATA_LOST
+
+
+class InternalFailureError(ZlinkError):
+    """Anything else: a handler or worker raised a non-framework exception (kept as
+    `__cause__`)."""
+
+    kind = ErrorKind.INTERNAL_FAILURE
+
+
+class ConfigurationError(Exception):
+    """A Host option, handler registration or user class is configured wrongly.
+
+    Raised eagerly, at construction or registration, never from a running call.
+    """
+
+
+_BY_KIND: dict[ErrorKind, type[ZlinkError]] = {
+    cls.kind: cls
+    for cls in (
+        NotFoundError,
+        AlreadyExistsError,
+        TypeMismatchError,
+        NotConfiguredError,
+        RejectedError,
+        UnavailableError,
+        CapacityExceededError,
+        DeadlineExceededError,
+        ShuttingDownError,
+        ProtocolError,
+        InvalidOperationError,
+        DataLostError,
+        InternalFailureError,
+    )
+}
+
+
+def error_for_kind(kind: ErrorKind, message: str) -> ZlinkError:
+    """Build the exception class that stands for `kind` (used where a kind crosses a wire)."""
+    return _BY_KIND[ErrorKind(kind)](message)

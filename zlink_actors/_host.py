@@ -1,0 +1,197 @@
+"""`Host`: the public face of one runtime."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Self
+
+from . import _context
+from ._call import check_seconds
+from ._contexts import CallSurface
+from ._dispatcher import DispatcherStatistics, get_dispatcher
+from ._errors import ConfigurationError
+from ._objects import Actor, ChannelHandler, Spot
+from ._runtime import Runtime
+from ._scheduler import PoolStatistics
+from ._state import HostState, ShutdownOutcome, ShutdownResult
+from ._timer import Clock, SystemClock
+
+__all__ = ["Host", "HostStatistics"]
+
+_host_numbers = itertools.count(1)
+log = logging.getLogger("zlink_actors")
+
+
+@dataclass(frozen=True, slots=True)
+class HostStatistics:
+    """A snapshot of one Host (see `Host.statistics()`)."""
+
+    state: HostState
+    spots: int
+    actors: int
+    channels: int
+    queued_records: int
+    waiting_sends: int
+    pending_calls: int
+    handler_failures: int
+    pool: PoolStatistics
+    dispatcher: DispatcherStatistics
+
+
+def _classes(name: str, value: object) -> list[type]:
+    if isinstance(value, (str, bytes, type)) or not isinstance(value, Iterable):
+        raise ConfigurationError(f"{name} must be a list of classes")
+    return list(value)
+
+
+def _positive_int(name: str, value: object, default: int) -> int:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigurationError(f"{name} must be an int, got {type(value).__name__}")
+    if value < 1:
+        raise ConfigurationError(f"{name} must be >= 1, got {value}")
+    return value
+
+
+class Host(CallSurface):
+    """One zlink-actors runtime: its threads, its objects and its calls.
+
+    Use it as a context manager (`with Host(...) as host:` starts it and shuts it down),
+    or call `start()` and `shutdown()` yourself. Calls made from application threads hang
+    off the Host (`host.request_to_spot(...)`); inside handlers, off the context.
+
+    Args:
+        spots: the `Spot` subclasses this Host can create.
+        actors: the `Actor` subclasses this Host can create.
+        channels: ChannelName -> `ChannelHandler` subclass; one instance each.
+        app_threads: threads in the shared application pool that runs every handler
+            turn; default `min(4, os.cpu_count())`.
+        application_lane_items: the application-lane item limit of every owner (1,024).
+        default_request_timeout: seconds a request may take when it sets no `timeout()`.
+        cpu_workers: threads in the CPU worker pool (started on demand);
+            default `os.cpu_count()`.
+        clock: the clock for deadlines and timers; inject a `ManualClock` in tests.
+
+    Raises:
+        ConfigurationError: an option has a wrong type or value, a class is not a
+            subclass of the right base, two classes share a type name, or a handler is
+            declared wrongly.
+    """
+
+    def __init__(
+        self,
+        *,
+        spots: Iterable[type[Spot]] = (),
+        actors: Iterable[type[Actor]] = (),
+        channels: Mapping[str, type[ChannelHandler]] | None = None,
+        app_threads: int | None = None,
+        application_lane_items: int = 1024,
+        default_request_timeout: float = 5.0,
+        cpu_workers: int | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        if clock is not None and not isinstance(clock, Clock):
+            raise ConfigurationError(f"clock must be a Clock, got {type(clock).__name__}")
+        try:
+            timeout = check_seconds("default_request_timeout", default_request_timeout)
+        except (TypeError, ValueError) as exc:
+            raise ConfigurationError(str(exc)) from None
+        cpus = os.cpu_count() or 1
+        runtime = Runtime(
+            clock=clock if clock is not None else SystemClock(),
+            cpu_workers=_positive_int("cpu_workers", cpu_workers, cpus),
+            app_threads=_positive_int("app_threads", app_threads, min(4, cpus)),
+            lane_items=_positive_int("application_lane_items", application_lane_items, 1024),
+            default_request_timeout=timeout,
+            name=f"zlink-host{next(_host_numbers)}",
+        )
+        engine = runtime.engine
+        for cls in _classes("spots", spots):
+            engine.register(cls, "spot")
+        for cls in _classes("actors", actors):
+            engine.register(cls, "actor")
+        if channels is not None and not isinstance(channels, Mapping):
+            raise ConfigurationError("channels must be a mapping of name -> handler class")
+        engine.setup(dict(channels or {}))
+        self._runtime = runtime
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    @property
+    def state(self) -> HostState:
+        """The lifecycle state."""
+        return self._runtime.state
+
+    def start(self) -> Self:
+        """Start serving (PREPARING -> SERVING). Idempotent while serving.
+
+        Raises:
+            InvalidOperationError: the Host is draining or stopped.
+        """
+        self._runtime.start()
+        return self
+
+    def shutdown(self, deadline: float = 30.0) -> ShutdownResult:
+        """Stop the Host and return how it ended. Idempotent.
+
+        Seals admission (new calls complete with `ShuttingDownError`), lets accepted work
+        run until `deadline` seconds have passed, completes every call still pending once
+        with `ShuttingDownError`, drains the completion dispatcher and joins every thread
+        the Host started. Teardown after the deadline gets up to one more second
+        (`TEARDOWN_GRACE`), so a forced shutdown returns within `deadline + 1` s. A thread
+        stuck in user code by then is abandoned (a daemon that ends when its code
+        returns); the outcome is then `FORCE_STOPPED`.
+
+        Raises:
+            InvalidOperationError: called inside a runtime context (it blocks).
+        """
+        seconds = check_seconds("deadline", deadline)
+        _context.forbid_blocking("Host.shutdown()")
+        return self._runtime.shutdown(seconds)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        result = self.shutdown()
+        if result.outcome is not ShutdownOutcome.STOPPED:
+            log.warning("Host %s was force-stopped on exit: %s", self._runtime.name, result)
+
+    # -- introspection -----------------------------------------------------------------
+
+    @property
+    def entry_spot_id(self) -> str:
+        """The id of this Host's Entry Spot (the default membership of Actors)."""
+        return self._runtime.engine.entry.id
+
+    def statistics(self) -> HostStatistics:
+        """A snapshot of owners, queued records, pool occupancy and pending calls."""
+        runtime = self._runtime
+        engine = runtime.engine
+        acts = engine.all_activations()
+        return HostStatistics(
+            state=runtime.state,
+            spots=sum(1 for a in acts if a.kind == "spot"),
+            actors=sum(1 for a in acts if a.kind == "actor"),
+            channels=sum(1 for a in acts if a.kind == "channel"),
+            queued_records=sum(a.box.queued() for a in acts),
+            waiting_sends=sum(len(a.box.waiters or ()) for a in acts),
+            pending_calls=len(runtime.pending),
+            handler_failures=engine.handler_failures,
+            pool=runtime.pool.statistics(),
+            dispatcher=get_dispatcher().statistics(),
+        )
+
+    def __repr__(self) -> str:
+        return f"<Host {self._runtime.name} {self.state.value}>"

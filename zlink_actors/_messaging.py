@@ -1,0 +1,301 @@
+"""Messaging calls in one process: one-way sends and requests (SC §4-5, §9).
+
+One-way `submit()` completes with `None` at admission into the target's queue. When the
+target's application lane is full the send waits, with no time limit and no caller
+cancellation, FIFO with the other sends waiting for that target; it ends only admitted,
+with `UnavailableError` (the target closed) or with `ShuttingDownError`. A waiting send
+keeps its own payload: there is no other backlog.
+
+A request never waits for capacity: a full target queue is `CapacityExceededError` at
+once. Its deadline (the call's `timeout()`, else the Host default) covers queue wait,
+handler and reply; reply, timeout, cancellation and shutdown race for one terminal.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
+
+from ._call import Call, check_token, failed
+from ._cancellation import CancellationToken
+from ._completion import Completion, _Cell
+from ._driver import YieldAwaitable
+from ._engine import RequestInfo
+from ._errors import (
+    CapacityExceededError,
+    InvalidOperationError,
+    NotFoundError,
+    ShuttingDownError,
+)
+from ._operation import PendingEntry
+from ._scheduler import ADMITTED, CLOSED, SEALED, Record
+from ._state import HostState
+from ._turn import K_MESSAGE, K_REQUEST, current_turn, require_yield_turn
+
+if TYPE_CHECKING:
+    from ._engine import Activation
+    from ._handlers import HandlerInfo
+    from ._runtime import Runtime
+
+__all__ = ["RequestCall", "SendCall", "TargetKind"]
+
+T = TypeVar("T")
+
+
+class TargetKind:
+    SPOT = "Spot"
+    ACTOR = "Actor"
+    CHANNEL = "channel"
+
+
+def _table(runtime: Runtime, kind: str) -> dict[str, Activation]:
+    engine = runtime.engine
+    if kind == TargetKind.SPOT:
+        return engine.spots
+    if kind == TargetKind.ACTOR:
+        return engine.actors
+    return engine.channels
+
+
+class _MessageCall(Call[T]):
+    __slots__ = ("_kind", "_metadata", "_payload", "_table", "_target")
+
+    def __init__(self, runtime: Runtime, kind: str, target: str, payload: Any) -> None:
+        # Flat on purpose: this runs once per message.
+        self._runtime = runtime
+        self._timeout: float | None = None
+        self._used = False
+        self._kind = kind
+        self._table = _table(runtime, kind)
+        self._target = target
+        self._payload = payload
+        self._metadata: dict[str, Any] | None = None
+
+    def metadata(self, key: str, value: Any) -> Self:
+        """Attach `key=value` to the message (seen by the handler as `ctx.metadata`).
+
+        Raises:
+            InvalidOperationError: `key` was already set, or the call was submitted.
+            TypeError: `key` is not a str.
+        """
+        self._check_open("metadata()")
+        if not isinstance(key, str):
+            raise TypeError(f"metadata keys are str, got {type(key).__name__}")
+        meta = self._metadata
+        if meta is None:
+            self._metadata = meta = {}
+        elif key in meta:
+            raise InvalidOperationError(f"metadata {key!r} was already set on this call")
+        meta[key] = value
+        return self
+
+    def _target_handler(self) -> tuple[Activation, HandlerInfo] | Completion[Any]:
+        act = self._table.get(self._target)
+        if act is None or act.closed:
+            if self._runtime.state is not HostState.SERVING:
+                # Shutdown closed every object after this call passed admission.
+                return failed(ShuttingDownError("the Host is shutting down"))
+            return failed(NotFoundError(f"no {self._kind} {self._target!r}"))
+        info = act.type.table.find(type(self._payload))
+        if info is None:
+            return failed(
+                NotFoundError(
+                    f"{self._kind} {self._target!r} ({act.type.name}) has no handler for "
+                    f"{type(self._payload).__qualname__}"
+                )
+            )
+        return act, info
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} to {self._kind} {self._target!r}>"
+
+
+class SendCall(_MessageCall[None]):
+    """A one-way send. Created by `send_to_*`; not constructed by users.
+
+    Terminators: `submit()` and `submit_sync()`; no `yield_()` (nothing to wait for).
+    """
+
+    __slots__ = ()
+
+    def timeout(self, seconds: float) -> Self:
+        """Not offered: a one-way send has no time limit (SC §7).
+
+        Raises:
+            InvalidOperationError: always. Use a request when the caller needs to know
+                within a time whether the message arrived.
+        """
+        raise InvalidOperationError(
+            "a one-way send has no timeout: it waits for admission without a time limit "
+            "(SC §7); use a request to learn the outcome within a deadline"
+        )
+
+    def submit(self, cancel: CancellationToken | None = None) -> Completion[None]:
+        """Send the message.
+
+        Completes when: the message is admitted into the target's queue (value `None`).
+        If the queue is full this waits for space with no time limit; `cancel=` counts
+        only if already cancelled now, and `Completion.cancel()` returns False while it
+        waits. A handler failure afterwards never changes the result (it is logged).
+        Turn: `await` keeps the turn. A send to a target behind your own gate never waits.
+        Raises (in the Completion): `NotFoundError` (no such target, or no handler for the
+        payload type), `UnavailableError` (target closed while waiting),
+        `ShuttingDownError`.
+        """
+        return super().submit(cancel)
+
+    def submit_sync(self, cancel: CancellationToken | None = None) -> None:
+        """Send from an application thread, blocking until admitted (see `submit()`).
+
+        This can wait forever if the target never makes room.
+        """
+        return super().submit_sync(cancel)
+
+    def _start(self, cancel: CancellationToken | None) -> Completion[None]:
+        runtime = self._runtime
+        early = runtime.admission_failure() or self._pre_cancelled(cancel)
+        if early is not None:
+            return early
+        found = self._target_handler()
+        if isinstance(found, Completion):
+            return found
+        act, info = found
+        box = act.box
+        rec = Record(K_MESSAGE, self._payload, self._metadata, info)
+        pool = runtime.pool
+        turn = current_turn()
+        if turn is not None and turn._gate is box.gate:
+            # Behind our own gate waiting could never end: append even past the limit.
+            if pool.force(box, rec, reserve=True):
+                return Completion(_ADMITTED)
+            return failed(NotFoundError(f"{self._kind} {self._target!r} closed"))
+        cell: _Cell[None] = _Cell()
+        status = pool.enqueue_or_wait(box, rec, cell)
+        if status == ADMITTED:
+            return Completion(_ADMITTED)
+        if status == CLOSED:
+            return failed(NotFoundError(f"{self._kind} {self._target!r} closed"))
+        if status == SEALED:
+            return failed(ShuttingDownError("the Host is shutting down"))
+        # SC §5/§7: a waiting send has no timeout and refuses caller cancellation.
+        return cell.handle(_refuse_cancel)
+
+
+def _refuse_cancel() -> bool:
+    return False
+
+
+#: The result every admitted send observes. Shared safely: it is settled, so no handle can
+#: change it, and each call still gets a fresh `Completion` of its own (SC §2).
+_ADMITTED: _Cell[None] = _Cell.settled(None, None)
+
+
+class RequestCall(_MessageCall[T], Generic[T]):
+    """A request that waits for one reply. Created by `request_to_*`; not constructed by
+    users. Terminators: `submit()`, `submit_sync()`, `yield_()`."""
+
+    __slots__ = ("_reply",)
+
+    def __init__(
+        self, runtime: Runtime, kind: str, target: str, payload: Any, reply: type[T] | None
+    ) -> None:
+        if reply is not None and not isinstance(reply, type):
+            raise TypeError(f"reply= takes a class, got {reply!r}")
+        _MessageCall.__init__(self, runtime, kind, target, payload)
+        self._reply = reply
+
+    def submit(self, cancel: CancellationToken | None = None) -> Completion[T]:
+        """Send the request and return its `Completion`.
+
+        Completes when: the reply arrives, or with exactly one error.
+        Turn: `await` keeps the turn (the gate stays held); so a request to your own Spot,
+        your own Actor or anything behind your own gate raises `InvalidOperationError`
+        here, before anything is sent.
+        Raises (in the Completion): `NotFoundError`, `CapacityExceededError` (the target's
+        queue is full), `DeadlineExceededError`, `ProtocolError` (the reply is not a
+        `reply=`), `InternalFailureError` (the handler raised a non-framework
+        exception), the handler's own `ZlinkError`, `ShuttingDownError`,
+        `CancelledError`.
+        """
+        return super().submit(cancel)
+
+    def submit_sync(self, cancel: CancellationToken | None = None) -> T:
+        """Send from an application thread and block for the reply (see `submit()`)."""
+        return super().submit_sync(cancel)
+
+    def yield_(self, cancel: CancellationToken | None = None) -> YieldAwaitable[T]:
+        """Send the request; `await` the result releases the Spot gate meanwhile.
+
+        Completes when: as `submit()`.
+        Turn: releases the gate (SpotWide or Instance Spot turns only; a member Actor
+        keeps its queue claim). The continuation runs later as a new turn: re-read state.
+        A request to your own Actor still raises `InvalidOperationError` (its claim is
+        yours); to your own SpotWide Spot it is allowed.
+        Raises: `InvalidOperationError` outside an eligible async turn, before sending.
+        """
+        token = check_token(cancel)
+        turn = require_yield_turn("request")
+        act = self._table.get(self._target)
+        if act is not None and act is turn._act and act.kind == "actor":
+            raise InvalidOperationError(
+                "a request to your own Actor can never be answered: its queue claim is held "
+                "by this handler"
+            )
+        self._claim()
+        return YieldAwaitable(self._start_claimed_yield(token))
+
+    def _start_claimed_yield(self, cancel: CancellationToken | None) -> Completion[T]:
+        try:
+            return self._begin(cancel, yielding=True)
+        except BaseException:
+            self._used = False
+            raise
+
+    def _start(self, cancel: CancellationToken | None) -> Completion[T]:
+        return self._begin(cancel, yielding=False)
+
+    def _begin(self, cancel: CancellationToken | None, yielding: bool) -> Completion[T]:
+        runtime = self._runtime
+        found = self._target_handler()
+        turn = current_turn()
+        if (
+            not yielding
+            and turn is not None
+            and not isinstance(found, Completion)
+            and found[0].box.gate is turn._gate
+        ):
+            # GATE §6: awaiting it would need the gate this turn holds.
+            raise InvalidOperationError(
+                f"a request to {self._kind} {self._target!r} needs the gate this turn "
+                "holds (a request to yourself); send one-way, or use yield_() in a "
+                "SpotWide Spot"
+            )
+        early = runtime.admission_failure() or self._pre_cancelled(cancel)
+        if early is not None:
+            return early
+        if isinstance(found, Completion):
+            return found
+        act, info = found
+        cell: _Cell[T] = _Cell()
+        entry = PendingEntry(cell)
+        route = runtime.pending.register(entry)  # SC §10: registered before submit
+        if runtime.state is not HostState.SERVING:
+            # Shutdown sealed admission after our check and may have swept the table.
+            runtime.pending.finish(route, exc=ShuttingDownError("the Host is shutting down"))
+            return Completion(cell)
+        timeout = self._timeout
+        entry.timer = runtime.timers.call_after(
+            runtime.default_request_timeout if timeout is None else timeout, entry.expire
+        )
+        if cancel is not None:
+            entry.registration = cancel._register_internal(entry.cancel)
+        request = RequestInfo(runtime.engine, route, self._reply)
+        rec = Record(K_REQUEST, self._payload, self._metadata, (info, request))
+        status = runtime.pool.enqueue(act.box, rec)
+        if status != ADMITTED:
+            exc = (
+                CapacityExceededError(f"{self._kind} {self._target!r} queue is full")
+                if status != CLOSED
+                else NotFoundError(f"{self._kind} {self._target!r} closed")
+            )
+            runtime.pending.finish(route, exc=exc)
+        return Completion(cell, entry.cancel)

@@ -1,0 +1,218 @@
+"""Operation identity and the pending-operation table (SC §9-10).
+
+Every call with a terminal result gets a 128-bit `OperationId` (never all-zero) and a
+non-zero 64-bit `ReplyRouteId`. Its pending entry is registered *before* anything is
+submitted, so a reply can never arrive ahead of its entry. Every completion path (reply,
+remote error, timeout, cancel, shutdown, disconnect) races for one atomic removal from the
+table; the path that removes the entry completes the caller once, and the losers do
+nothing at all.
+"""
+
+from __future__ import annotations
+
+import itertools
+import secrets
+import threading
+from collections.abc import Callable
+from typing import Any, Final
+
+from ._cancellation import CancellationRegistration
+from ._completion import _Cell
+from ._errors import CancelledError, DeadlineExceededError
+from ._timer import TimerHandle
+
+__all__ = ["OperationId", "PendingEntry", "PendingTable", "ReplyRouteId", "settle"]
+
+_U64: Final = (1 << 64) - 1
+
+
+def _check_u64(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if not 0 <= value <= _U64:
+        raise ValueError(f"{name} must be an unsigned 64-bit value, got {value}")
+    return value
+
+
+class OperationId:
+    """A 128-bit operation identity: two unsigned 64-bit words, never both zero.
+
+    Equality and hashing use all 128 bits. Created by the runtime; the constructor is
+    public so the wire can rebuild one.
+    """
+
+    __slots__ = ("high", "low")
+
+    high: int
+    low: int
+
+    def __init__(self, high: int, low: int) -> None:
+        _check_u64("high", high)
+        _check_u64("low", low)
+        if high == 0 and low == 0:
+            raise ValueError("an OperationId is never all-zero")
+        object.__setattr__(self, "high", high)
+        object.__setattr__(self, "low", low)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("OperationId is immutable")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, OperationId):
+            return NotImplemented
+        return self.high == other.high and self.low == other.low
+
+    def __hash__(self) -> int:
+        return hash((self.high, self.low))
+
+    def __int__(self) -> int:
+        return (self.high << 64) | self.low
+
+    def __repr__(self) -> str:
+        return f"OperationId(high={self.high:#018x}, low={self.low:#018x})"
+
+    @classmethod
+    def new(cls) -> OperationId:
+        """A fresh id: a per-process random high word and a counter low word."""
+        return cls(_PROCESS_HIGH, next(_low_counter))
+
+
+class ReplyRouteId(int):
+    """A non-zero unsigned 64-bit id linking a terminal reply to its pending entry."""
+
+    __slots__ = ()
+
+    def __new__(cls, value: int) -> ReplyRouteId:
+        _check_u64("ReplyRouteId", value)
+        if value == 0:
+            raise ValueError("a ReplyRouteId is never zero")
+        return super().__new__(cls, value)
+
+    def __repr__(self) -> str:
+        return f"ReplyRouteId({int(self)})"
+
+
+_PROCESS_HIGH: Final = secrets.randbits(63) | 1
+_low_counter = itertools.count(1)
+
+
+def _route_id(value: int) -> ReplyRouteId:
+    # Counter values are valid by construction: skip the public constructor's checks.
+    return int.__new__(ReplyRouteId, value)
+
+
+class PendingEntry:
+    """One call waiting for its terminal. Owned by a `PendingTable`."""
+
+    __slots__ = ("_operation_id", "cell", "on_finish", "registration", "route_id", "table", "timer")
+
+    def __init__(self, cell: _Cell[Any], operation_id: OperationId | None = None) -> None:
+        self.cell = cell
+        self._operation_id = operation_id
+        self.route_id: ReplyRouteId | None = None
+        self.table: PendingTable | None = None
+        self.timer: TimerHandle | None = None
+        self.registration: CancellationRegistration | None = None
+        #: Run by the winner after the caller is completed (releases reservations).
+        self.on_finish: Callable[[], None] | None = None
+
+    @property
+    def operation_id(self) -> OperationId:
+        """The operation's identity; derived from the process word and the route id, so
+        that an in-process call pays for no 128-bit object unless something asks."""
+        op = self._operation_id
+        if op is None:
+            route = self.route_id
+            op = OperationId.new() if route is None else OperationId(_PROCESS_HIGH, route)
+            self._operation_id = op
+        return op
+
+    def expire(self) -> None:
+        """Timer path: the deadline passed."""
+        table, route = self.table, self.route_id
+        if table is not None and route is not None:
+            table.finish(route, exc=DeadlineExceededError("no result within the call's deadline"))
+
+    def cancel(self) -> bool:
+        """Cancellation path (caller's token or `Completion.cancel()`); True if it won."""
+        table, route = self.table, self.route_id
+        return table is not None and route is not None and table.finish(route, exc=CancelledError())
+
+
+class PendingTable:
+    """Calls in flight of one source lifecycle, keyed by `ReplyRouteId`.
+
+    Registration and removal are single dict operations, atomic in CPython (and
+    internally locked in free-threaded builds): the removal is the race point.
+    """
+
+    def __init__(self) -> None:
+        self._entries: dict[int, PendingEntry] = {}
+        self._lock = threading.Lock()
+        self._emptied = threading.Condition(self._lock)
+        self._watching = False
+
+    def register(self, entry: PendingEntry) -> ReplyRouteId:
+        """SC §10: register before submit. Returns the entry's route id."""
+        # The counter is process-wide, so route ids also make unique OperationId words.
+        route = _route_id(next(_low_counter))
+        entry.route_id = route
+        entry.table = self
+        self._entries[route] = entry
+        return route
+
+    def pop(self, route: int) -> PendingEntry | None:
+        """The one race point: the caller that gets the entry owns the terminal."""
+        entry = self._entries.pop(route, None)
+        if self._watching and not self._entries:
+            with self._lock:
+                self._emptied.notify_all()
+        return entry
+
+    def finish(self, route: int, value: Any = None, exc: BaseException | None = None) -> bool:
+        """Complete the call behind `route` if this path wins; False if it lost."""
+        entry = self.pop(route)
+        if entry is None:
+            return False
+        _settle(entry, value, exc)
+        return True
+
+    def pop_all(self) -> list[PendingEntry]:
+        """Remove every entry (shutdown); the caller completes each one."""
+        entries = []
+        for route in list(self._entries):
+            entry = self.pop(route)
+            if entry is not None:
+                entries.append(entry)
+        return entries
+
+    def wait_empty(self, timeout: float) -> bool:
+        """Wait until no call is pending; False if `timeout` passed first."""
+        with self._lock:
+            self._watching = True
+            try:
+                return self._emptied.wait_for(lambda: not self._entries, timeout)
+            finally:
+                self._watching = False
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, route: object) -> bool:
+        return route in self._entries
+
+
+def _settle(entry: PendingEntry, value: Any, exc: BaseException | None) -> None:
+    # The winner cleans up outside the table lock (SC §11), then completes the caller.
+    if entry.timer is not None:
+        entry.timer.cancel()
+    if entry.registration is not None:
+        entry.registration.unregister()
+    entry.cell.try_set(value, exc)
+    if entry.on_finish is not None:
+        entry.on_finish()
+
+
+def settle(entry: PendingEntry, value: Any = None, exc: BaseException | None = None) -> None:
+    """Complete an entry already removed from its table (by `pop` or `pop_all`)."""
+    _settle(entry, value, exc)

@@ -1,0 +1,204 @@
+"""The runtime pieces one Host owns, and the rules every call shares.
+
+`Runtime` is internal; `Host` is its public face. It owns the timer service, the pending
+table, the CPU pool and the I/O executor, and it knows the lifecycle state that decides
+admission.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from ._call import failed
+from ._cancellation import CancellationToken
+from ._completion import Completion, _Cell
+from ._dispatcher import get_dispatcher
+from ._errors import (
+    InvalidOperationError,
+    ShuttingDownError,
+)
+from ._operation import PendingEntry, PendingTable, settle
+from ._scheduler import AppPool
+from ._spot_timers import TimerSet
+from ._state import HostState, ShutdownOutcome, ShutdownResult
+from ._timer import Clock, TimerService
+from ._workers import CpuPool, IoExecutor
+
+if TYPE_CHECKING:
+    from ._engine import Activation, TypeInfo
+
+__all__ = ["Runtime"]
+
+log = logging.getLogger("zlink_actors")
+
+#: Seconds teardown may take after the shutdown deadline (see `Runtime._drain`).
+TEARDOWN_GRACE = 1.0
+#: Seconds a thread that is not in user code gets to end once told to.
+JOIN_FLOOR = 0.25
+
+
+class Runtime:
+    """Timer, pending table, worker pools and lifecycle of one Host."""
+
+    def __init__(
+        self,
+        *,
+        clock: Clock,
+        cpu_workers: int,
+        app_threads: int,
+        lane_items: int,
+        default_request_timeout: float,
+        name: str,
+    ) -> None:
+        from ._create import ActorManager, SpotManager
+        from ._engine import Engine
+
+        self.clock = clock
+        self.name = name
+        self.default_request_timeout = default_request_timeout
+        self.timers = TimerService(clock, name=f"{name}-timer")
+        self.pending = PendingTable()
+        self.cpu_pool = CpuPool(cpu_workers, name=f"{name}-cpu")
+        self.io = IoExecutor(name=f"{name}-io")
+        self.engine = Engine(self)
+        self.pool = AppPool(app_threads, self.engine.run_record, f"{name}-app", lane_items)
+        self.spot_manager = SpotManager(self)
+        self.actor_manager = ActorManager(self)
+        #: get-or-create attempts in progress: (kind, id) -> (result cell, type).
+        self.creating: dict[tuple[str, str], tuple[_Cell[Any], TypeInfo]] = {}
+        self._timer_sets: dict[int, TimerSet] = {}
+        self.state = HostState.PREPARING
+        self._lock = threading.Lock()
+        self._stopped = threading.Event()
+        self._result: ShutdownResult | None = None
+
+    # -- admission ---------------------------------------------------------------------
+
+    def admission_failure(self) -> Completion[Any] | None:
+        """None while SERVING; a `ShuttingDownError` completion once sealed.
+
+        Raises `InvalidOperationError` before `start()`: a usage error, not an outcome.
+        """
+        state = self.state
+        if state is HostState.SERVING:
+            return None
+        if state is HostState.PREPARING:
+            raise InvalidOperationError("the Host is not started; call host.start() first")
+        return failed(ShuttingDownError("the Host is shutting down and admits no new calls"))
+
+    def begin(
+        self, cell: _Cell[Any], timeout: float | None, cancel: CancellationToken | None
+    ) -> PendingEntry:
+        """Register a pending entry for `cell` before anything is submitted (SC §10).
+
+        Arms its deadline on the timer heap and its caller's cancellation; both race the
+        result for the entry.
+        """
+        entry = PendingEntry(cell)
+        route = self.pending.register(entry)
+        if self.state is not HostState.SERVING:
+            # Shutdown sealed admission after our check and may already have swept the
+            # table: complete the call here (if the sweep got it, this finds nothing).
+            self.pending.finish(route, exc=ShuttingDownError("the Host is shutting down"))
+            return entry
+        if timeout is not None:
+            entry.timer = self.timers.call_after(timeout, entry.expire)
+        if cancel is not None:
+            entry.registration = cancel._register_internal(entry.cancel)
+        return entry
+
+    def handle(self, entry: PendingEntry) -> Completion[Any]:
+        """The caller's handle: cancelling it races the entry's other terminal paths."""
+        return Completion(entry.cell, entry.cancel)
+
+    def timers_for(self, act: Activation) -> TimerSet:
+        """The timer set of `act`, created on first use."""
+        timers = act.timers
+        if timers is None:
+            with self._lock:
+                timers = act.timers
+                if timers is None:
+                    timers = act.timers = TimerSet(self, act)
+        return timers
+
+    def log_dropped_callback(self, fn: Any) -> None:
+        log.warning("done-callback %r dropped: its owner closed before it could run", fn)
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def start(self) -> None:
+        with self._lock:
+            if self.state is HostState.PREPARING:
+                self.pool.start()
+                self.state = HostState.SERVING
+            elif self.state is not HostState.SERVING:
+                raise InvalidOperationError(f"a {self.state.value} Host cannot be started again")
+
+    def shutdown(self, deadline: float) -> ShutdownResult:
+        with self._lock:
+            if self.state in (HostState.DRAINING, HostState.STOPPED):
+                first = False
+            else:
+                first = True
+                self.state = HostState.DRAINING
+        if not first:
+            self._stopped.wait()
+            assert self._result is not None
+            return self._result
+        try:
+            self._result = self._drain(deadline)
+        finally:
+            self.state = HostState.STOPPED
+            self._stopped.set()
+        return self._result
+
+    def _drain(self, seconds: float) -> ShutdownResult:
+        end = time.monotonic() + seconds
+
+        def left() -> float:
+            return max(0.0, end - time.monotonic())
+
+        pool = self.pool
+        activations = self.engine.all_activations()
+        # Sealed: waiting one-way sends end now, timers arm no new ticks.
+        pool.seal()
+        for act in activations:
+            pool.fail_waiters(act.box, ShuttingDownError("the Host is shutting down"))
+            if act.timers is not None:
+                act.timers.cancel_all()
+        # Accepted work runs until the deadline; then every pending call completes once.
+        clean = pool.wait_quiet(left())
+        clean = self.pending.wait_empty(left()) and clean
+        forced = self.pending.pop_all()
+        for entry in forced:
+            settle(entry, exc=ShuttingDownError("the Host stopped before the call finished"))
+        for act in activations:
+            act.closed = True
+            with act.box.gate.lock:
+                act.box.closed = True
+        # Teardown (running the callbacks of what was just completed, joining threads
+        # that are not stuck in user code) gets a short grace even after the deadline.
+        end = max(end, time.monotonic() + TEARDOWN_GRACE)
+        dispatcher = get_dispatcher()
+        drained = dispatcher.drain(left())
+        callbacks_pending = 0 if drained else dispatcher.statistics().queued
+        # Threads not in user code end at once when told; give their joins a floor.
+        abandoned = pool.stop(max(left(), JOIN_FLOOR))
+        joined = self.io.stop(max(left(), JOIN_FLOOR))
+        joined = self.cpu_pool.stop(max(left(), JOIN_FLOOR)) and joined and not abandoned
+        self.timers.stop(max(left(), JOIN_FLOOR))
+        abandoned += self.cpu_pool.running_threads() + self.io.running_threads()
+        outcome = (
+            ShutdownOutcome.STOPPED
+            if clean and drained and joined and not forced
+            else ShutdownOutcome.FORCE_STOPPED
+        )
+        return ShutdownResult(
+            outcome=outcome,
+            forced_operations=len(forced),
+            abandoned_threads=abandoned,
+            callbacks_pending=callbacks_pending,
+        )

@@ -1,0 +1,530 @@
+"""Gates, mailboxes and the shared application pool (digest §4, architecture §3-4).
+
+A *mailbox* is where work waits: two FIFO lanes, lifecycle and application, with the
+application lane bounded by items. A *gate* decides who may run: at most one turn at a time
+in its scope. A SpotWide Spot has one gate over its own mailbox and every member Actor's;
+an Entry or PerActor Spot gives each Actor, each timer and the Spot's own work a gate of
+its own. No thread belongs to a gate: a fixed pool runs the turns of every gate.
+
+Gate states::
+
+    IDLE --work arrives--> READY --a pool thread takes it--> RUNNING
+    RUNNING --no work left--> IDLE          RUNNING --10 ms used--> READY (back of the set)
+    RUNNING --handler awaits--> SUSPENDED --result settles--> READY (resumes first)
+
+Rules kept here: nothing runs inline when a queue is full; no queue-jumping; a record's
+post-turn work (reply, reservation release) finishes before the gate is released; the
+enqueuing side is the only one that takes the gate's lock to make work visible; lanes and
+their deques exist only while they hold work, so an idle owner costs a few hundred bytes.
+"""
+
+from __future__ import annotations
+
+import _thread
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final
+
+__all__ = [
+    "ADMITTED",
+    "CLOSED",
+    "FULL",
+    "SEALED",
+    "AppPool",
+    "Gate",
+    "Mailbox",
+    "PoolStatistics",
+    "Record",
+]
+
+log = logging.getLogger("zlink_actors")
+
+IDLE: Final = 0
+READY: Final = 1
+RUNNING: Final = 2
+SUSPENDED: Final = 3
+
+ADMITTED: Final = 0
+FULL: Final = 1
+CLOSED: Final = 2
+SEALED: Final = 3
+
+#: Consecutive lifecycle turns after which one application turn is forced (yield debt).
+LIFECYCLE_BURST: Final = 8
+#: How long one owner may keep a pool thread, checked between records.
+BATCH_SECONDS: Final = 0.010
+
+# How a pool thread's batch on one gate ended.
+_HANDED_OFF: Final = 0  # SUSPENDED by an await: the resume will push it again
+_WENT_IDLE: Final = 1
+_REQUEUE: Final = 2  # 10 ms used and work left: back of the ready set
+
+
+class Record:
+    """One unit of work in a lane. `kind` is interpreted by the mailbox's owner."""
+
+    __slots__ = ("a", "b", "c", "kind", "reserved")
+
+    def __init__(self, kind: int, a: Any = None, b: Any = None, c: Any = None) -> None:
+        self.kind = kind
+        self.a = a
+        self.b = b
+        self.c = c
+        #: True while this record holds an application-lane reservation.
+        self.reserved = False
+
+
+class Gate:
+    """The right to run a turn, shared by the mailboxes attached to it."""
+
+    __slots__ = ("frame", "lock", "pool", "ready_boxes", "spotwide", "state")
+
+    def __init__(self, pool: AppPool, spotwide: bool = False) -> None:
+        self.lock = _thread.allocate_lock()
+        self.pool = pool
+        self.state = IDLE
+        #: Mailboxes with runnable records, round-robin; created on first use.
+        self.ready_boxes: deque[Mailbox] | None = None
+        #: The suspended coroutine to resume first (an `await` that keeps the turn).
+        self.frame: Any = None
+        #: True for a SpotWide / Instance gate: `yield_()` may release it.
+        self.spotwide = spotwide
+
+    def _list(self, box: Mailbox) -> bool:
+        """Make `box` runnable; return True if the gate must be pushed to the pool.
+
+        Caller holds `self.lock`.
+        """
+        if box.listed or box.claimed:
+            return False
+        box.listed = True
+        boxes = self.ready_boxes
+        if boxes is None:
+            self.ready_boxes = boxes = deque()
+        boxes.append(box)
+        if self.state == IDLE:
+            self.state = READY
+            return True
+        return False
+
+
+class Mailbox:
+    """Two FIFO lanes and their accounting for one owner (Spot, Actor, timer, channel)."""
+
+    __slots__ = (
+        "app",
+        "app_reserved",
+        "claimed",
+        "closed",
+        "debt",
+        "gate",
+        "life",
+        "listed",
+        "owner",
+        "waiters",
+    )
+
+    def __init__(self, owner: Any, gate: Gate) -> None:
+        self.owner = owner
+        self.gate = gate
+        self.app: deque[Record] | None = None
+        self.life: deque[Record] | None = None
+        #: Application records admitted and not yet terminal (queued + running).
+        self.app_reserved = 0
+        #: One-way sends waiting for capacity, FIFO: (record, the caller's result cell).
+        self.waiters: deque[tuple[Record, Any]] | None = None
+        self.listed = False
+        #: A SpotWide member Actor's queue claim held across `yield_()`.
+        self.claimed = False
+        self.closed = False
+        self.debt = 0
+
+    # Everything below runs with `self.gate.lock` held.
+
+    def _push(self, rec: Record, lifecycle: bool) -> bool:
+        if lifecycle:
+            lane = self.life
+            if lane is None:
+                self.life = lane = deque()
+        else:
+            lane = self.app
+            if lane is None:
+                self.app = lane = deque()
+        lane.append(rec)
+        return self.gate._list(self)
+
+    def _take(self) -> Record | None:
+        life, app = self.life, self.app
+        if life and (self.debt < LIFECYCLE_BURST or not app):
+            self.debt += 1
+            return life.popleft()
+        if app:
+            self.debt = 0
+            return app.popleft()
+        return None
+
+    def _has_work(self) -> bool:
+        return bool(self.life) or bool(self.app)
+
+    def queued(self) -> int:
+        """Records waiting in both lanes (not running)."""
+        return len(self.life or ()) + len(self.app or ())
+
+
+@dataclass(frozen=True, slots=True)
+class PoolStatistics:
+    """A snapshot of the application pool.
+
+    Attributes:
+        threads: pool threads started.
+        busy_threads: threads running a turn now.
+        ready_gates: gates waiting for a thread.
+        active_gates: gates not idle (ready, running or suspended in a turn).
+        parked_continuations: coroutines waiting after `yield_()` (gate released).
+        turns: records run since the pool started.
+    """
+
+    threads: int
+    busy_threads: int
+    ready_gates: int
+    active_gates: int
+    parked_continuations: int
+    turns: int
+
+
+class AppPool:
+    """The shared application pool: a ready set of gates and a fixed set of threads.
+
+    `run_record(box, record)` is supplied by the runtime; it returns True when the turn
+    was handed off (the gate is SUSPENDED and must not be touched by the caller). A record
+    whose handler has not reached its terminal completion when `run_record` returns (a
+    coroutine parked by `await` or `yield_()`) has its `reserved` flag moved to that
+    coroutine, which releases the slot with `release_reservation` when it ends.
+    """
+
+    def __init__(
+        self,
+        threads: int,
+        run_record: Callable[[Mailbox, Record], bool],
+        name: str,
+        lane_items: int,
+        lifecycle_items: int = 128,
+    ) -> None:
+        self.size = threads
+        self.lane_items = lane_items
+        self.lifecycle_items = lifecycle_items
+        self._run_record = run_record
+        self._name = name
+        self._mutex = threading.Lock()
+        self._quiet = threading.Condition(self._mutex)
+        self._ready: deque[Gate] = deque()
+        self._idle: list[Any] = []
+        self._threads: list[threading.Thread] = []
+        self._busy = 0
+        self._active = 0
+        self._parked = 0
+        self._turns = 0
+        self._stopping = False
+        self._draining = False
+        #: Shutdown began: a one-way send may no longer start waiting.
+        self.sealed = False
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def start(self) -> None:
+        with self._mutex:
+            if self._threads:
+                return
+            for i in range(self.size):
+                thread = threading.Thread(target=self._work, name=f"{self._name}-{i}", daemon=True)
+                self._threads.append(thread)
+                thread.start()
+
+    def wait_quiet(self, timeout: float) -> bool:
+        """Wait until no gate is active and no continuation is parked."""
+        with self._quiet:
+            self._draining = True
+            return self._quiet.wait_for(lambda: not self._active and not self._parked, timeout)
+
+    def stop(self, timeout: float) -> int:
+        """Stop the threads; returns how many are still inside user code (abandoned)."""
+        with self._mutex:
+            self._stopping = True
+            self._ready.clear()
+            idle, self._idle = self._idle, []
+            threads = list(self._threads)
+        for wake in idle:
+            wake.release()
+        end = time.monotonic() + timeout
+        for thread in threads:
+            if thread is not threading.current_thread():
+                thread.join(max(0.0, end - time.monotonic()))
+        return sum(1 for t in threads if t.is_alive())
+
+    def statistics(self) -> PoolStatistics:
+        with self._mutex:
+            return PoolStatistics(
+                threads=len(self._threads),
+                busy_threads=self._busy,
+                ready_gates=len(self._ready),
+                active_gates=self._active,
+                parked_continuations=self._parked,
+                turns=self._turns,
+            )
+
+    # -- scheduling --------------------------------------------------------------------
+
+    def push(self, gate: Gate) -> None:
+        """A gate became READY: put it at the back of the ready set and wake a thread."""
+        with self._mutex:
+            self._active += 1
+            self._ready.append(gate)
+            if self._idle:
+                self._idle.pop().release()
+
+    def requeue(self, gate: Gate) -> None:
+        """A READY gate that was already active goes to the back of the ready set."""
+        with self._mutex:
+            self._ready.append(gate)
+            if self._idle:
+                self._idle.pop().release()
+
+    def _note_quiet(self) -> None:
+        # Caller holds the mutex. Only a draining Host waits for quiet.
+        if self._draining and not self._active and not self._parked:
+            self._quiet.notify_all()
+
+    def park(self) -> None:
+        """A continuation released its gate (`yield_()`) and waits for a result."""
+        with self._mutex:
+            self._parked += 1
+
+    def unpark(self) -> None:
+        with self._mutex:
+            self._parked -= 1
+            self._note_quiet()
+
+    def enqueue(self, box: Mailbox, rec: Record, *, lifecycle: bool = False) -> int:
+        """Admit a bounded application (or lifecycle) record; FULL or CLOSED otherwise."""
+        gate = box.gate
+        with gate.lock:
+            if box.closed:
+                return CLOSED
+            if lifecycle:
+                # Counted apart from the application lane: admitted even when that is full.
+                if box.life is not None and len(box.life) >= self.lifecycle_items:
+                    return FULL
+            else:
+                if box.app_reserved >= self.lane_items or box.waiters:
+                    return FULL
+                box.app_reserved += 1
+                rec.reserved = True
+            push = box._push(rec, lifecycle)
+        if push:
+            self.push(gate)
+        return ADMITTED
+
+    def enqueue_or_wait(self, box: Mailbox, rec: Record, cell: Any) -> int:
+        """Admit a one-way record, or park it FIFO behind the target's other waiters.
+
+        Returns ADMITTED (the caller completes `cell` itself), FULL (parked: `cell` gets
+        `None` once a reservation frees a slot for it), CLOSED, or SEALED (shutdown began:
+        it may not start waiting, since the shutdown sweep of waiters may have passed).
+        """
+        gate = box.gate
+        with gate.lock:
+            if box.closed:
+                return CLOSED
+            if box.app_reserved >= self.lane_items or box.waiters:
+                if self.sealed:
+                    return SEALED
+                waiters = box.waiters
+                if waiters is None:
+                    box.waiters = waiters = deque()
+                waiters.append((rec, cell))
+                return FULL
+            box.app_reserved += 1
+            rec.reserved = True
+            push = box._push(rec, False)
+        if push:
+            self.push(gate)
+        return ADMITTED
+
+    def force(self, box: Mailbox, rec: Record, *, reserve: bool = False) -> bool:
+        """Append already-admitted work (resume, callback, tick, self-send), ignoring the
+        limit. Returns False if the mailbox is closed."""
+        gate = box.gate
+        with gate.lock:
+            if box.closed:
+                return False
+            if reserve:
+                box.app_reserved += 1
+                rec.reserved = True
+            push = box._push(rec, False)
+        if push:
+            self.push(gate)
+        return True
+
+    def resume(self, gate: Gate) -> None:
+        """The result a SUSPENDED gate awaited has settled: run its continuation next."""
+        with gate.lock:
+            gate.state = READY
+        self.requeue(gate)
+
+    def release_claim(self, box: Mailbox) -> None:
+        """End a SpotWide member Actor's claim taken by `yield_()`."""
+        gate = box.gate
+        with gate.lock:
+            box.claimed = False
+            push = box._has_work() and gate._list(box)
+        if push:
+            self.push(gate)
+
+    def release_reservation(self, box: Mailbox) -> None:
+        """A record's handler reached its terminal completion: free its slot and admit
+        the oldest waiting send, if any."""
+        admitted: list[Any] = []
+        gate = box.gate
+        with gate.lock:
+            box.app_reserved -= 1
+            push = self._admit_waiters(box, admitted)
+        if push:
+            self.push(gate)
+        for cell in admitted:
+            cell.try_set(None, None)
+
+    def seal(self) -> None:
+        """Shutdown began: from now on no one-way send starts waiting (see `fail_waiters`)."""
+        self.sealed = True
+
+    def fail_waiters(self, box: Mailbox, exc: BaseException) -> int:
+        """End every send waiting for `box` with `exc` (close, shutdown)."""
+        with box.gate.lock:
+            waiters, box.waiters = box.waiters, None
+        for _, cell in waiters or ():
+            cell.try_set(None, exc)
+        return len(waiters or ())
+
+    def _admit_waiters(self, box: Mailbox, admitted: list[Any]) -> bool:
+        # Caller holds the gate lock.
+        waiters = box.waiters
+        push = False
+        while waiters and box.app_reserved < self.lane_items:
+            rec, cell = waiters.popleft()
+            box.app_reserved += 1
+            rec.reserved = True
+            push = box._push(rec, False) or push
+            admitted.append(cell)
+        if waiters is not None and not waiters:
+            box.waiters = None
+        return push
+
+    # -- the pool thread ---------------------------------------------------------------
+
+    def _work(self) -> None:
+        wake = _thread.allocate_lock()
+        wake.acquire()
+        ready = self._ready
+        idle = self._idle
+        mutex = self._mutex
+        gate: Gate | None = None
+        ended = _HANDED_OFF
+        while True:
+            # One critical section a batch: account for the batch just run, take the next.
+            with mutex:
+                if gate is not None:
+                    self._busy -= 1
+                    if ended == _WENT_IDLE:
+                        self._active -= 1
+                        self._note_quiet()
+                    elif ended == _REQUEUE:
+                        ready.append(gate)
+                if self._stopping:
+                    return
+                if ready:
+                    gate = ready.popleft()
+                    self._busy += 1
+                else:
+                    idle.append(wake)
+                    gate = None
+            if gate is None:
+                wake.acquire()
+                continue
+            try:
+                ended = self._run_gate(gate)
+            except BaseException:  # pragma: no cover - the loop must survive anything
+                log.exception("scheduler error")
+                ended = _HANDED_OFF
+
+    def _run_gate(self, gate: Gate) -> int:
+        run_record = self._run_record
+        deadline = time.monotonic() + BATCH_SECONDS
+        turns = 0
+        with gate.lock:
+            gate.state = RUNNING
+            frame, gate.frame = gate.frame, None
+        if frame is not None:
+            turns += 1
+            if frame.resume():
+                self._turns += turns
+                return _HANDED_OFF
+        done_box: Mailbox | None = None
+        done_rec: Record | None = None
+        while True:
+            admitted: list[Any] | None = None
+            requeue = False
+            box = rec = None
+            with gate.lock:
+                # Post-turn work of the previous record before anything else runs.
+                if done_rec is not None and done_rec.reserved:
+                    assert done_box is not None
+                    done_rec.reserved = False
+                    done_box.app_reserved -= 1
+                    if done_box.waiters:
+                        admitted = []
+                        self._admit_waiters(done_box, admitted)
+                boxes = gate.ready_boxes
+                if boxes and turns and time.monotonic() >= deadline:
+                    # 10 ms used: back of the ready set, behind every other owner.
+                    gate.state = READY
+                    requeue = True
+                else:
+                    while boxes:
+                        box = boxes.popleft()
+                        rec = None if box.claimed else box._take()
+                        if rec is not None and box._has_work():
+                            boxes.append(box)
+                        else:
+                            box.listed = False
+                            _trim(box)
+                        if rec is not None:
+                            break
+                    if rec is None:
+                        gate.state = IDLE
+                        gate.ready_boxes = None
+            if admitted:
+                for cell in admitted:
+                    cell.try_set(None, None)
+            if rec is None:
+                self._turns += turns  # statistics only: a lost update is harmless
+                return _REQUEUE if requeue else _WENT_IDLE
+            assert box is not None
+            turns += 1
+            done_box, done_rec = box, rec
+            if run_record(box, rec):
+                # Handed off: the gate is SUSPENDED and no longer ours; the record's
+                # reservation went with its coroutine.
+                self._turns += turns
+                return _HANDED_OFF
+
+
+def _trim(box: Mailbox) -> None:
+    # Give back empty lanes: an idle owner keeps no deque (760 B each in CPython).
+    if box.app is not None and not box.app:
+        box.app = None
+    if box.life is not None and not box.life:
+        box.life = None

@@ -1,0 +1,99 @@
+"""The turn context: what the runtime knows about the handler turn running now.
+
+Every user-facing context (`SpotContext`, `ActorContext`, `ChannelContext`) is a
+`TurnContext`, and the same object is the runtime marker in the context variable while
+the turn runs. Terminators read it to refuse reentrant waits and ineligible `yield_()`
+before anything is submitted.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Final
+
+from ._context import CallbackPoster, RuntimeContext, runtime_var
+from ._errors import InvalidOperationError
+from ._scheduler import Record
+
+if TYPE_CHECKING:
+    from ._driver import Frame
+    from ._engine import Activation
+    from ._runtime import Runtime
+    from ._scheduler import Gate, Mailbox
+
+__all__ = [
+    "K_CALL",
+    "K_CALLBACK",
+    "K_MESSAGE",
+    "K_REQUEST",
+    "K_RESUME",
+    "K_TICK",
+    "TurnContext",
+    "current_turn",
+    "require_yield_turn",
+]
+
+K_MESSAGE: Final = 0
+K_REQUEST: Final = 1
+K_CALLBACK: Final = 2
+K_RESUME: Final = 3
+K_TICK: Final = 4
+K_CALL: Final = 5
+
+
+class TurnContext(RuntimeContext):
+    """Base of the handler contexts. Created by the runtime for each record it runs."""
+
+    __slots__ = ("_act", "_box", "_frame", "_gate", "_metadata", "_runtime")
+
+    def __init__(
+        self, runtime: Runtime, act: Activation, box: Mailbox, metadata: dict[str, Any] | None
+    ) -> None:
+        self.kind = "handler turn"
+        self._runtime = runtime
+        self._act = act
+        self._box = box
+        self._gate: Gate = box.gate
+        self._frame: Frame | None = None
+        self._metadata = metadata
+
+    def callback_poster(self) -> CallbackPoster:
+        box = self._box
+        pool = self._runtime.pool
+
+        def post(fn: Any, completion: Any) -> None:
+            # Already-admitted work: never refused for capacity (dropped only if the
+            # owner closed meanwhile).
+            if not pool.force(box, Record(K_CALLBACK, fn, completion)):
+                self._runtime.log_dropped_callback(fn)
+
+        return post
+
+
+def current_turn() -> TurnContext | None:
+    """The running turn's context, or None outside a handler turn."""
+    ctx = runtime_var.get()
+    return ctx if isinstance(ctx, TurnContext) else None
+
+
+def require_yield_turn(what: str) -> TurnContext:
+    """The running turn, if `yield_()` may release its gate; else `InvalidOperationError`.
+
+    Eligible: an `async def` handler (or timer / callback) turn in a SpotWide User Spot or
+    Instance Spot, including a SpotWide member Actor's turn.
+    """
+    ctx = current_turn()
+    if ctx is None:
+        raise InvalidOperationError(
+            f"{what}.yield_() is only valid inside an async handler of a SpotWide or "
+            "Instance Spot turn; outside one use submit()"
+        )
+    if not ctx._gate.spotwide:
+        raise InvalidOperationError(
+            f"{what}.yield_() is not allowed here: this turn's gate (Entry, PerActor, "
+            "Channel or Actor) cannot be released; use `await ...submit()`"
+        )
+    if ctx._frame is None:
+        raise InvalidOperationError(
+            f"{what}.yield_() needs an `async def` handler to await it; use submit()"
+        )
+    return ctx

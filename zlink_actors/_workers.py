@@ -1,0 +1,321 @@
+"""Worker offload: a bounded CPU pool and a one-loop asyncio I/O executor (SC §3).
+
+A CPU slot is held only while the callable runs. Jobs wait for a slot in submission order;
+the wait is bounded only by the call's deadline (`DeadlineExceededError`). An I/O worker's
+coroutine runs on the I/O executor's event loop and holds no CPU slot while it waits, so
+far more I/O calls than CPU threads can be pending at once.
+
+Every worker call is a pending operation: its result, its deadline, its caller's
+cancellation and shutdown race for one terminal. A callable that finishes after losing
+that race makes no second terminal; its result is dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from ._call import YieldableCall
+from ._cancellation import CancellationSource, CancellationToken
+from ._completion import Completion, _Cell
+from ._context import RuntimeContext, runtime_var
+from ._errors import InternalFailureError, ShuttingDownError
+from ._operation import PendingEntry
+from ._state import HostState
+
+if TYPE_CHECKING:
+    from ._runtime import Runtime
+
+__all__ = ["CpuPool", "CpuWorkerCall", "IoExecutor", "IoWorkerCall"]
+
+log = logging.getLogger("zlink_actors")
+T = TypeVar("T")
+
+_CPU_CONTEXT = RuntimeContext("CPU worker")
+_IO_CONTEXT = RuntimeContext("I/O worker")
+
+
+class _CpuJob:
+    __slots__ = ("args", "entry", "fn", "runtime")
+
+    def __init__(
+        self, runtime: Runtime, entry: PendingEntry, fn: Callable[..., Any], args: tuple[Any, ...]
+    ) -> None:
+        self.runtime = runtime
+        self.entry = entry
+        self.fn = fn
+        self.args = args
+
+    def run(self) -> None:
+        entry = self.entry
+        # A job whose deadline passed, or that was cancelled while queued, never starts.
+        if not entry.cell.claim():
+            return
+        try:
+            value = self.fn(*self.args)
+        except BaseException as exc:
+            _fail(self.runtime, entry.route_id, self.fn, exc)  # type: ignore[arg-type]
+        else:
+            self.runtime.pending.finish(entry.route_id, value)  # type: ignore[arg-type]
+
+
+def _fail(runtime: Runtime, route: int, fn: object, exc: BaseException) -> None:
+    # SC §3: the work itself failed; whatever it raised is the cause.
+    failure = InternalFailureError(f"worker {fn!r} raised {type(exc).__name__}: {exc}")
+    failure.__cause__ = exc
+    runtime.pending.finish(route, exc=failure)
+
+
+class CpuPool:
+    """A bounded pool of threads started on demand; jobs start in submission order."""
+
+    def __init__(self, max_threads: int, name: str = "zlink-cpu") -> None:
+        self.max_threads = max_threads
+        self._name = name
+        self._jobs: deque[_CpuJob] = deque()
+        self._cond = threading.Condition(threading.Lock())
+        self._threads: list[threading.Thread] = []
+        self._idle = 0
+        self._stopped = False
+
+    def submit(self, job: _CpuJob) -> bool:
+        """Queue `job`; False once the pool was stopped."""
+        with self._cond:
+            if self._stopped:
+                return False
+            self._jobs.append(job)
+            if self._idle:
+                self._cond.notify()
+            # Idle threads already woken may not have taken their job yet: grow while
+            # more jobs wait than idle threads can take.
+            if len(self._jobs) > self._idle and len(self._threads) < self.max_threads:
+                thread = threading.Thread(
+                    target=self._work, name=f"{self._name}-{len(self._threads)}", daemon=True
+                )
+                self._threads.append(thread)
+                thread.start()
+        return True
+
+    def running_threads(self) -> int:
+        """Threads the pool has started and not yet ended."""
+        return sum(1 for t in self._threads if t.is_alive())
+
+    def stop(self, timeout: float) -> bool:
+        """End every thread; a thread still in user code after `timeout` is abandoned."""
+        with self._cond:
+            self._stopped = True
+            self._jobs.clear()
+            self._cond.notify_all()
+            threads = list(self._threads)
+        deadline = time.monotonic() + timeout
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        return not any(t.is_alive() for t in threads)
+
+    def _work(self) -> None:
+        ctx = contextvars.copy_context()
+        ctx.run(runtime_var.set, _CPU_CONTEXT)
+        while True:
+            with self._cond:
+                while not self._jobs and not self._stopped:
+                    self._idle += 1
+                    self._cond.wait()
+                    self._idle -= 1
+                if self._stopped:
+                    return
+                job = self._jobs.popleft()
+            try:
+                ctx.run(job.run)
+            except BaseException:
+                log.exception("CPU worker job failed")
+
+
+class IoExecutor:
+    """One asyncio event loop on its own thread, started on first use."""
+
+    def __init__(self, name: str = "zlink-io") -> None:
+        self._name = name
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._stopped = False
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The executor's loop (started if needed)."""
+        with self._lock:
+            if self._loop is None:
+                ready = threading.Event()
+                self._thread = threading.Thread(
+                    target=self._run, args=(ready,), name=self._name, daemon=True
+                )
+                self._thread.start()
+                ready.wait()
+            assert self._loop is not None
+            return self._loop
+
+    def call_soon(self, fn: Callable[..., object], *args: Any) -> bool:
+        """Run `fn(*args)` on the loop thread; False once stopped."""
+        with self._lock:
+            if self._stopped:
+                return False
+        loop = self.loop
+        try:
+            loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:  # the loop closed meanwhile
+            return False
+        return True
+
+    def create_task(self, make: Callable[[], Awaitable[Any]]) -> None:
+        """On the loop thread: start `make()` in a fresh I/O-worker context."""
+        ctx = contextvars.Context()
+        ctx.run(runtime_var.set, _IO_CONTEXT)
+        loop = asyncio.get_running_loop()
+        task = loop.create_task(_as_coroutine(make), context=ctx)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def stop(self, timeout: float) -> bool:
+        """Cancel what still runs, stop the loop and join its thread."""
+        with self._lock:
+            self._stopped = True
+            loop, thread = self._loop, self._thread
+        if loop is None or thread is None:
+            return True
+        with contextlib.suppress(RuntimeError):  # already closed
+            loop.call_soon_threadsafe(self._cancel_all_and_stop)
+        thread.join(timeout)
+        return not thread.is_alive()
+
+    def running_threads(self) -> int:
+        """1 while the loop thread is alive, else 0."""
+        thread = self._thread
+        return 1 if thread is not None and thread.is_alive() else 0
+
+    def _cancel_all_and_stop(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        loop = asyncio.get_running_loop()
+        # Let cancelled tasks unwind for one pass before stopping.
+        loop.call_soon(loop.stop)
+
+    def _run(self, ready: threading.Event) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        asyncio.set_event_loop(loop)
+        ready.set()
+        try:
+            loop.run_forever()
+        finally:
+            try:
+                loop.run_until_complete(loop.shutdown_asyncgens())
+            finally:
+                loop.close()
+
+
+async def _as_coroutine(make: Callable[[], Awaitable[Any]]) -> Any:
+    return await make()
+
+
+class CpuWorkerCall(YieldableCall[T]):
+    """`run_cpu_worker(fn, *args)`: run `fn(*args)` on the CPU pool.
+
+    Created by `Host.run_cpu_worker` (or a context); not constructed by users.
+    """
+
+    __slots__ = ("_args", "_fn")
+
+    def __init__(self, runtime: Runtime, fn: Callable[..., T], args: tuple[Any, ...]) -> None:
+        if not callable(fn):
+            raise TypeError(f"run_cpu_worker() takes a callable, got {type(fn).__name__}")
+        super().__init__(runtime)
+        self._fn = fn
+        self._args = args
+
+    def _start(self, cancel: CancellationToken | None) -> Completion[T]:
+        runtime = self._runtime
+        early = runtime.admission_failure() or self._pre_cancelled(cancel)
+        if early is not None:
+            return early
+        cell: _Cell[T] = _Cell()
+        entry = runtime.begin(cell, self._timeout, cancel)
+        if not runtime.cpu_pool.submit(_CpuJob(runtime, entry, self._fn, self._args)):
+            runtime.pending.finish(entry.route_id, exc=ShuttingDownError("the Host is stopping"))  # type: ignore[arg-type]
+        return runtime.handle(entry)
+
+
+class IoWorkerCall(YieldableCall[T]):
+    """`run_io_worker(async_fn)`: run `await async_fn(token)` on the I/O executor.
+
+    `token` is a `CancellationToken` cancelled when the caller cancels or the deadline
+    passes. Created by `Host.run_io_worker` (or a context); not constructed by users.
+    """
+
+    __slots__ = ("_fn",)
+
+    def __init__(self, runtime: Runtime, fn: Callable[[CancellationToken], Awaitable[T]]) -> None:
+        if not callable(fn):
+            raise TypeError(f"run_io_worker() takes an async callable, got {type(fn).__name__}")
+        super().__init__(runtime)
+        self._fn = fn
+
+    def _start(self, cancel: CancellationToken | None) -> Completion[T]:
+        runtime = self._runtime
+        early = runtime.admission_failure() or self._pre_cancelled(cancel)
+        if early is not None:
+            return early
+        cell: _Cell[T] = _Cell()
+        worker_token = CancellationSource()
+        entry = runtime.begin(cell, self._timeout, cancel)
+        entry.on_finish = _cancel_unless_succeeded(entry, worker_token)
+        fn = self._fn
+
+        def start() -> None:
+            if not cell.claim():
+                return
+            runtime.io.create_task(lambda: _drive(runtime, entry, fn, worker_token.token))
+
+        if not runtime.io.call_soon(start):
+            runtime.pending.finish(entry.route_id, exc=ShuttingDownError("the Host is stopping"))  # type: ignore[arg-type]
+        return runtime.handle(entry)
+
+
+def _cancel_unless_succeeded(entry: PendingEntry, source: CancellationSource) -> Callable[[], None]:
+    def on_finish() -> None:
+        # The worker's token tells the coroutine its caller is gone (cancel, deadline,
+        # shutdown); a worker that produced the result needs no signal.
+        if entry.cell._exc is not None:
+            source.cancel()
+
+    return on_finish
+
+
+async def _drive(
+    runtime: Runtime,
+    entry: PendingEntry,
+    fn: Callable[[CancellationToken], Awaitable[Any]],
+    token: CancellationToken,
+) -> None:
+    route = entry.route_id
+    assert route is not None
+    try:
+        value = await fn(token)
+    except asyncio.CancelledError:
+        if runtime.state is HostState.SERVING:
+            # The coroutine cancelled itself: that is a failure of the work, not a stop.
+            _fail(runtime, route, fn, asyncio.CancelledError())
+        else:
+            runtime.pending.finish(route, exc=ShuttingDownError("the Host stopped the worker"))
+        raise
+    except BaseException as exc:
+        _fail(runtime, route, fn, exc)
+    else:
+        runtime.pending.finish(route, value)
