@@ -12,6 +12,7 @@ from ._contexts import ActorContext as ActorContext
 from ._contexts import ChannelContext as ChannelContext
 from ._contexts import SpotContext as SpotContext
 from ._create import ActorManager as ActorManager
+from ._create import CloseCall as CloseCall
 from ._create import CreateCall as CreateCall
 from ._create import SpotManager as SpotManager
 from ._dispatcher import DispatcherStatistics as DispatcherStatistics
@@ -37,15 +38,21 @@ from ._errors import ZlinkError as ZlinkError
 from ._handlers import handler as handler
 from ._host import Host as Host
 from ._host import HostStatistics as HostStatistics
+from ._membership import JoinCall as JoinCall
+from ._membership import LeaveCall as LeaveCall
 from ._messaging import RequestCall as RequestCall
 from ._messaging import SendCall as SendCall
 from ._objects import Actor as Actor
 from ._objects import ActorRef as ActorRef
 from ._objects import ChannelHandler as ChannelHandler
+from ._objects import CloseReason as CloseReason
 from ._objects import Created as Created
 from ._objects import Existing as Existing
+from ._objects import InstanceSpot as InstanceSpot
+from ._objects import JoinResult as JoinResult
 from ._objects import Rejected as Rejected
 from ._objects import Spot as Spot
+from ._objects import SpotConfig as SpotConfig
 from ._objects import SpotMode as SpotMode
 from ._objects import SpotRef as SpotRef
 from ._operation import OperationId as OperationId
@@ -78,6 +85,8 @@ __all__ = [
     "ChannelContext",
     "ChannelHandler",
     "Clock",
+    "CloseCall",
+    "CloseReason",
     "Completion",
     "CompletionSource",
     "ConfigurationError",
@@ -93,9 +102,13 @@ __all__ = [
     "Host",
     "HostState",
     "HostStatistics",
+    "InstanceSpot",
     "InternalFailureError",
     "InvalidOperationError",
     "IoWorkerCall",
+    "JoinCall",
+    "JoinResult",
+    "LeaveCall",
     "ManualClock",
     "NotConfiguredError",
     "NotFoundError",
@@ -112,6 +125,7 @@ __all__ = [
     "ShutdownResult",
     "ShuttingDownError",
     "Spot",
+    "SpotConfig",
     "SpotContext",
     "SpotManager",
     "SpotMode",

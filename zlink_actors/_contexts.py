@@ -13,6 +13,8 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from ._cancellation import CancellationToken
+from ._errors import InvalidOperationError
+from ._membership import JoinCall, LeaveCall, join_call, leave_call
 from ._messaging import RequestCall, SendCall, TargetKind
 from ._objects import check_id
 from ._turn import TurnContext
@@ -155,6 +157,30 @@ class ActorContext(_HandlerContext):
     def spot_id(self) -> str:
         """The id of the Spot this Actor belongs to (the Entry Spot by default)."""
         return self._act.spot.id
+
+    @property
+    def spot(self) -> Any:
+        """The SpotWide Spot this Actor is a member of (its instance: share its state).
+
+        Raises:
+            InvalidOperationError: the Actor is not a member of a SpotWide Spot, so its
+                turns do not hold that Spot's gate.
+        """
+        spot = self._act.spot
+        if spot is self._runtime.engine.entry or not self._gate.spotwide:
+            raise InvalidOperationError(
+                "ctx.spot is only reachable from a member of a SpotWide Spot (its turns "
+                "share the Spot's gate); send the Spot a message instead"
+            )
+        return spot.instance
+
+    def join_spot(self, spot_id: str) -> JoinCall:
+        """Move this Actor into Spot `spot_id` after this handler; finish with `defer()`."""
+        return join_call(self, spot_id)
+
+    def leave_spot(self) -> LeaveCall:
+        """Return this Actor to the Entry Spot after this handler; finish with `defer()`."""
+        return leave_call(self)
 
 
 class ChannelContext(_HandlerContext):

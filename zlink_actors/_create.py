@@ -1,40 +1,46 @@
-"""Creating Spots and Actors: `spots.create / get_or_create`, `actors.create / get_or_create`.
+"""`spots` / `actors`: create, get-or-create and close (digest §3).
 
-Results are typed values: `Created(ref, reply)` or `Existing(ref)`. Concurrent
-get-or-create of one id runs the constructor once; callers that joined that attempt
-observe the same terminal. An existing id of another type is `TypeMismatchError`;
-`create` of an existing id is `AlreadyExistsError`; a constructor that raises is
-`InternalFailureError` and leaves the id free.
+Results are typed values: `Created(ref, reply)`, `Existing(ref)` or `Rejected(reply)`.
+Concurrent get-or-create of one id runs the factory and `on_create` once; callers that
+joined that attempt observe the same terminal, and callers arriving after Ready get
+`Existing`. An existing id of another type is `TypeMismatchError`; `create` of an existing
+id is `AlreadyExistsError`; a factory or hook exception is `InternalFailureError` and
+leaves the id free. One deadline (`timeout()`, else the Host's default request timeout)
+covers the whole call.
 """
 
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
-from ._call import YieldableCall, failed, settled
+from ._call import Call, YieldableCall, failed, settled
 from ._cancellation import CancellationToken
 from ._completion import Completion, _Cell
 from ._errors import (
     AlreadyExistsError,
-    InternalFailureError,
+    InvalidOperationError,
     NotConfiguredError,
+    NotFoundError,
     TypeMismatchError,
 )
-from ._objects import Created, Existing, check_id
+from ._lifecycle import Attempt, close_activation, start_attempt
+from ._objects import CloseReason, Existing, InstanceSpot, check_id
 
 if TYPE_CHECKING:
     from ._engine import Activation, TypeInfo
     from ._runtime import Runtime
 
-__all__ = ["ActorManager", "CreateCall", "SpotManager"]
+__all__ = ["ActorManager", "CloseCall", "CreateCall", "SpotManager"]
+
+_UNSET: Any = object()
 
 
 class CreateCall(YieldableCall[Any]):
     """A create or get-or-create call. Created by `spots` / `actors`; not constructed by
-    users. Completes with `Created(ref, reply)` or `Existing(ref)`."""
+    users. Completes with `Created(ref, reply)`, `Existing(ref)` or `Rejected(reply)`."""
 
-    __slots__ = ("_exclusive", "_id", "_info", "_kind")
+    __slots__ = ("_exclusive", "_id", "_info", "_kind", "_request")
 
     def __init__(
         self, runtime: Runtime, kind: str, obj_id: str, info: TypeInfo, exclusive: bool
@@ -44,6 +50,19 @@ class CreateCall(YieldableCall[Any]):
         self._id = obj_id
         self._info = info
         self._exclusive = exclusive
+        self._request: Any = _UNSET
+
+    def request(self, payload: Any) -> Self:
+        """Pass `payload` to the creation hook `on_create(ctx, request)`.
+
+        Raises:
+            InvalidOperationError: already set, or the call was submitted.
+        """
+        self._check_open("request()")
+        if self._request is not _UNSET:
+            raise InvalidOperationError("request() was already set on this call")
+        self._request = payload
+        return self
 
     def _start(self, cancel: CancellationToken | None) -> Completion[Any]:
         runtime = self._runtime
@@ -52,39 +71,35 @@ class CreateCall(YieldableCall[Any]):
             return early
         engine = runtime.engine
         table = engine.spots if self._kind == "spot" else engine.actors
-        creating = runtime.creating
         key = (self._kind, self._id)
+        owner = False
         with engine.lock:
             act = table.get(self._id)
             if act is not None and not act.closed:
                 return self._existing(act)
-            attempt = creating.get(key)
+            attempt = runtime.creating.get(key)
             if attempt is not None:
                 if self._exclusive:
-                    return failed(AlreadyExistsError(f"{self._kind} {self._id!r} exists"))
-                if attempt[1] is not self._info:
-                    return failed(self._mismatch(attempt[1]))
-                return attempt[0].handle()
-            cell: _Cell[Any] = _Cell()
-            creating[key] = (cell, self._info)
-        try:
-            instance = self._info.cls()
-        except Exception as exc:
-            with engine.lock:
-                creating.pop(key, None)
-            failure = InternalFailureError(f"{self._info.name}() raised {type(exc).__name__}")
-            failure.__cause__ = exc
-            cell.set_exception(failure)
-            return cell.handle()
-        if self._kind == "spot":
-            act = engine.new_spot(self._id, self._info, instance)
-        else:
-            act = engine.new_actor(self._id, self._info, instance)
-        with engine.lock:
-            table[self._id] = act
-            creating.pop(key, None)
-        cell.set_result(Created(act.ref(), None))
-        return cell.handle()
+                    return failed(AlreadyExistsError(f"{self._kind} {self._id!r} is being created"))
+                if attempt.info is not self._info:
+                    return failed(self._mismatch(attempt.info))
+            else:
+                attempt = runtime.creating[key] = Attempt(key, self._info)
+                owner = True
+        # Each caller has its own deadline and cancellation over the shared attempt.
+        cell: _Cell[Any] = _Cell()
+        timeout = self._timeout if self._timeout is not None else runtime.default_request_timeout
+        entry = runtime.begin(cell, timeout, cancel)
+        route = entry.route_id
+        assert route is not None
+        pending = runtime.pending
+        attempt.terminal.handle()._add_inline(
+            lambda done: pending.finish(route, done._cell._value, done._cell._exc)
+        )
+        if owner:
+            request = None if self._request is _UNSET else self._request
+            start_attempt(runtime, attempt, self._id, request)
+        return runtime.handle(entry)
 
     def _existing(self, act: Activation) -> Completion[Any]:
         if self._exclusive:
@@ -97,6 +112,36 @@ class CreateCall(YieldableCall[Any]):
         return TypeMismatchError(
             f"{self._kind} {self._id!r} is a {other.name}, not a {self._info.name}"
         )
+
+
+class CloseCall(Call[bool]):
+    """`spots.close(id)` / `actors.close(id)`. Created by the managers; not constructed by
+    users. Completes with True once closed, or False for a User Spot that still has
+    members."""
+
+    __slots__ = ("_id", "_kind")
+
+    def __init__(self, runtime: Runtime, kind: str, obj_id: str) -> None:
+        super().__init__(runtime)
+        self._kind = kind
+        self._id = obj_id
+
+    def _start(self, cancel: CancellationToken | None) -> Completion[bool]:
+        runtime = self._runtime
+        early = runtime.admission_failure() or self._pre_cancelled(cancel)
+        if early is not None:
+            return early
+        engine = runtime.engine
+        with engine.lock:
+            table = engine.spots if self._kind == "spot" else engine.actors
+            act = table.get(self._id)
+            if act is None or act.closed or act is engine.entry:
+                return failed(NotFoundError(f"no {self._kind} {self._id!r} to close"))
+            if act.members:
+                return settled(False)
+            closing = close_activation(runtime, act, CloseReason.EXPLICIT_CLOSE)
+        assert closing is not None
+        return closing
 
 
 def _type_info(runtime: Runtime, cls: object, kind: str) -> TypeInfo:
@@ -119,14 +164,26 @@ class SpotManager:
 
     def create(self, spot_type: type) -> CreateCall:
         """Create a new Spot of `spot_type` under a fresh id."""
-        info = _type_info(self._runtime, spot_type, "spot")
+        info = self._user_spot(spot_type)
         return CreateCall(self._runtime, "spot", f"{info.name}-{uuid.uuid4().hex}", info, True)
 
     def get_or_create(self, spot_id: str, spot_type: type) -> CreateCall:
         """Get Spot `spot_id`, creating it as a `spot_type` if it does not exist."""
         check_id("spot_id", spot_id)
+        return CreateCall(self._runtime, "spot", spot_id, self._user_spot(spot_type), False)
+
+    def close(self, spot_id: str) -> CloseCall:
+        """Close Spot `spot_id`: True once closed, False while it still has members."""
+        return CloseCall(self._runtime, "spot", check_id("spot_id", spot_id))
+
+    def _user_spot(self, spot_type: type) -> TypeInfo:
         info = _type_info(self._runtime, spot_type, "spot")
-        return CreateCall(self._runtime, "spot", spot_id, info, False)
+        if issubclass(info.cls, InstanceSpot):
+            raise InvalidOperationError(
+                f"{info.name} is an InstanceSpot: it is activated by a message with "
+                "instance intent (send_to_spot(...).activate()), not created"
+            )
+        return info
 
 
 class ActorManager:
@@ -138,7 +195,7 @@ class ActorManager:
         self._runtime = runtime
 
     def create(self, actor_id: str, actor_type: type) -> CreateCall:
-        """Create Actor `actor_id`; `AlreadyExistsError` if it exists."""
+        """Create Actor `actor_id` (in the Entry Spot); `AlreadyExistsError` if it exists."""
         check_id("actor_id", actor_id)
         info = _type_info(self._runtime, actor_type, "actor")
         return CreateCall(self._runtime, "actor", actor_id, info, True)
@@ -148,3 +205,7 @@ class ActorManager:
         check_id("actor_id", actor_id)
         info = _type_info(self._runtime, actor_type, "actor")
         return CreateCall(self._runtime, "actor", actor_id, info, False)
+
+    def close(self, actor_id: str) -> CloseCall:
+        """Close Actor `actor_id`: True once closed."""
+        return CloseCall(self._runtime, "actor", check_id("actor_id", actor_id))

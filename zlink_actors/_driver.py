@@ -129,8 +129,7 @@ class Frame:
         box = self.box
         if box is not self.resume_box and not self.claimed:
             # A SpotWide member Actor keeps its queue claim across yield_().
-            with box.gate.lock:
-                box.claimed = True
+            self.pool.claim(box)
             self.claimed = True
         self.pool.park()
         completion._add_inline(self._enqueue_resume)

@@ -26,7 +26,15 @@ from ._errors import (
     ZlinkError,
 )
 from ._handlers import HandlerInfo, HandlerTable
-from ._objects import Actor, ActorRef, ChannelHandler, Spot, SpotMode, SpotRef
+from ._objects import (
+    Actor,
+    ActorRef,
+    ChannelHandler,
+    InstanceSpot,
+    Spot,
+    SpotMode,
+    SpotRef,
+)
 from ._scheduler import Gate, Mailbox, Record
 from ._turn import K_CALL, K_CALLBACK, K_MESSAGE, K_REQUEST, K_RESUME, K_TICK, TurnContext
 
@@ -92,12 +100,17 @@ class Activation:
     __slots__ = (
         "box",
         "closed",
+        "closing",
         "ctx_type",
         "generation",
         "id",
+        "init_pending",
         "instance",
+        "joining",
         "kind",
+        "members",
         "spot",
+        "subscriptions",
         "timers",
         "type",
     )
@@ -122,11 +135,25 @@ class Activation:
         self.spot: Activation = self
         self.timers: TimerSet | None = None
         self.closed = False
+        #: Set once a close was queued; later closes observe the same result.
+        self.closing: Any = None
+        #: A Spot's member Actor ids (User Spots only).
+        self.members: set[str] | None = None
+        #: (channel, topic) pairs from `configure`, live while the Spot is Ready.
+        self.subscriptions: list[tuple[str, str]] = []
+        #: An Instance Spot runs `on_initialize` at the start of its first record.
+        self.init_pending = False
+        #: A Join or Leave of this Actor in progress.
+        self.joining = False
 
     @property
     def resume_box(self) -> Mailbox:
         """Where a `yield_()` continuation of this object queues: its Spot's mailbox."""
         return self.spot.box
+
+    def timer_boxes(self) -> list[Mailbox]:
+        """Mailboxes of timers with gates of their own (PerActor Spots)."""
+        return [] if self.timers is None else self.timers.own_boxes()
 
     def ref(self) -> SpotRef | ActorRef:
         if self.kind == ACTOR:
@@ -150,6 +177,9 @@ class Engine:
         self.channels: dict[str, Activation] = {}
         self.generations = 0
         self.handler_failures = 0
+        self.dropped_records = 0
+        #: (channel, topic) -> ids of the Ready Spots subscribed to it.
+        self.subscribers: dict[tuple[str, str], set[str]] = {}
         self.entry: Activation = None  # type: ignore[assignment]  # made by setup()
 
     # -- registration ------------------------------------------------------------------
@@ -207,6 +237,8 @@ class Engine:
             spotwide = kind == SPOT and getattr(info.cls, "mode", None) is SpotMode.SPOT_WIDE
             gate = Gate(pool, spotwide=spotwide and info.cls is not _EntrySpot)
         act.box = Mailbox(act, gate)
+        if kind == SPOT and info.cls is not _EntrySpot and not issubclass(info.cls, InstanceSpot):
+            act.members = set()
         return act
 
     def new_spot(self, spot_id: str, info: TypeInfo, instance: Any) -> Activation:
@@ -218,6 +250,36 @@ class Engine:
         from ._contexts import ActorContext
 
         return self._activate(ACTOR, actor_id, info, instance, ActorContext, spot=self.entry)
+
+    def make_ready(self, act: Activation, attempt_key: tuple[str, str] | None) -> None:
+        """Register `act` (it becomes reachable) and apply its subscriptions."""
+        with self.lock:
+            table = self.spots if act.kind == SPOT else self.actors
+            table[act.id] = act
+            if attempt_key is not None:
+                self.runtime.creating.pop(attempt_key, None)
+            for key in act.subscriptions:
+                self.subscribers.setdefault(key, set()).add(act.id)
+            if act.kind == ACTOR:
+                members = act.spot.members
+                if members is not None:
+                    members.add(act.id)
+
+    def unregister(self, act: Activation) -> None:
+        """Remove `act` from every table; it is unreachable from now on."""
+        with self.lock:
+            act.closed = True
+            table = self.spots if act.kind == SPOT else self.actors
+            if table.get(act.id) is act:
+                del table[act.id]
+            for key in act.subscriptions:
+                ids = self.subscribers.get(key)
+                if ids is not None:
+                    ids.discard(act.id)
+                    if not ids:
+                        del self.subscribers[key]
+            if act.kind == ACTOR and act.spot.members is not None:
+                act.spot.members.discard(act.id)
 
     def all_activations(self) -> list[Activation]:
         with self.lock:
@@ -242,6 +304,9 @@ class Engine:
             info, on_done = rec.c
             ctx = act.ctx_type(self.runtime, act, box, rec.b)
             fn, args = info.fn, (act.instance, ctx, rec.a)
+        elif kind == K_CALL:
+            ctx = act.ctx_type(self.runtime, act, box, None)
+            fn, args, on_done = rec.a, (act.instance, ctx), rec.b
         elif kind == K_CALLBACK:
             ctx = act.ctx_type(self.runtime, act, box, None)
             fn, args, on_done = rec.a, (rec.b,), self._callback_done
@@ -251,11 +316,16 @@ class Engine:
                 return False
             ctx = act.ctx_type(self.runtime, act, box, None)
             fn, args, on_done = timer.callback, (ctx, tick), timer.tick_done
-        elif kind == K_CALL:
-            ctx = act.ctx_type(self.runtime, act, box, None)
-            fn, args, on_done = rec.a, (act.instance, ctx), rec.b
         else:  # pragma: no cover - the scheduler only carries these kinds
             raise AssertionError(f"unknown record kind {kind}")
+        if kind <= K_REQUEST:
+            if act.kind == ACTOR:
+                # The registration scope of defer(): the handler's own run.
+                ctx._scope = True
+                on_done = _ActorHandlerDone(self.runtime, ctx, on_done)
+            if act.init_pending:
+                act.init_pending = False
+                fn, args = _initialize_then, (fn, args)
         # Each turn runs in a context of its own (a coroutine keeps its context across
         # resumptions, as an asyncio task does): context variables set by one owner's
         # handler never leak into another's, whatever thread runs them.
@@ -282,6 +352,42 @@ class Engine:
         if exc is not None:
             self.handler_failures += 1
             log.error("completion callback raised", exc_info=exc)
+
+
+class _ActorHandlerDone:
+    """Post-turn work of an Actor's handler: close the `defer()` scope, start a deferred
+    Join or Leave if the handler ended normally, then the record's own post-turn work."""
+
+    __slots__ = ("ctx", "inner", "runtime")
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        ctx: TurnContext,
+        inner: Callable[[Any, BaseException | None], None],
+    ) -> None:
+        self.runtime = runtime
+        self.ctx = ctx
+        self.inner = inner
+
+    def __call__(self, value: Any, exc: BaseException | None) -> None:
+        ctx = self.ctx
+        ctx._scope = False
+        deferred, ctx._defer = ctx._defer, None
+        self.inner(value, exc)
+        if deferred is not None and exc is None:
+            from ._membership import start_move
+
+            start_move(self.runtime, ctx._act, deferred.spot_id)
+
+
+async def _initialize_then(fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    """An Instance Spot's first record: `on_initialize`, then the message's handler."""
+    from ._lifecycle import _maybe_await
+
+    instance, ctx = args[0], args[1]
+    await _maybe_await(instance.on_initialize(ctx))
+    return await _maybe_await(fn(*args))
 
 
 class _EntrySpot(Spot):

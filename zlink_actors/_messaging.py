@@ -13,6 +13,7 @@ handler and reply; reply, timeout, cancellation and shutdown race for one termin
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 
 from ._call import Call, check_token, failed
@@ -23,9 +24,13 @@ from ._engine import RequestInfo
 from ._errors import (
     CapacityExceededError,
     InvalidOperationError,
+    NotConfiguredError,
     NotFoundError,
     ShuttingDownError,
+    TypeMismatchError,
 )
+from ._instance import activate_instance
+from ._objects import InstanceSpot
 from ._operation import PendingEntry
 from ._scheduler import ADMITTED, CLOSED, SEALED, Record
 from ._state import HostState
@@ -56,8 +61,13 @@ def _table(runtime: Runtime, kind: str) -> dict[str, Activation]:
     return engine.channels
 
 
+#: `_target_handler` found no Spot, and the call carries instance intent.
+_COLD: Any = object()
+_ANY_INSTANCE: Any = object()
+
+
 class _MessageCall(Call[T]):
-    __slots__ = ("_kind", "_metadata", "_payload", "_table", "_target")
+    __slots__ = ("_intent", "_kind", "_metadata", "_payload", "_table", "_target")
 
     def __init__(self, runtime: Runtime, kind: str, target: str, payload: Any) -> None:
         # Flat on purpose: this runs once per message.
@@ -69,6 +79,7 @@ class _MessageCall(Call[T]):
         self._target = target
         self._payload = payload
         self._metadata: dict[str, Any] | None = None
+        self._intent: Any = None
 
     def metadata(self, key: str, value: Any) -> Self:
         """Attach `key=value` to the message (seen by the handler as `ctx.metadata`).
@@ -88,13 +99,49 @@ class _MessageCall(Call[T]):
         meta[key] = value
         return self
 
-    def _target_handler(self) -> tuple[Activation, HandlerInfo] | Completion[Any]:
+    def activate(self, spot_type: type | None = None) -> Self:
+        """Give the message instance intent: if Spot `spot_id` does not exist, activate an
+        `InstanceSpot` for it, and this message is the first record it handles.
+
+        With `spot_type` None the Host's only registered InstanceSpot type is used.
+
+        Raises:
+            InvalidOperationError: not a Spot call, set twice, or the call was submitted.
+            NotConfiguredError: `spot_type` is not a registered InstanceSpot type.
+        """
+        self._check_open("activate()")
+        if self._kind != TargetKind.SPOT:
+            raise InvalidOperationError("activate() is for calls to Spots")
+        if self._intent is not None:
+            raise InvalidOperationError("activate() was already set on this call")
+        if spot_type is not None:
+            info = self._runtime.engine.by_class.get(spot_type)
+            if info is None or not issubclass(info.cls, InstanceSpot):
+                raise NotConfiguredError(f"{spot_type!r} is not a registered InstanceSpot type")
+        self._intent = spot_type if spot_type is not None else _ANY_INSTANCE
+        return self
+
+    def _cold(self, admit: Callable[[Activation, HandlerInfo], Completion[Any]]) -> Completion[Any]:
+        explicit = None if self._intent is _ANY_INSTANCE else self._intent
+        return activate_instance(self._runtime, self._target, explicit, self._payload, admit)
+
+    def _target_handler(self) -> tuple[Activation, HandlerInfo] | Completion[Any] | Any:
         act = self._table.get(self._target)
         if act is None or act.closed:
+            if self._intent is not None and self._runtime.state is HostState.SERVING:
+                return _COLD
             if self._runtime.state is not HostState.SERVING:
                 # Shutdown closed every object after this call passed admission.
                 return failed(ShuttingDownError("the Host is shutting down"))
             return failed(NotFoundError(f"no {self._kind} {self._target!r}"))
+        intent = self._intent
+        if intent is not None and (
+            not issubclass(act.type.cls, InstanceSpot)
+            or (intent is not _ANY_INSTANCE and act.type.cls is not intent)
+        ):
+            return failed(
+                TypeMismatchError(f"Spot {self._target!r} is a {act.type.name}, not an instance")
+            )
         info = act.type.table.find(type(self._payload))
         if info is None:
             return failed(
@@ -156,9 +203,14 @@ class SendCall(_MessageCall[None]):
         if early is not None:
             return early
         found = self._target_handler()
+        if found is _COLD:
+            return self._cold(self._admit)
         if isinstance(found, Completion):
             return found
-        act, info = found
+        return self._admit(*found)
+
+    def _admit(self, act: Activation, info: HandlerInfo) -> Completion[None]:
+        runtime = self._runtime
         box = act.box
         rec = Record(K_MESSAGE, self._payload, self._metadata, info)
         pool = runtime.pool
@@ -260,6 +312,7 @@ class RequestCall(_MessageCall[T], Generic[T]):
         if (
             not yielding
             and turn is not None
+            and found is not _COLD
             and not isinstance(found, Completion)
             and found[0].box.gate is turn._gate
         ):
@@ -272,9 +325,16 @@ class RequestCall(_MessageCall[T], Generic[T]):
         early = runtime.admission_failure() or self._pre_cancelled(cancel)
         if early is not None:
             return early
+        if found is _COLD:
+            return self._cold(lambda act, info: self._admit(act, info, cancel))
         if isinstance(found, Completion):
             return found
-        act, info = found
+        return self._admit(found[0], found[1], cancel)
+
+    def _admit(
+        self, act: Activation, info: HandlerInfo, cancel: CancellationToken | None
+    ) -> Completion[T]:
+        runtime = self._runtime
         cell: _Cell[T] = _Cell()
         entry = PendingEntry(cell)
         route = runtime.pending.register(entry)  # SC §10: registered before submit

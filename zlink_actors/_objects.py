@@ -15,10 +15,14 @@ __all__ = [
     "Actor",
     "ActorRef",
     "ChannelHandler",
+    "CloseReason",
     "Created",
     "Existing",
+    "InstanceSpot",
+    "JoinResult",
     "Rejected",
     "Spot",
+    "SpotConfig",
     "SpotMode",
     "SpotRef",
     "check_id",
@@ -51,7 +55,57 @@ class SpotMode(enum.Enum):
     PER_ACTOR = "per_actor"
 
 
-class Spot:
+class CloseReason(enum.Enum):
+    """Why `on_closing` runs."""
+
+    EXPLICIT_CLOSE = "explicit_close"
+    HOST_SHUTDOWN = "host_shutdown"
+    IDLE_EVICTED = "idle_evicted"
+
+
+class SpotConfig:
+    """What `Spot.configure(cfg)` declares. Created by the runtime."""
+
+    __slots__ = ("subscriptions",)
+
+    def __init__(self) -> None:
+        self.subscriptions: list[tuple[str, str]] = []
+
+    def subscribe(self, channel: str, topic: str) -> None:
+        """Receive Logical Multicast publishes to (`channel`, `topic`)."""
+        for name, value in (("channel", channel), ("topic", topic)):
+            if not isinstance(value, str):
+                raise TypeError(f"{name} must be a str, got {type(value).__name__}")
+            if not value:
+                raise ValueError(f"{name} must not be empty")
+        if (channel, topic) not in self.subscriptions:
+            self.subscriptions.append((channel, topic))
+
+
+class _Lifecycle:
+    """Hooks every object may override; each may be a plain or an `async def` method."""
+
+    type_name: ClassVar[str | None] = None
+
+    def __init__(self) -> None:
+        pass
+
+    def on_create(self, ctx: Any, request: Any) -> Any:
+        """Runs once, when a create / get-or-create call creates this object, before it is
+        Ready. Its return value is the `reply` of `Created`; return `Rejected(reply)` to
+        decline (the id stays free). `request` is what the call passed to `.request()`."""
+        return None
+
+    def on_initialize(self, ctx: Any) -> Any:
+        """Runs when the object is activated, after `on_create`, before it is Ready."""
+        return None
+
+    def on_closing(self, ctx: Any, reason: CloseReason) -> Any:
+        """Runs under the object's gate before it closes (explicitly or at shutdown)."""
+        return None
+
+
+class Spot(_Lifecycle):
     """Base class for Spots: addressable, stateful objects (rooms, zones, matches).
 
     Class attributes:
@@ -60,23 +114,33 @@ class Spot:
     """
 
     mode: ClassVar[SpotMode] = SpotMode.SPOT_WIDE
-    type_name: ClassVar[str | None] = None
 
-    def __init__(self) -> None:
-        pass
+    def configure(self, cfg: SpotConfig) -> None:
+        """Declare subscriptions: `cfg.subscribe(channel, topic)`. Runs at activation."""
+
+    def on_actor_join(self, ctx: Any, actor: ActorRef) -> bool:
+        """Approve (True, the default) or decline an Actor's Join."""
+        return True
 
 
-class Actor:
+class InstanceSpot(Spot):
+    """A Spot with no Actors, cold-activated by the first direct message that carries
+    instance intent (`send_to_spot(...).activate()`). Serialised as a whole under one gate;
+    `yield_()` is allowed in its turns."""
+
+    mode: ClassVar[SpotMode] = SpotMode.SPOT_WIDE
+
+
+class Actor(_Lifecycle):
     """Base class for Actors: addressable objects with their own queue (players, sessions).
 
     Class attributes:
         type_name: the stable registered name; defaults to the class's qualified name.
     """
 
-    type_name: ClassVar[str | None] = None
-
-    def __init__(self) -> None:
-        pass
+    def on_join_completed(self, ctx: Any, result: JoinResult) -> Any:
+        """Receives the outcome of a Join or Leave this Actor deferred."""
+        return None
 
 
 class ChannelHandler:
@@ -102,6 +166,22 @@ class ActorRef:
 
     actor_id: str
     generation: int
+
+
+@dataclass(frozen=True, slots=True)
+class JoinResult:
+    """The outcome of `join_spot(...).defer()` (or `leave_spot()`), delivered to the moved
+    Actor's `on_join_completed`.
+
+    Attributes:
+        spot_id: the Spot the Actor asked to join.
+        approved: True if the Actor is now its member.
+        error: why the Join failed (`NotFoundError`, ...), or None.
+    """
+
+    spot_id: str
+    approved: bool
+    error: BaseException | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,8 @@ from ._errors import (
     InvalidOperationError,
     ShuttingDownError,
 )
+from ._lifecycle import close_activation
+from ._objects import CloseReason
 from ._operation import PendingEntry, PendingTable, settle
 from ._scheduler import AppPool
 from ._spot_timers import TimerSet
@@ -28,7 +30,8 @@ from ._timer import Clock, TimerService
 from ._workers import CpuPool, IoExecutor
 
 if TYPE_CHECKING:
-    from ._engine import Activation, TypeInfo
+    from ._engine import Activation
+    from ._lifecycle import Attempt
 
 __all__ = ["Runtime"]
 
@@ -68,8 +71,9 @@ class Runtime:
         self.spot_manager = SpotManager(self)
         self.actor_manager = ActorManager(self)
         #: get-or-create attempts in progress: (kind, id) -> (result cell, type).
-        self.creating: dict[tuple[str, str], tuple[_Cell[Any], TypeInfo]] = {}
-        self._timer_sets: dict[int, TimerSet] = {}
+        self.creating: dict[tuple[str, str], Attempt] = {}
+        #: Serialises cold activations of Instance Spots (their factory runs once).
+        self.activation_lock = threading.RLock()
         self.state = HostState.PREPARING
         self._lock = threading.Lock()
         self._stopped = threading.Event()
@@ -172,13 +176,22 @@ class Runtime:
         # Accepted work runs until the deadline; then every pending call completes once.
         clean = pool.wait_quiet(left())
         clean = self.pending.wait_empty(left()) and clean
+        # Then every Spot and Actor hears `on_closing(HOST_SHUTDOWN)` under its gate.
+        closings = [
+            close_activation(self, act, CloseReason.HOST_SHUTDOWN)
+            for act in activations
+            if act.kind != "channel" and act is not self.engine.entry and not act.closed
+        ]
+        for closing in closings:
+            if closing is not None and not closing.wait(left()):
+                clean = False
+                break
         forced = self.pending.pop_all()
         for entry in forced:
             settle(entry, exc=ShuttingDownError("the Host stopped before the call finished"))
         for act in activations:
             act.closed = True
-            with act.box.gate.lock:
-                act.box.closed = True
+            pool.close_box(act.box)
         # Teardown (running the callbacks of what was just completed, joining threads
         # that are not stuck in user code) gets a short grace even after the deadline.
         end = max(end, time.monotonic() + TEARDOWN_GRACE)

@@ -310,8 +310,8 @@ class AppPool:
 
     def enqueue(self, box: Mailbox, rec: Record, *, lifecycle: bool = False) -> int:
         """Admit a bounded application (or lifecycle) record; FULL or CLOSED otherwise."""
-        gate = box.gate
-        with gate.lock:
+        gate = _lock_box(box)
+        try:
             if box.closed:
                 return CLOSED
             if lifecycle:
@@ -324,6 +324,8 @@ class AppPool:
                 box.app_reserved += 1
                 rec.reserved = True
             push = box._push(rec, lifecycle)
+        finally:
+            gate.lock.release()
         if push:
             self.push(gate)
         return ADMITTED
@@ -335,8 +337,8 @@ class AppPool:
         `None` once a reservation frees a slot for it), CLOSED, or SEALED (shutdown began:
         it may not start waiting, since the shutdown sweep of waiters may have passed).
         """
-        gate = box.gate
-        with gate.lock:
+        gate = _lock_box(box)
+        try:
             if box.closed:
                 return CLOSED
             if box.app_reserved >= self.lane_items or box.waiters:
@@ -350,6 +352,8 @@ class AppPool:
             box.app_reserved += 1
             rec.reserved = True
             push = box._push(rec, False)
+        finally:
+            gate.lock.release()
         if push:
             self.push(gate)
         return ADMITTED
@@ -357,14 +361,16 @@ class AppPool:
     def force(self, box: Mailbox, rec: Record, *, reserve: bool = False) -> bool:
         """Append already-admitted work (resume, callback, tick, self-send), ignoring the
         limit. Returns False if the mailbox is closed."""
-        gate = box.gate
-        with gate.lock:
+        gate = _lock_box(box)
+        try:
             if box.closed:
                 return False
             if reserve:
                 box.app_reserved += 1
                 rec.reserved = True
             push = box._push(rec, False)
+        finally:
+            gate.lock.release()
         if push:
             self.push(gate)
         return True
@@ -377,10 +383,12 @@ class AppPool:
 
     def release_claim(self, box: Mailbox) -> None:
         """End a SpotWide member Actor's claim taken by `yield_()`."""
-        gate = box.gate
-        with gate.lock:
+        gate = _lock_box(box)
+        try:
             box.claimed = False
             push = box._has_work() and gate._list(box)
+        finally:
+            gate.lock.release()
         if push:
             self.push(gate)
 
@@ -388,14 +396,48 @@ class AppPool:
         """A record's handler reached its terminal completion: free its slot and admit
         the oldest waiting send, if any."""
         admitted: list[Any] = []
-        gate = box.gate
-        with gate.lock:
+        gate = _lock_box(box)
+        try:
             box.app_reserved -= 1
             push = self._admit_waiters(box, admitted)
+        finally:
+            gate.lock.release()
         if push:
             self.push(gate)
         for cell in admitted:
             cell.try_set(None, None)
+
+    def claim(self, box: Mailbox) -> None:
+        """Hold `box`'s queue claim: its records wait until `release_claim`."""
+        gate = _lock_box(box)
+        try:
+            box.claimed = True
+        finally:
+            gate.lock.release()
+
+    def close_box(self, box: Mailbox) -> list[Record]:
+        """Close `box` to new work and take out the records still queued in it."""
+        gate = _lock_box(box)
+        try:
+            box.closed = True
+            records = [*(box.life or ()), *(box.app or ())]
+            box.life = box.app = None
+        finally:
+            gate.lock.release()
+        return records
+
+    def move(self, box: Mailbox, gate: Gate) -> None:
+        """Put a claimed `box` under `gate` (a Join). The claim keeps it from running."""
+        old = _lock_box(box)
+        try:
+            assert box.claimed, "only a claimed mailbox can change gate"
+            if box.listed:
+                box.listed = False
+                if old.ready_boxes is not None and box in old.ready_boxes:
+                    old.ready_boxes.remove(box)
+            box.gate = gate
+        finally:
+            old.lock.release()
 
     def seal(self) -> None:
         """Shutdown began: from now on no one-way send starts waiting (see `fail_waiters`)."""
@@ -403,8 +445,11 @@ class AppPool:
 
     def fail_waiters(self, box: Mailbox, exc: BaseException) -> int:
         """End every send waiting for `box` with `exc` (close, shutdown)."""
-        with box.gate.lock:
+        gate = _lock_box(box)
+        try:
             waiters, box.waiters = box.waiters, None
+        finally:
+            gate.lock.release()
         for _, cell in waiters or ():
             cell.try_set(None, exc)
         return len(waiters or ())
@@ -520,6 +565,17 @@ class AppPool:
                 # reservation went with its coroutine.
                 self._turns += turns
                 return _HANDED_OFF
+
+
+def _lock_box(box: Mailbox) -> Gate:
+    """Acquire the lock of the gate `box` belongs to now (an Actor's mailbox changes gate
+    when it joins a Spot); returns that gate with its lock held."""
+    while True:
+        gate = box.gate
+        gate.lock.acquire()
+        if box.gate is gate:
+            return gate
+        gate.lock.release()
 
 
 def _trim(box: Mailbox) -> None:

@@ -201,6 +201,11 @@ class TimerSet:
         with self._lock:
             return list(self._timers)
 
+    def own_boxes(self) -> list[Mailbox]:
+        """Mailboxes of timers that have gates of their own."""
+        with self._lock:
+            return list(self._gates.values())
+
     def cancel_all(self) -> None:
         with self._lock:
             timers = list(self._timers.values())

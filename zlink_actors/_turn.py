@@ -43,7 +43,7 @@ K_CALL: Final = 5
 class TurnContext(RuntimeContext):
     """Base of the handler contexts. Created by the runtime for each record it runs."""
 
-    __slots__ = ("_act", "_box", "_frame", "_gate", "_metadata", "_runtime")
+    __slots__ = ("_act", "_box", "_defer", "_frame", "_gate", "_metadata", "_runtime", "_scope")
 
     def __init__(
         self, runtime: Runtime, act: Activation, box: Mailbox, metadata: dict[str, Any] | None
@@ -55,6 +55,10 @@ class TurnContext(RuntimeContext):
         self._gate: Gate = box.gate
         self._frame: Frame | None = None
         self._metadata = metadata
+        #: True while an Actor's message handler runs: the scope in which `defer()` works.
+        self._scope = False
+        #: The Join or Leave a handler deferred (runs after it ends normally).
+        self._defer: Any = None
 
     def callback_poster(self) -> CallbackPoster:
         box = self._box

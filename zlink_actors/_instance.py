@@ -1,0 +1,89 @@
+"""Cold activation of Instance Spots (digest §3, "Cold activation").
+
+A direct message with instance intent (`send_to_spot(...).activate()`) to a Spot id that
+does not exist activates an `InstanceSpot` for it: the factory runs once (activations are
+serialised per Host), and the message is the first record the new Spot handles, with
+`on_initialize` running at the start of that same turn. Type choice: the explicit type,
+else the Host's only InstanceSpot type; several -> `InvalidOperationError` (raised by
+the terminator), none -> `NotFoundError`. An id held by a User Spot (or by an Instance
+Spot of another type) -> `TypeMismatchError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ._call import failed
+from ._completion import Completion
+from ._errors import (
+    InternalFailureError,
+    InvalidOperationError,
+    NotFoundError,
+    TypeMismatchError,
+)
+from ._objects import InstanceSpot, SpotConfig
+
+if TYPE_CHECKING:
+    from ._engine import Activation
+    from ._handlers import HandlerInfo
+    from ._runtime import Runtime
+
+__all__ = ["activate_instance"]
+
+Admit = Callable[["Activation", "HandlerInfo"], Completion[Any]]
+
+
+def activate_instance(
+    runtime: Runtime, spot_id: str, explicit: type | None, payload: Any, admit: Admit
+) -> Completion[Any]:
+    """Deliver with instance intent to `spot_id`, activating it if it is missing."""
+    engine = runtime.engine
+    with runtime.activation_lock:
+        act = engine.spots.get(spot_id)
+        if act is not None and not act.closed:
+            wrong = not issubclass(act.type.cls, InstanceSpot) or (
+                explicit is not None and act.type.cls is not explicit
+            )
+            if wrong:
+                return failed(
+                    TypeMismatchError(f"Spot {spot_id!r} is a {act.type.name}, not an instance")
+                )
+            info = act.type.table.find(type(payload))
+            if info is None:
+                return failed(NotFoundError(f"{act.type.name} has no handler for this payload"))
+            return admit(act, info)
+        if explicit is not None:
+            type_info = engine.by_class[explicit]
+        else:
+            choices = [t for t in engine.types.values() if issubclass(t.cls, InstanceSpot)]
+            if not choices:
+                return failed(NotFoundError(f"no Spot {spot_id!r} and no InstanceSpot type"))
+            if len(choices) > 1:
+                names = ", ".join(sorted(t.name for t in choices))
+                raise InvalidOperationError(
+                    f"several InstanceSpot types are registered ({names}): pass one to activate()"
+                )
+            type_info = choices[0]
+        handler = type_info.table.find(type(payload))
+        if handler is None:
+            return failed(NotFoundError(f"{type_info.name} has no handler for this payload"))
+        try:
+            instance = type_info.cls()
+            config = SpotConfig()
+            instance.configure(config)
+        except Exception as exc:
+            failure = InternalFailureError(f"{type_info.name}() raised {type(exc).__name__}")
+            failure.__cause__ = exc
+            return failed(failure)
+        act = engine.new_spot(spot_id, type_info, instance)
+        act.subscriptions = config.subscriptions
+        act.init_pending = True
+        # Hold the new Spot's queue until it is registered: its first record is ours.
+        runtime.pool.claim(act.box)
+        try:
+            completion = admit(act, handler)
+            engine.make_ready(act, None)
+        finally:
+            runtime.pool.release_claim(act.box)
+        return completion

@@ -1,0 +1,171 @@
+"""Object lifecycle in one process: creation attempts, Ready, close (digest §3).
+
+Creation runs the factory (the no-argument constructor) and `configure` on the creating
+thread, then `on_create` and `on_initialize` as one lifecycle record under the new
+object's own gate. Only then is the object Ready: registered, reachable, subscribed. A
+concurrent get-or-create of the same id joins the attempt in progress; every caller has
+its own deadline and cancellation, and all observe the attempt's one terminal.
+
+Close runs `on_closing` as a lifecycle record (ahead of queued application work), then
+removes the object: queued requests end with `UnavailableError`, queued one-way messages
+are dropped (and counted), waiting sends end with `UnavailableError`, parked `yield_()`
+continuations are discarded, timers stop. A later object with the same id is a new
+generation and never sees any of it (SC §9).
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ._completion import Completion, _Cell
+from ._errors import (
+    CapacityExceededError,
+    InternalFailureError,
+    UnavailableError,
+    ZlinkError,
+)
+from ._objects import CloseReason, Created, Rejected, SpotConfig
+from ._scheduler import ADMITTED, Record
+from ._turn import K_CALL, K_REQUEST, K_RESUME
+
+if TYPE_CHECKING:
+    from ._engine import Activation, TypeInfo
+    from ._runtime import Runtime
+
+__all__ = ["Attempt", "close_activation", "start_attempt"]
+
+log = logging.getLogger("zlink_actors")
+
+
+class Attempt:
+    """One creation in progress; callers that join it share its terminal."""
+
+    __slots__ = ("info", "key", "terminal")
+
+    def __init__(self, key: tuple[str, str], info: TypeInfo) -> None:
+        self.key = key
+        self.info = info
+        self.terminal: _Cell[Any] = _Cell()
+
+
+def start_attempt(runtime: Runtime, attempt: Attempt, obj_id: str, request: Any) -> None:
+    """Run the factory, then queue the creation hooks on the new object's own gate."""
+    engine = runtime.engine
+    kind = attempt.key[0]
+    info = attempt.info
+    try:
+        instance = info.cls()
+        config = SpotConfig()
+        if kind == "spot":
+            instance.configure(config)
+    except Exception as exc:
+        _abort(runtime, attempt, _internal(f"{info.name}() raised", exc))
+        return
+    act = (
+        engine.new_spot(obj_id, info, instance)
+        if kind == "spot"
+        else engine.new_actor(obj_id, info, instance)
+    )
+    act.subscriptions = config.subscriptions
+    ref = act.ref()
+
+    async def hooks(inst: Any, ctx: Any) -> Any:
+        reply = await _maybe_await(inst.on_create(ctx, request))
+        if isinstance(reply, Rejected):
+            return reply
+        await _maybe_await(inst.on_initialize(ctx))
+        return Created(ref, reply)
+
+    def done(value: Any, exc: BaseException | None) -> None:
+        if exc is not None:
+            _abort(runtime, attempt, _internal(f"{info.name} creation hook raised", exc))
+        elif isinstance(value, Rejected):
+            _abort(runtime, attempt, None, value)
+        else:
+            engine.make_ready(act, attempt.key)
+            attempt.terminal.set_result(value)
+
+    runtime.pool.enqueue(act.box, Record(K_CALL, hooks, done), lifecycle=True)
+
+
+def _abort(
+    runtime: Runtime, attempt: Attempt, exc: BaseException | None, value: Any = None
+) -> None:
+    # The id stays free: the attempt leaves the table before its callers hear of it.
+    with runtime.engine.lock:
+        runtime.creating.pop(attempt.key, None)
+    attempt.terminal.try_set(value, exc)
+
+
+def _internal(what: str, exc: BaseException) -> BaseException:
+    if isinstance(exc, ZlinkError) and not isinstance(exc, InternalFailureError):
+        failure: BaseException = InternalFailureError(f"{what}: {type(exc).__name__}: {exc}")
+    else:
+        failure = InternalFailureError(f"{what}: {type(exc).__name__}: {exc}")
+    failure.__cause__ = exc
+    return failure
+
+
+async def _maybe_await(value: Any) -> Any:
+    if inspect.isawaitable(value):
+        return await value
+    return value
+
+
+def close_activation(
+    runtime: Runtime, act: Activation, reason: CloseReason
+) -> Completion[bool] | None:
+    """Queue `on_closing` and the removal of `act`; None if it is already closing."""
+    if act.closing is not None:
+        return Completion(act.closing)
+    cell: _Cell[bool] = _Cell()
+    act.closing = cell
+
+    def on_closing(inst: Any, ctx: Any) -> Any:
+        return inst.on_closing(ctx, reason)
+
+    def done(value: Any, exc: BaseException | None) -> None:
+        if exc is not None:
+            log.error("%r on_closing raised", act, exc_info=exc)
+        remove_activation(runtime, act)
+        cell.set_result(True)
+
+    status = runtime.pool.enqueue(act.box, Record(K_CALL, on_closing, done), lifecycle=True)
+    if status != ADMITTED:
+        act.closing = None
+        cell.set_exception(CapacityExceededError(f"{act!r}: lifecycle lane is full"))
+    return Completion(cell)
+
+
+def remove_activation(runtime: Runtime, act: Activation) -> None:
+    """Take `act` out of service (see the module docstring for what happens to its work)."""
+    engine = runtime.engine
+    engine.unregister(act)
+    pool = runtime.pool
+    closed = UnavailableError(f"{act.kind} {act.id!r} closed")
+    boxes = [act.box, *(act.timer_boxes())]
+    for box in boxes:
+        records = pool.close_box(box)
+        pool.fail_waiters(box, closed)
+        for rec in records:
+            _drop(runtime, box, rec, closed)
+    if act.timers is not None:
+        act.timers.cancel_all()
+
+
+def _drop(runtime: Runtime, box: Any, rec: Record, exc: BaseException) -> None:
+    if rec.kind == K_REQUEST:
+        rec.c[1](None, exc)
+    elif rec.kind == K_RESUME:
+        rec.a.discard()
+    else:
+        runtime.engine.dropped_records += 1
+    if rec.reserved:
+        rec.reserved = False
+        runtime.pool.release_reservation(box)
+
+
+OnDone = Callable[[Any, BaseException | None], None]

@@ -1,0 +1,157 @@
+"""Membership: `join_spot(...).defer()` and `leave_spot().defer()` (digest §3-4).
+
+`defer()` only registers the move; it runs after the handler that registered it ends
+normally (an exception discards it). From that moment until the move is decided, the
+Actor's queue claim is held, so its next records wait and keep their order. The target
+Spot approves in `on_actor_join` (a lifecycle record under its gate); on approval the
+Actor's mailbox moves under the Spot's gate (SpotWide) or a gate of its own (PerActor,
+Entry). Either way the Actor then hears `on_join_completed(ctx, JoinResult)`, as a
+lifecycle record that runs before its queued messages.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from ._errors import InvalidOperationError, NotFoundError
+from ._lifecycle import _maybe_await
+from ._objects import ActorRef, InstanceSpot, JoinResult, check_id
+from ._scheduler import ADMITTED, Gate, Record
+from ._turn import K_CALL, current_turn
+
+if TYPE_CHECKING:
+    from ._engine import Activation
+    from ._runtime import Runtime
+    from ._turn import TurnContext
+
+__all__ = ["JoinCall", "LeaveCall", "start_move"]
+
+log = logging.getLogger("zlink_actors")
+
+
+class _DeferCall:
+    __slots__ = ("_ctx", "_spot_id", "_used")
+
+    def __init__(self, ctx: TurnContext, spot_id: str | None) -> None:
+        self._ctx = ctx
+        self._spot_id = spot_id
+        self._used = False
+
+    def defer(self) -> None:
+        """Register the move to run after this handler ends normally; returns at once.
+
+        Keeps the gate and the Actor's queue claim. Raises `InvalidOperationError` when
+        called twice in one handler, outside the handler's own turn, or after it ended.
+        """
+        ctx = self._ctx
+        if self._used:
+            raise InvalidOperationError("defer() was already called on this call")
+        if current_turn() is not ctx or not ctx._scope:
+            raise InvalidOperationError(
+                "defer() is only valid inside the Actor handler whose context built the call, "
+                "while it runs"
+            )
+        if ctx._defer is not None:
+            raise InvalidOperationError("this handler already deferred a Join or Leave")
+        self._used = True
+        ctx._defer = self
+
+    @property
+    def spot_id(self) -> str | None:
+        return self._spot_id
+
+
+class JoinCall(_DeferCall):
+    """`ctx.join_spot(spot_id)`: finish it with `defer()`. Created by the runtime."""
+
+    __slots__ = ()
+
+
+class LeaveCall(_DeferCall):
+    """`ctx.leave_spot()`: back to the Entry Spot; finish it with `defer()`."""
+
+    __slots__ = ()
+
+
+def join_call(ctx: TurnContext, spot_id: str) -> JoinCall:
+    check_id("spot_id", spot_id)
+    if ctx._act.kind != "actor":
+        raise InvalidOperationError("join_spot() is for Actor handlers")
+    return JoinCall(ctx, spot_id)
+
+
+def leave_call(ctx: TurnContext) -> LeaveCall:
+    if ctx._act.kind != "actor":
+        raise InvalidOperationError("leave_spot() is for Actor handlers")
+    return LeaveCall(ctx, None)
+
+
+def start_move(runtime: Runtime, act: Activation, spot_id: str | None) -> None:
+    """Post-turn work of a handler that deferred a Join (or a Leave: `spot_id` None)."""
+    pool = runtime.pool
+    engine = runtime.engine
+    pool.claim(act.box)  # its next records wait, in order, until the move is decided
+    act.joining = True
+    target = engine.entry if spot_id is None else engine.spots.get(spot_id)
+    wanted = engine.entry.id if spot_id is None else spot_id
+    if target is None or target.closed:
+        _finish(runtime, act, JoinResult(wanted, False, NotFoundError(f"no Spot {wanted!r}")))
+        return
+    if (target is engine.entry and spot_id is not None) or issubclass(
+        target.type.cls, InstanceSpot
+    ):
+        error = InvalidOperationError(f"Spot {wanted!r} cannot take Actors")
+        _finish(runtime, act, JoinResult(wanted, False, error))
+        return
+    if target is act.spot:
+        _finish(runtime, act, JoinResult(wanted, True))
+        return
+    if target is engine.entry:
+        _move(runtime, act, target)
+        _finish(runtime, act, JoinResult(wanted, True))
+        return
+    ref = ActorRef(act.id, act.generation)
+
+    def ask(inst: Any, ctx: Any) -> Any:
+        return inst.on_actor_join(ctx, ref)
+
+    def decided(value: Any, exc: BaseException | None) -> None:
+        approved = exc is None and bool(value)
+        if approved and not target.closed and not act.closed:
+            _move(runtime, act, target)
+            _finish(runtime, act, JoinResult(wanted, True))
+        else:
+            if exc is not None:
+                log.error("%r on_actor_join raised", target, exc_info=exc)
+            _finish(runtime, act, JoinResult(wanted, False, exc))
+
+    if pool.enqueue(target.box, Record(K_CALL, ask, decided), lifecycle=True) != ADMITTED:
+        _finish(runtime, act, JoinResult(wanted, False, NotFoundError(f"Spot {wanted!r} closed")))
+
+
+def _move(runtime: Runtime, act: Activation, target: Activation) -> None:
+    engine = runtime.engine
+    gate = target.box.gate if target.box.gate.spotwide else Gate(runtime.pool)
+    runtime.pool.move(act.box, gate)
+    with engine.lock:
+        old = act.spot
+        if old.members is not None:
+            old.members.discard(act.id)
+        act.spot = target
+        if target.members is not None:
+            target.members.add(act.id)
+
+
+def _finish(runtime: Runtime, act: Activation, result: JoinResult) -> None:
+    def tell(inst: Any, ctx: Any) -> Any:
+        return _maybe_await(inst.on_join_completed(ctx, result))
+
+    def told(value: Any, exc: BaseException | None) -> None:
+        if exc is not None:
+            log.error("%r on_join_completed raised", act, exc_info=exc)
+
+    # Lifecycle first: the outcome runs before the messages that waited for the move.
+    runtime.pool.enqueue(act.box, Record(K_CALL, tell, told), lifecycle=True)
+    act.joining = False
+    runtime.pool.release_claim(act.box)
