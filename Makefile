@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/python samples/demo.py
+	$(BIN)/python samples/chat.py
 
 test: lint typecheck pytest
 

@@ -42,6 +42,7 @@ from ._membership import JoinCall as JoinCall
 from ._membership import LeaveCall as LeaveCall
 from ._messaging import RequestCall as RequestCall
 from ._messaging import SendCall as SendCall
+from ._multicast import PublishCall as PublishCall
 from ._objects import Actor as Actor
 from ._objects import ActorRef as ActorRef
 from ._objects import ChannelHandler as ChannelHandler
@@ -116,6 +117,7 @@ __all__ = [
     "OverrunPolicy",
     "PoolStatistics",
     "ProtocolError",
+    "PublishCall",
     "Rejected",
     "RejectedError",
     "ReplyRouteId",

@@ -16,6 +16,7 @@ from ._cancellation import CancellationToken
 from ._errors import InvalidOperationError
 from ._membership import JoinCall, LeaveCall, join_call, leave_call
 from ._messaging import RequestCall, SendCall, TargetKind
+from ._multicast import PublishCall
 from ._objects import check_id
 from ._turn import TurnContext
 from ._workers import CpuWorkerCall, IoWorkerCall
@@ -92,6 +93,10 @@ class CallSurface:
         return RequestCall(
             self._runtime, TargetKind.CHANNEL, _check_channel(channel), payload, reply
         )
+
+    def publish(self, channel: str, topic: str, payload: Any) -> PublishCall:
+        """Logical Multicast to every Spot subscribed to (`channel`, `topic`)."""
+        return PublishCall(self._runtime, channel, topic, payload)
 
     def run_cpu_worker(self, fn: Callable[..., T], *args: Any) -> CpuWorkerCall[T]:
         """A call that runs `fn(*args)` on the CPU pool (a slot is held only while it runs)."""

@@ -374,11 +374,12 @@ class _ActorHandlerDone:
         ctx = self.ctx
         ctx._scope = False
         deferred, ctx._defer = ctx._defer, None
-        self.inner(value, exc)
         if deferred is not None and exc is None:
             from ._membership import start_move
 
+            # Before the reply: a caller holding the reply knows the move has begun.
             start_move(self.runtime, ctx._act, deferred.spot_id)
+        self.inner(value, exc)
 
 
 async def _initialize_then(fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:

@@ -77,6 +77,7 @@ class Host(CallSurface):
         cpu_workers: threads in the CPU worker pool (started on demand);
             default `os.cpu_count()`.
         clock: the clock for deadlines and timers; inject a `ManualClock` in tests.
+        publish_concurrency: publish transactions running at once; more wait for a slot.
 
     Raises:
         ConfigurationError: an option has a wrong type or value, a class is not a
@@ -95,6 +96,7 @@ class Host(CallSurface):
         default_request_timeout: float = 5.0,
         cpu_workers: int | None = None,
         clock: Clock | None = None,
+        publish_concurrency: int = 64,
     ) -> None:
         if clock is not None and not isinstance(clock, Clock):
             raise ConfigurationError(f"clock must be a Clock, got {type(clock).__name__}")
@@ -110,6 +112,7 @@ class Host(CallSurface):
             lane_items=_positive_int("application_lane_items", application_lane_items, 1024),
             default_request_timeout=timeout,
             name=f"zlink-host{next(_host_numbers)}",
+            publish_concurrency=_positive_int("publish_concurrency", publish_concurrency, 64),
         )
         engine = runtime.engine
         for cls in _classes("spots", spots):

@@ -21,6 +21,7 @@ from ._errors import (
     ShuttingDownError,
 )
 from ._lifecycle import close_activation
+from ._multicast import Publisher
 from ._objects import CloseReason
 from ._operation import PendingEntry, PendingTable, settle
 from ._scheduler import AppPool
@@ -55,6 +56,7 @@ class Runtime:
         lane_items: int,
         default_request_timeout: float,
         name: str,
+        publish_concurrency: int = 64,
     ) -> None:
         from ._create import ActorManager, SpotManager
         from ._engine import Engine
@@ -68,6 +70,7 @@ class Runtime:
         self.io = IoExecutor(name=f"{name}-io")
         self.engine = Engine(self)
         self.pool = AppPool(app_threads, self.engine.run_record, f"{name}-app", lane_items)
+        self.publisher = Publisher(self, publish_concurrency)
         self.spot_manager = SpotManager(self)
         self.actor_manager = ActorManager(self)
         #: get-or-create attempts in progress: (kind, id) -> (result cell, type).
@@ -167,14 +170,17 @@ class Runtime:
 
         pool = self.pool
         activations = self.engine.all_activations()
-        # Sealed: waiting one-way sends end now, timers arm no new ticks.
+        # Sealed: waiting one-way sends and publishes end now, timers arm no new ticks.
         pool.seal()
+        self.publisher.seal()
         for act in activations:
             pool.fail_waiters(act.box, ShuttingDownError("the Host is shutting down"))
             if act.timers is not None:
                 act.timers.cancel_all()
+        # Committed publish transactions finish delivering (CS §4).
+        clean = self.publisher.wait_idle(left())
         # Accepted work runs until the deadline; then every pending call completes once.
-        clean = pool.wait_quiet(left())
+        clean = pool.wait_quiet(left()) and clean
         clean = self.pending.wait_empty(left()) and clean
         # Then every Spot and Actor hears `on_closing(HOST_SHUTDOWN)` under its gate.
         closings = [

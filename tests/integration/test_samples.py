@@ -22,8 +22,35 @@ def run_sample(name: str) -> list[str]:
     return proc.stdout.splitlines()
 
 
-def test_demo_matches_players_through_the_lobby_and_stops_cleanly() -> None:
-    lines = run_sample("demo.py")
+def test_chat_sample_prints_the_same_transcript_every_run() -> None:
+    lines = run_sample("chat.py")
+    assert lines[:-1] == [
+        "room lobby is ready",
+        "room games is ready",
+        "ana knocks on lobby",
+        "bo knocks on lobby",
+        "cy knocks on games",
+        "bot-7 knocks on games",
+        "bot-7 cannot speak: it is not in a room",
+        "--- lobby",
+        "* lobby is open",
+        "* ana joined",
+        "* bo joined",
+        "ana: hi all",
+        "bo: HELLO!",
+        "[announcement] server restarts at 10",
+        "--- games",
+        "* games is open",
+        "* cy joined",
+        "* bot-7 was turned away",
+        "cy: anyone for chess?",
+        "[announcement] server restarts at 10",
+    ]
+    assert lines[-1].startswith("--- host stopped (stopped) in ")
+
+
+def test_matchmaking_sample_matches_players_through_the_lobby_and_stops_cleanly() -> None:
+    lines = run_sample("matchmaking.py")
     assert lines[:4] == [
         "ana: queued at position 1",
         "bo: matched at once with ana",

@@ -1,4 +1,4 @@
-"""The main sample: a matchmaking lobby on the embedded default (one process).
+"""A sample: a matchmaking lobby on the embedded default (one process).
 
 - `Lobby` is a SpotWide Spot: its handlers and its timer never overlap, so its state
   needs no locks.
@@ -9,7 +9,7 @@
   lobby re-reads its state and tells the waiting player with a one-way send.
 - A timer ticks every 20 ms while players wait.
 
-Run it with `make demo`.
+Run it with `.venv/bin/python samples/matchmaking.py`.
 """
 
 from __future__ import annotations
