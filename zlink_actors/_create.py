@@ -24,7 +24,7 @@ from ._errors import (
     NotFoundError,
     TypeMismatchError,
 )
-from ._lifecycle import Attempt, close_activation, start_attempt
+from ._lifecycle import Attempt, close_activation, create_now, has_hooks, start_attempt
 from ._objects import CloseReason, Existing, InstanceSpot, check_id
 
 if TYPE_CHECKING:
@@ -86,6 +86,10 @@ class CreateCall(YieldableCall[Any]):
             else:
                 attempt = runtime.creating[key] = Attempt(key, self._info)
                 owner = True
+        if owner and not has_hooks(self._info.cls):
+            # Nothing to run under the new object's gate: it is Ready when this returns.
+            outcome = create_now(runtime, attempt, self._id)
+            return failed(outcome) if isinstance(outcome, BaseException) else settled(outcome)
         # Each caller has its own deadline and cancellation over the shared attempt.
         cell: _Cell[Any] = _Cell()
         timeout = self._timeout if self._timeout is not None else runtime.default_request_timeout

@@ -27,7 +27,7 @@ from ._errors import (
     UnavailableError,
     ZlinkError,
 )
-from ._objects import CloseReason, Created, Rejected, SpotConfig
+from ._objects import CloseReason, Created, Rejected, SpotConfig, _Lifecycle
 from ._scheduler import ADMITTED, Record
 from ._turn import K_CALL, K_REQUEST, K_RESUME
 
@@ -51,8 +51,26 @@ class Attempt:
         self.terminal: _Cell[Any] = _Cell()
 
 
+def has_hooks(cls: type) -> bool:
+    """True if `cls` overrides `on_create` or `on_initialize` (code to run under its gate)."""
+    return cls.on_create is not _Lifecycle.on_create or (  # type: ignore[attr-defined]
+        cls.on_initialize is not _Lifecycle.on_initialize  # type: ignore[attr-defined]
+    )
+
+
+def create_now(runtime: Runtime, attempt: Attempt, obj_id: str) -> Any:
+    """Create an object whose class has no creation hooks, on the calling thread.
+
+    Returns `Created(ref, None)`, or the exception that ended the attempt.
+    """
+    start_attempt(runtime, attempt, obj_id, None)
+    cell = attempt.terminal
+    return cell._exc if cell._exc is not None else cell._value
+
+
 def start_attempt(runtime: Runtime, attempt: Attempt, obj_id: str, request: Any) -> None:
-    """Run the factory, then queue the creation hooks on the new object's own gate."""
+    """Run the factory, then queue the creation hooks on the new object's own gate; with
+    no hooks to run, the object is Ready at once (no turn needed)."""
     engine = runtime.engine
     kind = attempt.key[0]
     info = attempt.info
@@ -71,6 +89,10 @@ def start_attempt(runtime: Runtime, attempt: Attempt, obj_id: str, request: Any)
     )
     act.subscriptions = config.subscriptions
     ref = act.ref()
+    if not has_hooks(info.cls):
+        engine.make_ready(act, attempt.key)
+        attempt.terminal.set_result(Created(ref, None))
+        return
 
     async def hooks(inst: Any, ctx: Any) -> Any:
         reply = await _maybe_await(inst.on_create(ctx, request))
