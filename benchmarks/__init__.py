@@ -1,0 +1,1 @@
+"""Side-by-side benchmarks of zlink-actors against its Python peers (`make bench`)."""

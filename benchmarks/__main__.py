@@ -1,0 +1,53 @@
+"""`python -m benchmarks [--quick] [--only N]`: every scenario, with ratios and the budget."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import platform
+import sys
+
+from . import handler_to_handler, latency, oneway, pipelined, spots10k
+from ._harness import Scenario, report, run
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks")
+    parser.add_argument("--quick", action="store_true", help="short run, same output shape")
+    parser.add_argument("--only", type=int, action="append", help="scenario number(s)")
+    parser.add_argument("--repetitions", type=int, default=None)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    reps = args.repetitions or (3 if args.quick else 5)
+    groups: dict[int, list[Scenario]] = {
+        1: [oneway.scenario(args.quick)],
+        2: [latency.scenario(args.quick)],
+        3: [pipelined.scenario(args.quick)],
+        4: handler_to_handler.scenarios(args.quick),
+        5: [spots10k.scenario(args.quick)],
+    }
+    print(
+        f"python {platform.python_version()} on {platform.machine()}, "
+        f"{os.cpu_count()} CPU(s); {reps} repetitions after a warm-up, alternating cases; "
+        "medians [min .. max]"
+    )
+    checks = []
+    for number, scenarios in groups.items():
+        if args.only and number not in args.only:
+            continue
+        for scenario in scenarios:
+            result = run(scenario, reps)
+            lines, found = report(result)
+            print("\n".join(lines), flush=True)
+            checks.extend(found)
+    missed = [c for c in checks if not c[3]]
+    print()
+    print(f"budget: {len(checks) - len(missed)} of {len(checks)} targets met")
+    for name, ratio, target, _ in missed:
+        print(f"   MISSED {name}: {ratio:.2f}x (target {target}x)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,105 @@
+"""Run a scenario's cases alternately, with a warm-up and repetitions, and report ratios.
+
+Each case is a callable returning a dict of metrics (seconds, rates, bytes). Cases of one
+scenario run in the same process, alternating zlink-actors and the peer, so that drift in
+the machine's speed hits both alike.
+"""
+
+from __future__ import annotations
+
+import gc
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+Metrics = dict[str, float]
+Case = Callable[[], Metrics]
+
+
+@dataclass
+class Metric:
+    """How to read and compare one metric."""
+
+    name: str
+    unit: str
+    higher_is_better: bool
+    #: The budget: the zlink/peer ratio must be >= (or <=, for lower-is-better) this.
+    target: float | None = None
+
+
+@dataclass
+class Scenario:
+    title: str
+    zlink: Case
+    peer: Case | None
+    peer_name: str
+    metrics: list[Metric]
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Result:
+    scenario: Scenario
+    zlink: dict[str, list[float]]
+    peer: dict[str, list[float]]
+
+
+def run(scenario: Scenario, repetitions: int, warmup: bool = True) -> Result:
+    cases: list[tuple[str, Case]] = [("zlink", scenario.zlink)]
+    if scenario.peer is not None:
+        cases.append(("peer", scenario.peer))
+    samples: dict[str, dict[str, list[float]]] = {"zlink": {}, "peer": {}}
+    if warmup:
+        for _, case in cases:
+            case()
+    for _ in range(repetitions):
+        for name, case in cases:
+            gc.collect()
+            for key, value in case().items():
+                samples[name].setdefault(key, []).append(value)
+    return Result(scenario, samples["zlink"], samples["peer"])
+
+
+def _fmt(value: float, unit: str) -> str:
+    if unit == "us":
+        return f"{value:,.1f} us"
+    if unit == "s":
+        return f"{value:,.3f} s"
+    if unit == "KiB":
+        return f"{value:,.1f} KiB"
+    if unit == "/s":
+        return f"{value:,.0f}/s"
+    return f"{value:,.2f} {unit}".rstrip()
+
+
+def _span(values: list[float], unit: str) -> str:
+    """`median [min .. max]`."""
+    med = statistics.median(values)
+    return f"{_fmt(med, unit):>16} [{_fmt(min(values), unit)} .. {_fmt(max(values), unit)}]"
+
+
+def report(result: Result) -> tuple[list[str], list[tuple[str, float, float | None, bool]]]:
+    """Lines to print, and (metric, ratio, target, met) for the budget check."""
+    sc = result.scenario
+    lines = [f"== {sc.title}", f"   peer: {sc.peer_name}"]
+    checks: list[tuple[str, float, float | None, bool]] = []
+    for metric in sc.metrics:
+        z = result.zlink.get(metric.name)
+        if not z:
+            continue
+        zmed = statistics.median(z)
+        row = f"   {metric.name:<28} zlink {_span(z, metric.unit)}"
+        p = result.peer.get(metric.name)
+        if p:
+            pmed = statistics.median(p)
+            ratio = zmed / pmed if pmed else float("inf")
+            row += f"   peer {_span(p, metric.unit)}   zlink/peer {ratio:.2f}x"
+            if metric.target is not None:
+                met = ratio >= metric.target if metric.higher_is_better else ratio <= metric.target
+                sign = ">=" if metric.higher_is_better else "<="
+                row += f"  (target {sign} {metric.target}x: {'met' if met else 'MISSED'})"
+                checks.append((f"{sc.title}: {metric.name}", ratio, metric.target, met))
+        lines.append(row)
+    for note in sc.notes:
+        lines.append(f"   note: {note}")
+    return lines, checks
