@@ -133,6 +133,22 @@ class _HandlerContext(TurnContext, CallSurface):
         """This object's timers: ticks run as records under its gate."""
         return self._runtime.timers_for(self._act)
 
+    def join_spot(self, spot_id: str) -> JoinCall:
+        """Move this Actor into Spot `spot_id` after this handler; finish with `defer()`.
+
+        Raises:
+            InvalidOperationError: not an Actor's handler (only Actors join Spots).
+        """
+        return join_call(self, spot_id)
+
+    def leave_spot(self) -> LeaveCall:
+        """Return this Actor to the Entry Spot after this handler; finish with `defer()`.
+
+        Raises:
+            InvalidOperationError: not an Actor's handler.
+        """
+        return leave_call(self)
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self._act.id!r}>"
 
@@ -178,14 +194,6 @@ class ActorContext(_HandlerContext):
                 "share the Spot's gate); send the Spot a message instead"
             )
         return spot.instance
-
-    def join_spot(self, spot_id: str) -> JoinCall:
-        """Move this Actor into Spot `spot_id` after this handler; finish with `defer()`."""
-        return join_call(self, spot_id)
-
-    def leave_spot(self) -> LeaveCall:
-        """Return this Actor to the Entry Spot after this handler; finish with `defer()`."""
-        return leave_call(self)
 
 
 class ChannelContext(_HandlerContext):

@@ -23,6 +23,7 @@ from ._errors import (
     NotConfiguredError,
     NotFoundError,
     TypeMismatchError,
+    UnavailableError,
 )
 from ._lifecycle import Attempt, close_activation, create_now, has_hooks, start_attempt
 from ._objects import CloseReason, Existing, InstanceSpot, check_id
@@ -76,6 +77,8 @@ class CreateCall(YieldableCall[Any]):
         with engine.lock:
             act = table.get(self._id)
             if act is not None and not act.closed:
+                if act.closing is not None:
+                    return failed(UnavailableError(f"{self._kind} {self._id!r} is closing"))
                 return self._existing(act)
             attempt = runtime.creating.get(key)
             if attempt is not None:
@@ -169,7 +172,9 @@ class SpotManager:
     def create(self, spot_type: type) -> CreateCall:
         """Create a new Spot of `spot_type` under a fresh id."""
         info = self._user_spot(spot_type)
-        return CreateCall(self._runtime, "spot", f"{info.name}-{uuid.uuid4().hex}", info, True)
+        # 48 characters of the type name at most: the id stays within 255 UTF-8 bytes.
+        spot_id = f"{info.name[:48]}-{uuid.uuid4().hex}"
+        return CreateCall(self._runtime, "spot", spot_id, info, True)
 
     def get_or_create(self, spot_id: str, spot_type: type) -> CreateCall:
         """Get Spot `spot_id`, creating it as a `spot_type` if it does not exist."""

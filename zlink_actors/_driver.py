@@ -16,7 +16,7 @@ from contextvars import Context
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ._completion import Completion
-from ._errors import InvalidOperationError
+from ._errors import InvalidOperationError, UnavailableError
 from ._scheduler import SUSPENDED, Record
 from ._turn import K_RESUME, TurnContext
 
@@ -56,6 +56,7 @@ class Frame:
         "context",
         "coro",
         "ctx",
+        "ended",
         "on_done",
         "pool",
         "rec",
@@ -84,6 +85,7 @@ class Frame:
         self.resume_box = resume_box
         self.reserved = False
         self.claimed = False
+        self.ended = False
         ctx._frame = self
 
     def resume(self) -> bool:
@@ -132,24 +134,38 @@ class Frame:
             self.pool.claim(box)
             self.claimed = True
         self.pool.park()
+        self.ctx._act.parked.add(self)
         completion._add_inline(self._enqueue_resume)
 
-    def _enqueue_resume(self, _: Completion[Any]) -> None:
+    def _unpark(self) -> bool:
+        """Leave the parked set; True for the one caller that got it out (then unpark)."""
         try:
-            if not self.pool.force(self.resume_box, Record(K_RESUME, self)):
-                self.discard()
-        finally:
-            self.pool.unpark()
+            self.ctx._act.parked.remove(self)  # atomic: the resume and a close race here
+        except KeyError:
+            return False
+        self.pool.unpark()
+        return True
 
-    def discard(self) -> None:
-        """The owner closed while parked: close the coroutine, release what it held."""
+    def _enqueue_resume(self, _: Completion[Any]) -> None:
+        if not self._unpark():
+            return  # discarded when its object closed
+        if not self.pool.force(self.resume_box, Record(K_RESUME, self)):
+            self.discard(UnavailableError("the object closed while its handler waited"))
+
+    def discard(self, exc: BaseException) -> None:
+        """The owner closed while parked: close the coroutine, end its record with `exc`
+        (a request's caller hears it at once), release what it held. Idempotent."""
+        self._unpark()
+        if self.ended:
+            return
         try:
             self.coro.close()
         except BaseException:
             log.exception("closing a parked handler coroutine raised")
-        self._release()
+        self._finish(None, exc)
 
     def _finish(self, value: Any, exc: BaseException | None) -> None:
+        self.ended = True
         try:
             self.on_done(value, exc)
         except BaseException:

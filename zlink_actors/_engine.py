@@ -109,6 +109,7 @@ class Activation:
         "joining",
         "kind",
         "members",
+        "parked",
         "spot",
         "subscriptions",
         "timers",
@@ -145,6 +146,8 @@ class Activation:
         self.init_pending = False
         #: A Join or Leave of this Actor in progress.
         self.joining = False
+        #: Handler coroutines parked in `yield_()` (discarded if the object closes).
+        self.parked: set[Frame] = set()
 
     @property
     def resume_box(self) -> Mailbox:
@@ -210,7 +213,8 @@ class Engine:
         for name, cls in channels.items():
             if not isinstance(name, str) or not name:
                 raise ConfigurationError("channel names must be non-empty str")
-            info = self.register(cls, CHANNEL)
+            # One handler class may serve several names: one instance (and gate) each.
+            info = self.by_class.get(cls) or self.register(cls, CHANNEL)
             try:
                 instance = cls()
             except Exception as exc:
@@ -383,11 +387,19 @@ class _ActorHandlerDone:
 
 
 async def _initialize_then(fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
-    """An Instance Spot's first record: `on_initialize`, then the message's handler."""
-    from ._lifecycle import _maybe_await
+    """An Instance Spot's first record: `on_initialize`, then the message's handler.
+
+    If `on_initialize` fails the Spot is removed (the next message with instance intent
+    activates a fresh one) and this record fails with that error.
+    """
+    from ._lifecycle import _maybe_await, remove_activation
 
     instance, ctx = args[0], args[1]
-    await _maybe_await(instance.on_initialize(ctx))
+    try:
+        await _maybe_await(instance.on_initialize(ctx))
+    except BaseException:
+        remove_activation(ctx._runtime, ctx._act)
+        raise
     return await _maybe_await(fn(*args))
 
 

@@ -39,6 +39,7 @@ class HostStatistics:
     waiting_sends: int
     pending_calls: int
     handler_failures: int
+    dropped_records: int
     pool: PoolStatistics
     dispatcher: DispatcherStatistics
 
@@ -192,6 +193,7 @@ class Host(CallSurface):
             waiting_sends=sum(len(a.box.waiters or ()) for a in acts),
             pending_calls=len(runtime.pending),
             handler_failures=engine.handler_failures,
+            dropped_records=engine.dropped_records,
             pool=runtime.pool.statistics(),
             dispatcher=get_dispatcher().statistics(),
         )

@@ -22,6 +22,7 @@ from ._errors import (
     NotFoundError,
     TypeMismatchError,
 )
+from ._lifecycle import Attempt
 from ._objects import InstanceSpot, SpotConfig
 
 if TYPE_CHECKING:
@@ -39,15 +40,25 @@ def activate_instance(
 ) -> Completion[Any]:
     """Deliver with instance intent to `spot_id`, activating it if it is missing."""
     engine = runtime.engine
+    key = ("spot", spot_id)
     with runtime.activation_lock:
-        act = engine.spots.get(spot_id)
-        if act is not None and not act.closed:
-            wrong = not issubclass(act.type.cls, InstanceSpot) or (
-                explicit is not None and act.type.cls is not explicit
+        with engine.lock:
+            act = engine.spots.get(spot_id)
+            creating = runtime.creating.get(key)
+        if creating is not None:
+            return failed(
+                TypeMismatchError(f"Spot {spot_id!r} is being created as a {creating.info.name}")
             )
-            if wrong:
+        if act is not None and not act.closed:
+            if not issubclass(act.type.cls, InstanceSpot):
                 return failed(
                     TypeMismatchError(f"Spot {spot_id!r} is a {act.type.name}, not an instance")
+                )
+            if explicit is not None and act.type.cls is not explicit:
+                return failed(
+                    TypeMismatchError(
+                        f"Spot {spot_id!r} is a {act.type.name}, not a {explicit.__qualname__}"
+                    )
                 )
             info = act.type.table.find(type(payload))
             if info is None:
@@ -68,11 +79,16 @@ def activate_instance(
         handler = type_info.table.find(type(payload))
         if handler is None:
             return failed(NotFoundError(f"{type_info.name} has no handler for this payload"))
+        with engine.lock:
+            # Seen by a concurrent get-or-create of this id: TypeMismatchError there.
+            runtime.creating[key] = Attempt(key, type_info)
         try:
             instance = type_info.cls()
             config = SpotConfig()
             instance.configure(config)
         except Exception as exc:
+            with engine.lock:
+                runtime.creating.pop(key, None)
             failure = InternalFailureError(f"{type_info.name}() raised {type(exc).__name__}")
             failure.__cause__ = exc
             return failed(failure)
@@ -83,7 +99,7 @@ def activate_instance(
         runtime.pool.claim(act.box)
         try:
             completion = admit(act, handler)
-            engine.make_ready(act, None)
+            engine.make_ready(act, key)
         finally:
             runtime.pool.release_claim(act.box)
         return completion

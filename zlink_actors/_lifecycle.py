@@ -25,7 +25,6 @@ from ._errors import (
     CapacityExceededError,
     InternalFailureError,
     UnavailableError,
-    ZlinkError,
 )
 from ._objects import CloseReason, Created, Rejected, SpotConfig, _Lifecycle
 from ._scheduler import ADMITTED, Record
@@ -123,10 +122,8 @@ def _abort(
 
 
 def _internal(what: str, exc: BaseException) -> BaseException:
-    if isinstance(exc, ZlinkError) and not isinstance(exc, InternalFailureError):
-        failure: BaseException = InternalFailureError(f"{what}: {type(exc).__name__}: {exc}")
-    else:
-        failure = InternalFailureError(f"{what}: {type(exc).__name__}: {exc}")
+    # A hook's ZlinkError too: the creation failed (decisions.md, "Object model").
+    failure = InternalFailureError(f"{what}: {type(exc).__name__}: {exc}")
     failure.__cause__ = exc
     return failure
 
@@ -156,7 +153,9 @@ def close_activation(
         cell.set_result(True)
 
     status = runtime.pool.enqueue(act.box, Record(K_CALL, on_closing, done), lifecycle=True)
-    if status != ADMITTED:
+    if status == ADMITTED:
+        runtime.pool.mark_closing(act.box)
+    else:
         act.closing = None
         cell.set_exception(CapacityExceededError(f"{act!r}: lifecycle lane is full"))
     return Completion(cell)
@@ -174,6 +173,8 @@ def remove_activation(runtime: Runtime, act: Activation) -> None:
         pool.fail_waiters(box, closed)
         for rec in records:
             _drop(runtime, box, rec, closed)
+    for frame in list(act.parked):
+        frame.discard(closed)
     if act.timers is not None:
         act.timers.cancel_all()
 
@@ -182,7 +183,13 @@ def _drop(runtime: Runtime, box: Any, rec: Record, exc: BaseException) -> None:
     if rec.kind == K_REQUEST:
         rec.c[1](None, exc)
     elif rec.kind == K_RESUME:
-        rec.a.discard()
+        rec.a.discard(exc)
+    elif rec.kind == K_CALL:
+        # Lifecycle work (a Join decision, say) still hears that it will never run.
+        try:
+            rec.b(None, exc)
+        except Exception:
+            log.exception("dropping lifecycle record %r", rec.a)
     else:
         runtime.engine.dropped_records += 1
     if rec.reserved:

@@ -108,8 +108,7 @@ def start_move(runtime: Runtime, act: Activation, spot_id: str | None) -> None:
         _finish(runtime, act, JoinResult(wanted, True))
         return
     if target is engine.entry:
-        _move(runtime, act, target)
-        _finish(runtime, act, JoinResult(wanted, True))
+        _finish(runtime, act, JoinResult(wanted, _move(runtime, act, target)))
         return
     ref = ActorRef(act.id, act.generation)
 
@@ -118,8 +117,7 @@ def start_move(runtime: Runtime, act: Activation, spot_id: str | None) -> None:
 
     def decided(value: Any, exc: BaseException | None) -> None:
         approved = exc is None and bool(value)
-        if approved and not target.closed and not act.closed:
-            _move(runtime, act, target)
+        if approved and not act.closed and _move(runtime, act, target):
             _finish(runtime, act, JoinResult(wanted, True))
         else:
             if exc is not None:
@@ -130,17 +128,25 @@ def start_move(runtime: Runtime, act: Activation, spot_id: str | None) -> None:
         _finish(runtime, act, JoinResult(wanted, False, NotFoundError(f"Spot {wanted!r} closed")))
 
 
-def _move(runtime: Runtime, act: Activation, target: Activation) -> None:
+def _move(runtime: Runtime, act: Activation, target: Activation) -> bool:
+    """Make `act` a member of `target`; False if `target` closed or is closing.
+
+    Membership changes under the engine lock, where `close()` checks for members, so a
+    Spot never closes with a member and never gains one while closing.
+    """
     engine = runtime.engine
-    gate = target.box.gate if target.box.gate.spotwide else Gate(runtime.pool)
-    runtime.pool.move(act.box, gate)
     with engine.lock:
+        if target.closed or (target.closing is not None and target is not engine.entry):
+            return False
         old = act.spot
         if old.members is not None:
             old.members.discard(act.id)
         act.spot = target
         if target.members is not None:
             target.members.add(act.id)
+    gate = target.box.gate if target.box.gate.spotwide else Gate(runtime.pool)
+    runtime.pool.move(act.box, gate)
+    return True
 
 
 def _finish(runtime: Runtime, act: Activation, result: JoinResult) -> None:

@@ -135,13 +135,17 @@ class _MessageCall(Call[T]):
                 return failed(ShuttingDownError("the Host is shutting down"))
             return failed(NotFoundError(f"no {self._kind} {self._target!r}"))
         intent = self._intent
-        if intent is not None and (
-            not issubclass(act.type.cls, InstanceSpot)
-            or (intent is not _ANY_INSTANCE and act.type.cls is not intent)
-        ):
-            return failed(
-                TypeMismatchError(f"Spot {self._target!r} is a {act.type.name}, not an instance")
-            )
+        if intent is not None:
+            if not issubclass(act.type.cls, InstanceSpot):
+                wanted = "an instance"
+            elif intent is not _ANY_INSTANCE and act.type.cls is not intent:
+                wanted = f"a {intent.__qualname__}"
+            else:
+                wanted = ""
+            if wanted:
+                return failed(
+                    TypeMismatchError(f"Spot {self._target!r} is a {act.type.name}, not {wanted}")
+                )
         info = act.type.table.find(type(self._payload))
         if info is None:
             return failed(

@@ -120,6 +120,7 @@ class Mailbox:
         "app_reserved",
         "claimed",
         "closed",
+        "closing",
         "debt",
         "gate",
         "life",
@@ -141,6 +142,8 @@ class Mailbox:
         #: A SpotWide member Actor's queue claim held across `yield_()`.
         self.claimed = False
         self.closed = False
+        #: close() was requested: no new application work, no waiter is admitted.
+        self.closing = False
         self.debt = 0
 
     # Everything below runs with `self.gate.lock` held.
@@ -319,6 +322,8 @@ class AppPool:
                 if box.life is not None and len(box.life) >= self.lifecycle_items:
                     return FULL
             else:
+                if box.closing:
+                    return CLOSED
                 if box.app_reserved >= self.lane_items or box.waiters:
                     return FULL
                 box.app_reserved += 1
@@ -339,7 +344,7 @@ class AppPool:
         """
         gate = _lock_box(box)
         try:
-            if box.closed:
+            if box.closed or box.closing:
                 return CLOSED
             if box.app_reserved >= self.lane_items or box.waiters:
                 if self.sealed:
@@ -415,6 +420,14 @@ class AppPool:
         finally:
             gate.lock.release()
 
+    def mark_closing(self, box: Mailbox) -> None:
+        """close() was requested: refuse new application work, admit no more waiters."""
+        gate = _lock_box(box)
+        try:
+            box.closing = True
+        finally:
+            gate.lock.release()
+
     def close_box(self, box: Mailbox) -> list[Record]:
         """Close `box` to new work and take out the records still queued in it."""
         gate = _lock_box(box)
@@ -458,7 +471,7 @@ class AppPool:
         # Caller holds the gate lock.
         waiters = box.waiters
         push = False
-        while waiters and box.app_reserved < self.lane_items:
+        while waiters and box.app_reserved < self.lane_items and not box.closing:
             rec, cell = waiters.popleft()
             box.app_reserved += 1
             rec.reserved = True

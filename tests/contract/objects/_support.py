@@ -1,0 +1,86 @@
+"""Message types and helpers shared by the object-model contract tests.
+
+Concurrency here is ordered by `threading.Event`, `threading.Barrier`, FIFO probes and
+the Host's own timer heap, never by sleeping. `NEGATIVE_WAIT` is the one exception, and
+only for checks that something does *not* happen where its absence cannot be observed
+any other way: a correct runtime passes them regardless of the value.
+"""
+
+import threading
+
+import msgspec
+
+__all__ = [
+    "NEGATIVE_WAIT",
+    "WAIT",
+    "Countdown",
+    "Hit",
+    "Hold",
+    "Marker",
+    "News",
+    "Note",
+    "Park",
+    "Ping",
+    "Probe",
+    "Where",
+]
+
+#: Upper bound for every wait that is expected to succeed.
+WAIT = 5.0
+#: How long a test watches for something that must not happen.
+NEGATIVE_WAIT = 0.2
+
+
+class Ping(msgspec.Struct, frozen=True):
+    n: int = 0
+
+
+class Note(msgspec.Struct, frozen=True):
+    n: int = 0
+
+
+class Hit(msgspec.Struct, frozen=True):
+    """A message whose only effect is to be counted or logged by its target."""
+
+    n: int = 0
+
+
+class Hold(msgspec.Struct, frozen=True):
+    """Asks a handler to block on the test's latch."""
+
+
+class Park(msgspec.Struct, frozen=True):
+    """Asks an `async def` handler to await a held worker (with `yield_()` where eligible)."""
+
+
+class Probe(msgspec.Struct, frozen=True):
+    """A FIFO marker: once its reply arrives, every record queued before it has run."""
+
+
+class Where(msgspec.Struct, frozen=True):
+    """Asks an Actor which Spot it belongs to."""
+
+
+class News(msgspec.Struct, frozen=True):
+    text: str = ""
+
+
+class Marker(msgspec.Struct, frozen=True):
+    """A publish sent after the one under test, to learn that the earlier one is over."""
+
+
+class Countdown:
+    """An Event that is set once `count()` has been called `n` times."""
+
+    def __init__(self, n: int) -> None:
+        self._left = n
+        self._lock = threading.Lock()
+        self.done = threading.Event()
+        if n <= 0:
+            self.done.set()
+
+    def count(self) -> None:
+        with self._lock:
+            self._left -= 1
+            if self._left <= 0:
+                self.done.set()
