@@ -134,13 +134,19 @@ class Frame:
             self.pool.claim(box)
             self.claimed = True
         self.pool.park()
-        self.ctx._act.parked.add(self)
+        act = self.ctx._act
+        if act.parked is None:
+            act.parked = set()  # allocated on first use: idle objects stay small
+        act.parked.add(self)
         completion._add_inline(self._enqueue_resume)
 
     def _unpark(self) -> bool:
         """Leave the parked set; True for the one caller that got it out (then unpark)."""
+        parked = self.ctx._act.parked
         try:
-            self.ctx._act.parked.remove(self)  # atomic: the resume and a close race here
+            if parked is None:
+                return False
+            parked.remove(self)  # atomic: the resume and a close race here
         except KeyError:
             return False
         self.pool.unpark()

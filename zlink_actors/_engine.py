@@ -30,7 +30,6 @@ from ._objects import (
     Actor,
     ActorRef,
     ChannelHandler,
-    InstanceSpot,
     Spot,
     SpotMode,
     SpotRef,
@@ -141,13 +140,13 @@ class Activation:
         #: A Spot's member Actor ids (User Spots only).
         self.members: set[str] | None = None
         #: (channel, topic) pairs from `configure`, live while the Spot is Ready.
-        self.subscriptions: list[tuple[str, str]] = []
+        self.subscriptions: list[tuple[str, str]] | tuple[()] = ()
         #: An Instance Spot runs `on_initialize` at the start of its first record.
         self.init_pending = False
         #: A Join or Leave of this Actor in progress.
         self.joining = False
         #: Handler coroutines parked in `yield_()` (discarded if the object closes).
-        self.parked: set[Frame] = set()
+        self.parked: set[Frame] | None = None
 
     @property
     def resume_box(self) -> Mailbox:
@@ -241,8 +240,6 @@ class Engine:
             spotwide = kind == SPOT and getattr(info.cls, "mode", None) is SpotMode.SPOT_WIDE
             gate = Gate(pool, spotwide=spotwide and info.cls is not _EntrySpot)
         act.box = Mailbox(act, gate)
-        if kind == SPOT and info.cls is not _EntrySpot and not issubclass(info.cls, InstanceSpot):
-            act.members = set()
         return act
 
     def new_spot(self, spot_id: str, info: TypeInfo, instance: Any) -> Activation:
@@ -264,10 +261,6 @@ class Engine:
                 self.runtime.creating.pop(attempt_key, None)
             for key in act.subscriptions:
                 self.subscribers.setdefault(key, set()).add(act.id)
-            if act.kind == ACTOR:
-                members = act.spot.members
-                if members is not None:
-                    members.add(act.id)
 
     def unregister(self, act: Activation) -> None:
         """Remove `act` from every table; it is unreachable from now on."""

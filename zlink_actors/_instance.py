@@ -93,7 +93,7 @@ def activate_instance(
             failure.__cause__ = exc
             return failed(failure)
         act = engine.new_spot(spot_id, type_info, instance)
-        act.subscriptions = config.subscriptions
+        act.subscriptions = config.subscriptions or ()
         act.init_pending = True
         # Hold the new Spot's queue until it is registered: its first record is ours.
         runtime.pool.claim(act.box)

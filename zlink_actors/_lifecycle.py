@@ -86,7 +86,7 @@ def start_attempt(runtime: Runtime, attempt: Attempt, obj_id: str, request: Any)
         if kind == "spot"
         else engine.new_actor(obj_id, info, instance)
     )
-    act.subscriptions = config.subscriptions
+    act.subscriptions = config.subscriptions or ()
     ref = act.ref()
     if not has_hooks(info.cls):
         engine.make_ready(act, attempt.key)
@@ -173,7 +173,7 @@ def remove_activation(runtime: Runtime, act: Activation) -> None:
         pool.fail_waiters(box, closed)
         for rec in records:
             _drop(runtime, box, rec, closed)
-    for frame in list(act.parked):
+    for frame in list(act.parked or ()):
         frame.discard(closed)
     if act.timers is not None:
         act.timers.cancel_all()

@@ -142,7 +142,9 @@ def _move(runtime: Runtime, act: Activation, target: Activation) -> bool:
         if old.members is not None:
             old.members.discard(act.id)
         act.spot = target
-        if target.members is not None:
+        if target is not engine.entry:  # the Entry Spot keeps no member list
+            if target.members is None:
+                target.members = set()  # allocated on first member: idle Spots stay small
             target.members.add(act.id)
     gate = target.box.gate if target.box.gate.spotwide else Gate(runtime.pool)
     runtime.pool.move(act.box, gate)
