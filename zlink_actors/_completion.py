@@ -56,7 +56,27 @@ class _Cell(Generic[T]):
             self._state = _DONE
             listeners = self._listeners
             self._listeners = None
+            woken = None
+            if listeners:
+                # Handles with only blocked waiters fire here, under the same lock;
+                # handles with callbacks fire below (keeping their callbacks' order).
+                rest = []
+                for handle in listeners:
+                    if handle._callbacks is None and not handle._fired:
+                        handle._fired = True
+                        if handle._waiters:
+                            if woken is None:
+                                woken = handle._waiters
+                            else:
+                                woken.extend(handle._waiters)
+                            handle._waiters = None
+                    else:
+                        rest.append(handle)
+                listeners = rest
         # SC §11: confirm, release the lock, then notify.
+        if woken:
+            for waiter in woken:
+                waiter.release()
         if listeners:
             for handle in listeners:
                 handle._fire()

@@ -21,9 +21,6 @@ from ._context import runtime_var
 from ._driver import Frame
 from ._errors import (
     ConfigurationError,
-    InternalFailureError,
-    ProtocolError,
-    ZlinkError,
 )
 from ._handlers import HandlerInfo, HandlerTable
 from ._objects import (
@@ -38,11 +35,10 @@ from ._scheduler import Gate, Mailbox, Record
 from ._turn import K_CALL, K_CALLBACK, K_MESSAGE, K_REQUEST, K_RESUME, K_TICK, TurnContext
 
 if TYPE_CHECKING:
-    from ._operation import ReplyRouteId
     from ._runtime import Runtime
     from ._spot_timers import TimerSet
 
-__all__ = ["Activation", "Engine", "RequestInfo", "TypeInfo"]
+__all__ = ["Activation", "Engine", "TypeInfo"]
 
 log = logging.getLogger("zlink_actors")
 
@@ -63,36 +59,6 @@ class TypeInfo:
         self.table = HandlerTable.build(cls)
 
 
-class RequestInfo:
-    """What a request record carries besides its payload; called with the handler's
-    outcome, it is the record's post-turn work: the reply."""
-
-    __slots__ = ("engine", "reply_type", "route")
-
-    def __init__(self, engine: Engine, route: ReplyRouteId, reply_type: type | None) -> None:
-        self.engine = engine
-        self.route = route
-        self.reply_type = reply_type
-
-    def __call__(self, value: Any, exc: BaseException | None) -> None:
-        pending = self.engine.runtime.pending
-        if exc is None:
-            expected = self.reply_type
-            if expected is None or isinstance(value, expected):
-                pending.finish(self.route, value)
-                return
-            exc = ProtocolError(
-                f"the reply is a {type(value).__name__}, expected {expected.__name__}"
-            )
-        elif not isinstance(exc, ZlinkError):
-            self.engine.handler_failures += 1
-            failure = InternalFailureError(f"the handler raised {type(exc).__name__}: {exc}")
-            failure.__cause__ = exc
-            exc = failure
-        # A late reply (after timeout, cancel or shutdown) finds no entry: dropped.
-        pending.finish(self.route, exc=exc)
-
-
 class Activation:
     """One live Spot, Actor or channel handler."""
 
@@ -109,6 +75,7 @@ class Activation:
         "kind",
         "members",
         "parked",
+        "spare",
         "spot",
         "subscriptions",
         "timers",
@@ -135,6 +102,8 @@ class Activation:
         self.spot: Activation = self
         self.timers: TimerSet | None = None
         self.closed = False
+        #: A pristine (TurnContext, Context) pair left by the last plain turn.
+        self.spare: Any = None
         #: Set once a close was queued; later closes observe the same result.
         self.closing: Any = None
         #: A Spot's member Actor ids (User Spots only).
@@ -293,6 +262,34 @@ class Engine:
         act: Activation = box.owner
         on_done: Callable[[Any, BaseException | None], None]
         args: tuple[Any, ...]
+        if kind <= K_REQUEST and rec.b is None and act.kind != ACTOR and not act.init_pending:
+            # A plain turn: reuse the last turn's context objects if that turn left them
+            # pristine (synchronous, no context variable of its own, no metadata).
+            spare = act.spare
+            if kind == K_MESSAGE:
+                fn, on_done = rec.c.fn, self._message_done
+            else:
+                handler, on_done = rec.c
+                fn = handler.fn
+            if spare is None:
+                ctx = act.ctx_type(self.runtime, act, box, None)
+                context = Context()
+                context.run(runtime_var.set, ctx)
+            else:
+                act.spare = None
+                ctx, context = spare
+            try:
+                result = context.run(fn, act.instance, ctx, rec.a)
+            except BaseException as exc:
+                on_done(None, exc)
+                return False
+            if type(result) is CoroutineType:
+                frame = Frame(result, ctx, context, rec, on_done, self.runtime.pool, act.resume_box)
+                return frame.resume()
+            if len(context) == 1 and context.get(runtime_var) is ctx and ctx._box is box:
+                act.spare = (ctx, context)
+            on_done(result, None)
+            return False
         if kind == K_MESSAGE:
             info: HandlerInfo = rec.c
             ctx = act.ctx_type(self.runtime, act, box, rec.b)

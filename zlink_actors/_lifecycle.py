@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from ._engine import Activation, TypeInfo
     from ._runtime import Runtime
 
-__all__ = ["Attempt", "close_activation", "start_attempt"]
+__all__ = ["Attempt", "close_activation", "drop_record", "start_attempt"]
 
 log = logging.getLogger("zlink_actors")
 
@@ -172,14 +172,15 @@ def remove_activation(runtime: Runtime, act: Activation) -> None:
         records = pool.close_box(box)
         pool.fail_waiters(box, closed)
         for rec in records:
-            _drop(runtime, box, rec, closed)
+            drop_record(runtime, box, rec, closed)
     for frame in list(act.parked or ()):
         frame.discard(closed)
     if act.timers is not None:
         act.timers.cancel_all()
 
 
-def _drop(runtime: Runtime, box: Any, rec: Record, exc: BaseException) -> None:
+def drop_record(runtime: Runtime, box: Any, rec: Record, exc: BaseException) -> None:
+    """End a record that will never run: a request's caller hears `exc`."""
     if rec.kind == K_REQUEST:
         rec.c[1](None, exc)
     elif rec.kind == K_RESUME:

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 from ._call import Call, check_token, failed
 from ._cancellation import CancellationToken
 from ._completion import Completion, _Cell
+from ._context import runtime_var
 from ._driver import YieldAwaitable
-from ._engine import RequestInfo
 from ._errors import (
     CapacityExceededError,
     InvalidOperationError,
@@ -31,10 +31,12 @@ from ._errors import (
 )
 from ._instance import activate_instance
 from ._objects import InstanceSpot
-from ._operation import PendingEntry
+from ._operation import RequestEntry
 from ._scheduler import ADMITTED, CLOSED, SEALED, Record
 from ._state import HostState
 from ._turn import K_MESSAGE, K_REQUEST, current_turn, require_yield_turn
+
+_SERVING = HostState.SERVING
 
 if TYPE_CHECKING:
     from ._engine import Activation
@@ -156,6 +158,18 @@ class _MessageCall(Call[T]):
             )
         return act, info
 
+    def _fast_target(self) -> tuple[Activation, HandlerInfo] | None:
+        """The common case, decided cheaply: a serving Host, an application thread, a live
+        target with a handler. None when any of that fails (the full path decides)."""
+        runtime = self._runtime
+        if runtime.state is not _SERVING or runtime_var.get() is not None:
+            return None
+        act = self._table.get(self._target)
+        if act is None or act.closed:
+            return None
+        info = act.type.table.find(type(self._payload))
+        return None if info is None else (act, info)
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} to {self._kind} {self._target!r}>"
 
@@ -192,6 +206,11 @@ class SendCall(_MessageCall[None]):
         payload type), `UnavailableError` (target closed while waiting),
         `ShuttingDownError`.
         """
+        if cancel is None and not self._used and self._intent is None:
+            found = self._fast_target()
+            if found is not None:
+                self._used = True
+                return self._admit(*found)
         return super().submit(cancel)
 
     def submit_sync(self, cancel: CancellationToken | None = None) -> None:
@@ -224,16 +243,15 @@ class SendCall(_MessageCall[None]):
             if pool.force(box, rec, reserve=True):
                 return Completion(_ADMITTED)
             return failed(NotFoundError(f"{self._kind} {self._target!r} closed"))
-        cell: _Cell[None] = _Cell()
-        status = pool.enqueue_or_wait(box, rec, cell)
-        if status == ADMITTED:
+        waiting = pool.send(box, rec, _Cell)
+        if waiting is None:
             return Completion(_ADMITTED)
-        if status == CLOSED:
+        if waiting == CLOSED:
             return failed(NotFoundError(f"{self._kind} {self._target!r} closed"))
-        if status == SEALED:
+        if waiting == SEALED:
             return failed(ShuttingDownError("the Host is shutting down"))
         # SC §5/§7: a waiting send has no timeout and refuses caller cancellation.
-        return cell.handle(_refuse_cancel)
+        return Completion(waiting, _refuse_cancel)
 
 
 def _refuse_cancel() -> bool:
@@ -272,11 +290,26 @@ class RequestCall(_MessageCall[T], Generic[T]):
         exception), the handler's own `ZlinkError`, `ShuttingDownError`,
         `CancelledError`.
         """
+        if cancel is None and not self._used and self._intent is None:
+            fast = self._fast()
+            if fast is not None:
+                return fast
         return super().submit(cancel)
 
     def submit_sync(self, cancel: CancellationToken | None = None) -> T:
         """Send from an application thread and block for the reply (see `submit()`)."""
+        if cancel is None and not self._used and self._intent is None:
+            fast = self._fast()
+            if fast is not None:
+                return fast.result()
         return super().submit_sync(cancel)
+
+    def _fast(self) -> Completion[T] | None:
+        found = self._fast_target()
+        if found is None:
+            return None
+        self._used = True
+        return self._admit(found[0], found[1], None)
 
     def yield_(self, cancel: CancellationToken | None = None) -> YieldAwaitable[T]:
         """Send the request; `await` the result releases the Spot gate meanwhile.
@@ -340,20 +373,17 @@ class RequestCall(_MessageCall[T], Generic[T]):
     ) -> Completion[T]:
         runtime = self._runtime
         cell: _Cell[T] = _Cell()
-        entry = PendingEntry(cell)
-        route = runtime.pending.register(entry)  # SC §10: registered before submit
-        if runtime.state is not HostState.SERVING:
+        # The pending entry is also the record's post-turn work: the reply.
+        entry = RequestEntry(cell, runtime.engine, self._reply)
+        pending = runtime.pending
+        route = pending.register(entry)  # SC §10: registered before submit
+        if runtime.state is not _SERVING:
             # Shutdown sealed admission after our check and may have swept the table.
-            runtime.pending.finish(route, exc=ShuttingDownError("the Host is shutting down"))
+            pending.finish(route, exc=ShuttingDownError("the Host is shutting down"))
             return Completion(cell)
-        timeout = self._timeout
-        entry.timer = runtime.timers.call_after(
-            runtime.default_request_timeout if timeout is None else timeout, entry.expire
-        )
         if cancel is not None:
             entry.registration = cancel._register_internal(entry.cancel)
-        request = RequestInfo(runtime.engine, route, self._reply)
-        rec = Record(K_REQUEST, self._payload, self._metadata, (info, request))
+        rec = Record(K_REQUEST, self._payload, self._metadata, (info, entry))
         status = runtime.pool.enqueue(act.box, rec)
         if status != ADMITTED:
             exc = (
@@ -361,5 +391,15 @@ class RequestCall(_MessageCall[T], Generic[T]):
                 if status != CLOSED
                 else NotFoundError(f"{self._kind} {self._target!r} closed")
             )
-            runtime.pending.finish(route, exc=exc)
+            pending.finish(route, exc=exc)
+            return Completion(cell)
+        # The deadline is armed right after the record is queued (the pool thread is
+        # waking meanwhile); a reply that already won leaves nothing for it to do.
+        timeout = self._timeout
+        timer = runtime.timers.call_after(
+            runtime.default_request_timeout if timeout is None else timeout, entry.expire
+        )
+        entry.timer = timer
+        if route not in pending:
+            timer.cancel()
         return Completion(cell, entry.cancel)

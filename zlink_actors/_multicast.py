@@ -22,7 +22,7 @@ from ._call import Call, check_token, settled
 from ._cancellation import CancellationToken
 from ._completion import Completion, _Cell
 from ._errors import InvalidOperationError, ShuttingDownError, ZlinkError
-from ._scheduler import FULL, Record
+from ._scheduler import Record
 from ._turn import K_MESSAGE
 
 if TYPE_CHECKING:
@@ -130,10 +130,10 @@ class Publisher:
                     log.debug("publish: %r has no handler for %s", act, type(tx.payload))
                     continue
                 rec = Record(K_MESSAGE, tx.payload, tx.metadata, info)
-                cell: _Cell[None] = _Cell()
-                if pool.enqueue_or_wait(act.box, rec, cell) == FULL:
+                waiting = pool.send(act.box, rec, _Cell)
+                if isinstance(waiting, _Cell):  # no room yet: wait like a one-way send
                     try:
-                        await Completion(cell)
+                        await Completion(waiting)
                     except ZlinkError as exc:
                         log.debug("publish to %r ended: %r", act, exc)
         finally:

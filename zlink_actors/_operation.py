@@ -18,10 +18,23 @@ from typing import Any, Final
 
 from ._cancellation import CancellationRegistration
 from ._completion import _Cell
-from ._errors import CancelledError, DeadlineExceededError
+from ._errors import (
+    CancelledError,
+    DeadlineExceededError,
+    InternalFailureError,
+    ProtocolError,
+    ZlinkError,
+)
 from ._timer import TimerHandle
 
-__all__ = ["OperationId", "PendingEntry", "PendingTable", "ReplyRouteId", "settle"]
+__all__ = [
+    "OperationId",
+    "PendingEntry",
+    "PendingTable",
+    "ReplyRouteId",
+    "RequestEntry",
+    "settle",
+]
 
 _U64: Final = (1 << 64) - 1
 
@@ -137,6 +150,37 @@ class PendingEntry:
         """Cancellation path (caller's token or `Completion.cancel()`); True if it won."""
         table, route = self.table, self.route_id
         return table is not None and route is not None and table.finish(route, exc=CancelledError())
+
+
+class RequestEntry(PendingEntry):
+    """A request's pending entry that is also its record's post-turn work: called with
+    the handler's outcome, it replies (a late reply finds no entry and is dropped)."""
+
+    __slots__ = ("engine", "reply_type")
+
+    def __init__(self, cell: _Cell[Any], engine: Any, reply_type: type | None) -> None:
+        PendingEntry.__init__(self, cell)
+        self.engine = engine
+        self.reply_type = reply_type
+
+    def __call__(self, value: Any, exc: BaseException | None) -> None:
+        table, route = self.table, self.route_id
+        if table is None or route is None:
+            return
+        if exc is None:
+            expected = self.reply_type
+            if expected is None or isinstance(value, expected):
+                table.finish(route, value)
+                return
+            exc = ProtocolError(
+                f"the reply is a {type(value).__name__}, expected {expected.__name__}"
+            )
+        elif not isinstance(exc, ZlinkError):
+            self.engine.handler_failures += 1
+            failure = InternalFailureError(f"the handler raised {type(exc).__name__}: {exc}")
+            failure.__cause__ = exc
+            exc = failure
+        table.finish(route, exc=exc)
 
 
 class PendingTable:

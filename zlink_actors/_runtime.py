@@ -19,8 +19,9 @@ from ._dispatcher import get_dispatcher
 from ._errors import (
     InvalidOperationError,
     ShuttingDownError,
+    UnavailableError,
 )
-from ._lifecycle import close_activation
+from ._lifecycle import close_activation, drop_record
 from ._multicast import Publisher
 from ._objects import CloseReason
 from ._operation import PendingEntry, PendingTable, settle
@@ -70,6 +71,8 @@ class Runtime:
         self.io = IoExecutor(name=f"{name}-io")
         self.engine = Engine(self)
         self.pool = AppPool(app_threads, self.engine.run_record, f"{name}-app", lane_items)
+        # Records a batch took but could not run before their mailbox closed.
+        self.pool.drop_record = self._drop_record  # type: ignore[method-assign]
         self.publisher = Publisher(self, publish_concurrency)
         self.spot_manager = SpotManager(self)
         self.actor_manager = ActorManager(self)
@@ -130,6 +133,14 @@ class Runtime:
                 if timers is None:
                     timers = act.timers = TimerSet(self, act)
         return timers
+
+    def _drop_record(self, box: Any, rec: Any) -> None:
+        exc = (
+            UnavailableError("the object closed before this record ran")
+            if self.state is HostState.SERVING
+            else ShuttingDownError("the Host stopped before this record ran")
+        )
+        drop_record(self, box, rec, exc)
 
     def log_dropped_callback(self, fn: Any) -> None:
         log.warning("done-callback %r dropped: its owner closed before it could run", fn)

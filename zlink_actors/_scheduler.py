@@ -57,6 +57,8 @@ SEALED: Final = 3
 LIFECYCLE_BURST: Final = 8
 #: How long one owner may keep a pool thread, checked between records.
 BATCH_SECONDS: Final = 0.010
+#: Application records of one ready mailbox taken per gate-lock acquisition.
+BATCH_RECORDS: Final = 32
 
 # How a pool thread's batch on one gate ended.
 _HANDED_OFF: Final = 0  # SUSPENDED by an await: the resume will push it again
@@ -260,8 +262,8 @@ class AppPool:
             self._ready.clear()
             idle, self._idle = self._idle, []
             threads = list(self._threads)
-        for wake in idle:
-            wake.release()
+        for slot in idle:
+            slot[0].release()
         end = time.monotonic() + timeout
         for thread in threads:
             if thread is not threading.current_thread():
@@ -285,16 +287,23 @@ class AppPool:
         """A gate became READY: put it at the back of the ready set and wake a thread."""
         with self._mutex:
             self._active += 1
+            if self._idle and not self._ready:
+                # Hand the gate straight to an idle thread (it is busy from now on).
+                slot = self._idle.pop()
+                slot[1] = gate
+                self._busy += 1
+                slot[0].release()
+                return
             self._ready.append(gate)
             if self._idle:
-                self._idle.pop().release()
+                self._idle.pop()[0].release()
 
     def requeue(self, gate: Gate) -> None:
         """A READY gate that was already active goes to the back of the ready set."""
         with self._mutex:
             self._ready.append(gate)
             if self._idle:
-                self._idle.pop().release()
+                self._idle.pop()[0].release()
 
     def _note_quiet(self) -> None:
         # Caller holds the mutex. Only a draining Host waits for quiet.
@@ -335,12 +344,13 @@ class AppPool:
             self.push(gate)
         return ADMITTED
 
-    def enqueue_or_wait(self, box: Mailbox, rec: Record, cell: Any) -> int:
+    def send(self, box: Mailbox, rec: Record, make_cell: Callable[[], Any]) -> Any:
         """Admit a one-way record, or park it FIFO behind the target's other waiters.
 
-        Returns ADMITTED (the caller completes `cell` itself), FULL (parked: `cell` gets
-        `None` once a reservation frees a slot for it), CLOSED, or SEALED (shutdown began:
-        it may not start waiting, since the shutdown sweep of waiters may have passed).
+        Returns None when admitted now; when parked, the caller's new result cell (made by
+        `make_cell` under the gate lock; it gets `None` once a reservation frees a slot);
+        CLOSED; or SEALED (shutdown began: a send may no longer start waiting, since the
+        shutdown sweep of waiters may have passed).
         """
         gate = _lock_box(box)
         try:
@@ -352,8 +362,9 @@ class AppPool:
                 waiters = box.waiters
                 if waiters is None:
                     box.waiters = waiters = deque()
+                cell = make_cell()
                 waiters.append((rec, cell))
-                return FULL
+                return cell
             box.app_reserved += 1
             rec.reserved = True
             push = box._push(rec, False)
@@ -361,7 +372,7 @@ class AppPool:
             gate.lock.release()
         if push:
             self.push(gate)
-        return ADMITTED
+        return None
 
     def force(self, box: Mailbox, rec: Record, *, reserve: bool = False) -> bool:
         """Append already-admitted work (resume, callback, tick, self-send), ignoring the
@@ -486,6 +497,8 @@ class AppPool:
     def _work(self) -> None:
         wake = _thread.allocate_lock()
         wake.acquire()
+        # [wake lock, gate handed over by push()]
+        slot: list[Any] = [wake, None]
         ready = self._ready
         idle = self._idle
         mutex = self._mutex
@@ -507,11 +520,14 @@ class AppPool:
                     gate = ready.popleft()
                     self._busy += 1
                 else:
-                    idle.append(wake)
+                    idle.append(slot)
                     gate = None
             if gate is None:
                 wake.acquire()
-                continue
+                gate, slot[1] = slot[1], None
+                if gate is None:
+                    continue
+                ended = _HANDED_OFF
             try:
                 ended = self._run_gate(gate)
             except BaseException:  # pragma: no cover - the loop must survive anything
@@ -520,64 +536,146 @@ class AppPool:
 
     def _run_gate(self, gate: Gate) -> int:
         run_record = self._run_record
-        deadline = time.monotonic() + BATCH_SECONDS
+        monotonic = time.monotonic
+        deadline = monotonic() + BATCH_SECONDS
         turns = 0
-        with gate.lock:
+        if gate.frame is not None:
+            with gate.lock:
+                gate.state = RUNNING
+                frame, gate.frame = gate.frame, None
+            if frame is not None:
+                turns += 1
+                if frame.resume():
+                    self._turns += turns
+                    return _HANDED_OFF
+        else:
+            # Set under the lock of the first take below.
             gate.state = RUNNING
-            frame, gate.frame = gate.frame, None
-        if frame is not None:
-            turns += 1
-            if frame.resume():
-                self._turns += turns
-                return _HANDED_OFF
         done_box: Mailbox | None = None
-        done_rec: Record | None = None
+        # Records of `done_box` that ended holding a reservation: released together.
+        done = 0
         while True:
             admitted: list[Any] | None = None
             requeue = False
-            box = rec = None
+            box = None
+            batch: list[Record] | None = None
             with gate.lock:
-                # Post-turn work of the previous record before anything else runs.
-                if done_rec is not None and done_rec.reserved:
+                # Post-turn work of the records just run before anything else runs.
+                if done:
                     assert done_box is not None
-                    done_rec.reserved = False
-                    done_box.app_reserved -= 1
+                    done_box.app_reserved -= done
+                    done = 0
                     if done_box.waiters:
                         admitted = []
                         self._admit_waiters(done_box, admitted)
                 boxes = gate.ready_boxes
-                if boxes and turns and time.monotonic() >= deadline:
+                if boxes and turns and monotonic() >= deadline:
                     # 10 ms used: back of the ready set, behind every other owner.
                     gate.state = READY
                     requeue = True
                 else:
                     while boxes:
                         box = boxes.popleft()
-                        rec = None if box.claimed else box._take()
+                        if box.claimed:
+                            rec = None
+                        elif not boxes and not box.life and box.app and len(box.app) > 1:
+                            # The only ready mailbox, application records only: take a
+                            # run of them under this one acquisition (they count as
+                            # running; the rest of the lane stays queued).
+                            app = box.app
+                            batch = [app.popleft() for _ in range(min(len(app), BATCH_RECORDS))]
+                            box.debt = 0
+                            rec = batch[0]
+                        else:
+                            rec = box._take()
                         if rec is not None and box._has_work():
                             boxes.append(box)
                         else:
                             box.listed = False
                             _trim(box)
                         if rec is not None:
+                            if batch is None:
+                                batch = [rec]
                             break
-                    if rec is None:
+                    if batch is None:
                         gate.state = IDLE
                         gate.ready_boxes = None
             if admitted:
                 for cell in admitted:
                     cell.try_set(None, None)
-            if rec is None:
+            if batch is None:
                 self._turns += turns  # statistics only: a lost update is harmless
                 return _REQUEUE if requeue else _WENT_IDLE
             assert box is not None
-            turns += 1
-            done_box, done_rec = box, rec
-            if run_record(box, rec):
-                # Handed off: the gate is SUSPENDED and no longer ours; the record's
-                # reservation went with its coroutine.
-                self._turns += turns
-                return _HANDED_OFF
+            done_box = box
+            handed = False
+            stop = len(batch)
+            for i, rec in enumerate(batch):
+                # Checked between records: 10 ms, other owners or lifecycle work waiting,
+                # or a claim taken by the previous turn end the run early. (Unlocked
+                # reads: at worst one more record runs before the run ends.)
+                others = gate.ready_boxes
+                if i and (
+                    box.life
+                    or box.claimed
+                    or box.closing
+                    or monotonic() >= deadline
+                    or (others is not None and _others_waiting(others, box))
+                ):
+                    stop = i
+                    break
+                turns += 1
+                if run_record(box, rec):
+                    # Handed off: the gate is SUSPENDED and no longer ours; the record's
+                    # reservation went with its coroutine.
+                    handed = True
+                    stop = i + 1
+                    break
+                if rec.reserved:
+                    rec.reserved = False
+                    done += 1
+            if stop < len(batch) or handed:
+                self._put_back(gate, box, batch[stop:], done)
+                done = 0
+                if handed:
+                    self._turns += turns
+                    return _HANDED_OFF
+
+    def _put_back(self, gate: Gate, box: Mailbox, rest: list[Record], done: int) -> None:
+        """End a run early: release the reservations of the records that ran, and return
+        the ones that did not to the front of their lane, in order."""
+        admitted: list[Any] = []
+        dropped: list[Record] = []
+        with gate.lock:
+            box.app_reserved -= done
+            push = False
+            if rest:
+                if box.closed:
+                    dropped = rest
+                else:
+                    app = box.app
+                    if app is None:
+                        box.app = app = deque()
+                    app.extendleft(reversed(rest))
+                    push = gate._list(box)
+            if box.waiters:
+                push = self._admit_waiters(box, admitted) or push
+        if push:
+            self.push(gate)
+        for cell in admitted:
+            cell.try_set(None, None)
+        for rec in dropped:
+            self.drop_record(box, rec)
+
+    def drop_record(self, box: Mailbox, rec: Record) -> None:
+        """A taken record whose mailbox closed before it ran; the runtime replaces this
+        with its drop path (a request's caller hears why)."""
+        log.error("record dropped: its mailbox closed before it ran")
+
+
+def _others_waiting(boxes: deque[Mailbox], box: Mailbox) -> bool:
+    """True if a mailbox other than `box` is listed as ready."""
+    return len(boxes) > 1 or (len(boxes) == 1 and boxes[0] is not box)
 
 
 def _lock_box(box: Mailbox) -> Gate:
