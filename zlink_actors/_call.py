@@ -59,12 +59,13 @@ def failed(exc: BaseException) -> Completion[Any]:
 class Call(Generic[T]):
     """Base of every call builder. Created by the runtime; not constructed by users."""
 
-    __slots__ = ("_runtime", "_timeout", "_used")
+    __slots__ = ("_metadata", "_runtime", "_timeout", "_used")
 
     def __init__(self, runtime: Runtime) -> None:
         self._runtime = runtime
         self._timeout: float | None = None
         self._used = False
+        self._metadata: dict[str, Any] | None = None
 
     def timeout(self, seconds: float) -> Self:
         """Set the end-to-end budget, fixed when the terminator starts.
@@ -77,6 +78,24 @@ class Call(Generic[T]):
         if self._timeout is not None:
             raise InvalidOperationError("timeout() was already set on this call")
         self._timeout = check_seconds("timeout", seconds)
+        return self
+
+    def metadata(self, key: str, value: Any) -> Self:
+        """Attach `key=value` to the call; a handler it reaches sees it in `ctx.metadata`.
+
+        Raises:
+            InvalidOperationError: `key` was already set, or the call was submitted.
+            TypeError: `key` is not a str.
+        """
+        self._check_open("metadata()")
+        if not isinstance(key, str):
+            raise TypeError(f"metadata keys are str, got {type(key).__name__}")
+        meta = self._metadata
+        if meta is None:
+            self._metadata = meta = {}
+        elif key in meta:
+            raise InvalidOperationError(f"metadata {key!r} was already set on this call")
+        meta[key] = value
         return self
 
     # -- terminators -------------------------------------------------------------------

@@ -69,7 +69,7 @@ _ANY_INSTANCE: Any = object()
 
 
 class _MessageCall(Call[T]):
-    __slots__ = ("_intent", "_kind", "_metadata", "_payload", "_table", "_target")
+    __slots__ = ("_intent", "_kind", "_payload", "_table", "_target")
 
     def __init__(self, runtime: Runtime, kind: str, target: str, payload: Any) -> None:
         # Flat on purpose: this runs once per message.
@@ -82,24 +82,6 @@ class _MessageCall(Call[T]):
         self._payload = payload
         self._metadata: dict[str, Any] | None = None
         self._intent: Any = None
-
-    def metadata(self, key: str, value: Any) -> Self:
-        """Attach `key=value` to the message (seen by the handler as `ctx.metadata`).
-
-        Raises:
-            InvalidOperationError: `key` was already set, or the call was submitted.
-            TypeError: `key` is not a str.
-        """
-        self._check_open("metadata()")
-        if not isinstance(key, str):
-            raise TypeError(f"metadata keys are str, got {type(key).__name__}")
-        meta = self._metadata
-        if meta is None:
-            self._metadata = meta = {}
-        elif key in meta:
-            raise InvalidOperationError(f"metadata {key!r} was already set on this call")
-        meta[key] = value
-        return self
 
     def activate(self, spot_type: type | None = None) -> Self:
         """Give the message instance intent: if Spot `spot_id` does not exist, activate an

@@ -144,7 +144,7 @@ class PublishCall(Call[None]):
     """`publish(channel, topic, payload)`. Created by the runtime; not constructed by
     users. Terminators `submit()` and `submit_sync()`; no `yield_()`, no `timeout()`."""
 
-    __slots__ = ("_channel", "_metadata", "_payload", "_topic")
+    __slots__ = ("_channel", "_payload", "_topic")
 
     def __init__(self, runtime: Runtime, channel: str, topic: str, payload: Any) -> None:
         for name, value in (("channel", channel), ("topic", topic)):
@@ -156,24 +156,10 @@ class PublishCall(Call[None]):
         self._channel = channel
         self._topic = topic
         self._payload = payload
-        self._metadata: dict[str, Any] | None = None
 
     def timeout(self, seconds: float) -> Self:
         """Not offered: a publish waits for a slot with no time limit (SC §6)."""
         raise InvalidOperationError("publish has no timeout: it waits untimed for a slot")
-
-    def metadata(self, key: str, value: Any) -> Self:
-        """Attach `key=value`; every receiving handler sees it as `ctx.metadata`."""
-        self._check_open("metadata()")
-        if not isinstance(key, str):
-            raise TypeError(f"metadata keys are str, got {type(key).__name__}")
-        meta = self._metadata
-        if meta is None:
-            self._metadata = meta = {}
-        elif key in meta:
-            raise InvalidOperationError(f"metadata {key!r} was already set on this call")
-        meta[key] = value
-        return self
 
     def submit(self, cancel: CancellationToken | None = None) -> Completion[None]:
         """Publish to every Spot subscribed to (channel, topic) now.
