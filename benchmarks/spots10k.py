@@ -42,6 +42,25 @@ class PeerRoom(pykka.ThreadingActor):  # type: ignore[misc]
         return message.n
 
 
+def _metrics(
+    count: int,
+    created: float,
+    reached: float,
+    closed: float,
+    rss_delta: int,
+    threads: int,
+    threads0: int,
+) -> dict[str, float]:
+    return {
+        "create": created,
+        "reach all": reached,
+        "close": closed,
+        "KiB per object": rss_delta / count,
+        "threads": float(threads),
+        "threads added": float(threads - threads0),
+    }
+
+
 def _zlink(count: int) -> dict[str, float]:
     with z.Host(spots=[Room]) as host:
         host.spots.get_or_create("warm", Room).submit_sync()
@@ -66,14 +85,7 @@ def _zlink(count: int) -> dict[str, float]:
             if close.result() is not True:
                 raise RuntimeError("a Spot did not close")
         closed = time.perf_counter() - start
-    return {
-        "create": created,
-        "reach all": reached,
-        "close": closed,
-        "KiB per object": (rss1 - rss0) / count,
-        "threads": float(threads),
-        "threads added": float(threads - threads0),
-    }
+    return _metrics(count, created, reached, closed, rss1 - rss0, threads, threads0)
 
 
 def _pykka(count: int) -> dict[str, float]:
@@ -95,14 +107,7 @@ def _pykka(count: int) -> dict[str, float]:
     start = time.perf_counter()
     pykka.ActorRegistry.stop_all()
     closed = time.perf_counter() - start
-    return {
-        "create": created,
-        "reach all": reached,
-        "close": closed,
-        "KiB per object": (rss1 - rss0) / count,
-        "threads": float(threads),
-        "threads added": float(threads - threads0),
-    }
+    return _metrics(count, created, reached, closed, rss1 - rss0, threads, threads0)
 
 
 def _in_subprocess(case: str, count: int) -> Metrics:

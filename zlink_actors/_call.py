@@ -12,6 +12,7 @@ builder unused; operational failures complete the returned `Completion` exceptio
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 
 from . import _context
@@ -109,17 +110,9 @@ class Call(Generic[T]):
         Raises: `InvalidOperationError` for a second terminator or a wrong context;
         operational failures complete the `Completion` exceptionally instead.
         """
-        if cancel is not None:
-            check_token(cancel)
-        if self._used:
-            raise InvalidOperationError("this call was already submitted; builders are single-use")
-        self._used = True
-        try:
-            return self._start(cancel)
-        except BaseException:
-            # A usage error raised before anything was submitted: the call stays unused.
-            self._used = False
-            raise
+        token = check_token(cancel)
+        self._claim()
+        return self._start_claimed(token)
 
     def submit_sync(self, cancel: CancellationToken | None = None) -> T:
         """Start the call and block the calling application thread for its result.
@@ -130,28 +123,26 @@ class Call(Generic[T]):
         Raises: the operation's error (`DeadlineExceededError`, `ShuttingDownError`,
         `CancelledError`, ...), or `InvalidOperationError` for misuse.
         """
-        if cancel is not None:
-            check_token(cancel)
-        if _context.runtime_var.get() is not None:
-            _context.forbid_blocking("submit_sync()")
-        if self._used:
-            raise InvalidOperationError("this call was already submitted; builders are single-use")
-        self._used = True
-        try:
-            completion = self._start(cancel)
-        except BaseException:
-            self._used = False
-            raise
-        return completion.result()
+        token = check_token(cancel)
+        _context.forbid_blocking("submit_sync()")
+        self._claim()
+        return self._start_claimed(token).result()
 
     # -- for subclasses ----------------------------------------------------------------
 
     def _start(self, cancel: CancellationToken | None) -> Completion[T]:
         raise NotImplementedError
 
-    def _start_claimed(self, cancel: CancellationToken | None) -> Completion[T]:
+    def _start_claimed(
+        self,
+        cancel: CancellationToken | None,
+        start: Callable[[CancellationToken | None], Completion[T]] | None = None,
+    ) -> Completion[T]:
+        """Run `start` (default `_start`) for a claimed call; a usage error it raises
+        before anything was submitted leaves the call unused, so it can be fixed and
+        submitted again."""
         try:
-            return self._start(cancel)
+            return (start or self._start)(cancel)
         except BaseException:
             # A usage error raised before anything was submitted: the call stays unused.
             self._used = False

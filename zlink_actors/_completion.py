@@ -313,11 +313,6 @@ class Completion(Generic[T]):
         self._add_inline(wake)
         return future
 
-    def _add_internal_callback(self, fn: Callable[[Completion[T]], object]) -> None:
-        """Framework-internal: run `fn(self)` on the dispatcher, ignoring turn binding."""
-        if self._add_listener(fn, None):
-            get_dispatcher().post(fn, self, None)
-
     def _add_inline(self, fn: Callable[[Completion[T]], object]) -> None:
         """Framework-internal: run `fn(self)` on the completing thread, after the cell lock
         is released (now, if already done). Only for runtime work that runs no user code

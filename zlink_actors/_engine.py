@@ -71,7 +71,6 @@ class Activation:
         "id",
         "init_pending",
         "instance",
-        "joining",
         "kind",
         "members",
         "parked",
@@ -112,8 +111,6 @@ class Activation:
         self.subscriptions: list[tuple[str, str]] | tuple[()] = ()
         #: An Instance Spot runs `on_initialize` at the start of its first record.
         self.init_pending = False
-        #: A Join or Leave of this Actor in progress.
-        self.joining = False
         #: Handler coroutines parked in `yield_()` (discarded if the object closes).
         self.parked: set[Frame] | None = None
 

@@ -92,7 +92,6 @@ def start_move(runtime: Runtime, act: Activation, spot_id: str | None) -> None:
     pool = runtime.pool
     engine = runtime.engine
     pool.claim(act.box)  # its next records wait, in order, until the move is decided
-    act.joining = True
     target = engine.entry if spot_id is None else engine.spots.get(spot_id)
     wanted = engine.entry.id if spot_id is None else spot_id
     if target is None or target.closed:
@@ -161,5 +160,4 @@ def _finish(runtime: Runtime, act: Activation, result: JoinResult) -> None:
 
     # Lifecycle first: the outcome runs before the messages that waited for the move.
     runtime.pool.enqueue(act.box, Record(K_CALL, tell, told), lifecycle=True)
-    act.joining = False
     runtime.pool.release_claim(act.box)

@@ -312,14 +312,10 @@ class RequestCall(_MessageCall[T], Generic[T]):
                 "by this handler"
             )
         self._claim()
-        return YieldAwaitable(self._start_claimed_yield(token))
+        return YieldAwaitable(self._start_claimed(token, self._begin_yielding))
 
-    def _start_claimed_yield(self, cancel: CancellationToken | None) -> Completion[T]:
-        try:
-            return self._begin(cancel, yielding=True)
-        except BaseException:
-            self._used = False
-            raise
+    def _begin_yielding(self, cancel: CancellationToken | None) -> Completion[T]:
+        return self._begin(cancel, yielding=True)
 
     def _start(self, cancel: CancellationToken | None) -> Completion[T]:
         return self._begin(cancel, yielding=False)
@@ -357,14 +353,8 @@ class RequestCall(_MessageCall[T], Generic[T]):
         cell: _Cell[T] = _Cell()
         # The pending entry is also the record's post-turn work: the reply.
         entry = RequestEntry(cell, runtime.engine, self._reply)
-        pending = runtime.pending
-        route = pending.register(entry)  # SC §10: registered before submit
-        if runtime.state is not _SERVING:
-            # Shutdown sealed admission after our check and may have swept the table.
-            pending.finish(route, exc=ShuttingDownError("the Host is shutting down"))
+        if not runtime.register(entry, cancel):  # SC §10: registered before submit
             return Completion(cell)
-        if cancel is not None:
-            entry.registration = cancel._register_internal(entry.cancel)
         rec = Record(K_REQUEST, self._payload, self._metadata, (info, entry))
         status = runtime.pool.enqueue(act.box, rec)
         if status != ADMITTED:
@@ -373,15 +363,10 @@ class RequestCall(_MessageCall[T], Generic[T]):
                 if status != CLOSED
                 else NotFoundError(f"{self._kind} {self._target!r} closed")
             )
-            pending.finish(route, exc=exc)
+            runtime.pending.finish(entry.route_id, exc=exc)  # type: ignore[arg-type]
             return Completion(cell)
         # The deadline is armed right after the record is queued (the pool thread is
         # waking meanwhile); a reply that already won leaves nothing for it to do.
         timeout = self._timeout
-        timer = runtime.timers.call_after(
-            runtime.default_request_timeout if timeout is None else timeout, entry.expire
-        )
-        entry.timer = timer
-        if route not in pending:
-            timer.cancel()
+        runtime.arm_deadline(entry, runtime.default_request_timeout if timeout is None else timeout)
         return Completion(cell, entry.cancel)

@@ -96,10 +96,6 @@ class Publisher:
         with self._idle:
             return self._idle.wait_for(lambda: self._running == 0, timeout)
 
-    @property
-    def running(self) -> int:
-        return self._running
-
     def _commit(self, tx: _Transaction) -> None:
         # Committed: the slot is ours and delivery is being scheduled.
         if tx.registration is not None:

@@ -102,23 +102,33 @@ class Runtime:
     def begin(
         self, cell: _Cell[Any], timeout: float | None, cancel: CancellationToken | None
     ) -> PendingEntry:
-        """Register a pending entry for `cell` before anything is submitted (SC §10).
-
-        Arms its deadline on the timer heap and its caller's cancellation; both race the
-        result for the entry.
-        """
+        """Register a pending entry for `cell` before anything is submitted (SC §10),
+        with its caller's cancellation and its deadline; all race for the entry."""
         entry = PendingEntry(cell)
+        if self.register(entry, cancel) and timeout is not None:
+            self.arm_deadline(entry, timeout)
+        return entry
+
+    def register(self, entry: PendingEntry, cancel: CancellationToken | None) -> bool:
+        """Put `entry` in the pending table and hook its caller's cancellation.
+
+        False if shutdown sealed admission meanwhile: the entry is then already completed
+        with `ShuttingDownError` (if the shutdown sweep got it first, that finds nothing).
+        """
         route = self.pending.register(entry)
         if self.state is not HostState.SERVING:
-            # Shutdown sealed admission after our check and may already have swept the
-            # table: complete the call here (if the sweep got it, this finds nothing).
             self.pending.finish(route, exc=ShuttingDownError("the Host is shutting down"))
-            return entry
-        if timeout is not None:
-            entry.timer = self.timers.call_after(timeout, entry.expire)
+            return False
         if cancel is not None:
             entry.registration = cancel._register_internal(entry.cancel)
-        return entry
+        return True
+
+    def arm_deadline(self, entry: PendingEntry, timeout: float) -> None:
+        """Arm `entry`'s deadline; dropped at once if another path already won."""
+        timer = self.timers.call_after(timeout, entry.expire)
+        entry.timer = timer
+        if entry.route_id not in self.pending:
+            timer.cancel()
 
     def handle(self, entry: PendingEntry) -> Completion[Any]:
         """The caller's handle: cancelling it races the entry's other terminal paths."""

@@ -7,13 +7,21 @@ any other way: a correct runtime passes them regardless of the value.
 """
 
 import threading
+from typing import Any
 
 import msgspec
 
+from zlink_actors import Actor, ActorManager, Host, RequestCall, Spot, SpotManager
+
 __all__ = [
+    "KINDS",
     "NEGATIVE_WAIT",
     "WAIT",
     "Countdown",
+    "base_class",
+    "host_with",
+    "manager_of",
+    "request_to",
     "Hit",
     "Hold",
     "Marker",
@@ -84,3 +92,26 @@ class Countdown:
             self._left -= 1
             if self._left <= 0:
                 self.done.set()
+
+
+# -- helpers for tests parametrised over KINDS ("spot" / "actor") ----------------------
+
+KINDS = ["spot", "actor"]
+
+
+def base_class(kind: str) -> type:
+    return Spot if kind == "spot" else Actor
+
+
+def host_with(harness: Any, kind: str, *types: type, **options: object) -> Host:
+    return harness.host(**{f"{kind}s": list(types)}, **options)
+
+
+def manager_of(host: Host, kind: str) -> SpotManager | ActorManager:
+    return host.spots if kind == "spot" else host.actors
+
+
+def request_to(host: Host, kind: str, obj_id: str, payload: object) -> RequestCall[Any]:
+    if kind == "spot":
+        return host.request_to_spot(obj_id, payload)
+    return host.request_to_actor(obj_id, payload)

@@ -18,50 +18,26 @@ import pytest
 from zlink_actors import (
     Actor,
     ActorContext,
-    ActorManager,
     ActorRef,
     AlreadyExistsError,
     Created,
     DeadlineExceededError,
     Existing,
-    Host,
     InternalFailureError,
     InvalidOperationError,
     ManualClock,
     NotConfiguredError,
     NotFoundError,
     Rejected,
-    RequestCall,
     Spot,
     SpotContext,
-    SpotManager,
     SpotRef,
     TypeMismatchError,
     handler,
 )
 
-from ._support import WAIT, Hit, Ping, Probe
+from ._support import KINDS, WAIT, Hit, Ping, Probe, base_class, host_with, manager_of, request_to
 from .conftest import Harness
-
-KINDS = ["spot", "actor"]
-
-
-def _base(kind: str) -> type:
-    return Spot if kind == "spot" else Actor
-
-
-def _host(harness: Harness, kind: str, *types: type, **options: object) -> Host:
-    return harness.host(**{f"{kind}s": list(types)}, **options)
-
-
-def _manager(host: Host, kind: str) -> SpotManager | ActorManager:
-    return host.spots if kind == "spot" else host.actors
-
-
-def _request(host: Host, kind: str, obj_id: str, payload: object) -> RequestCall[Any]:
-    if kind == "spot":
-        return host.request_to_spot(obj_id, payload)
-    return host.request_to_actor(obj_id, payload)
 
 
 def _ref_id(ref: SpotRef | ActorRef) -> str:
@@ -89,7 +65,7 @@ def test_on_create_runs_once_before_ready_and_its_return_value_is_the_created_re
     entered = threading.Event()
     latch = harness.latch()
 
-    class Plain(_base(kind)):  # type: ignore[misc]
+    class Plain(base_class(kind)):  # type: ignore[misc]
         def on_create(self, ctx: Any, request: object) -> str:
             requests.append(request)
             entered.set()
@@ -100,7 +76,7 @@ def test_on_create_runs_once_before_ready_and_its_return_value_is_the_created_re
         def probe(self, ctx: Any, msg: Probe) -> int:
             return len(requests)
 
-    class Async(_base(kind)):  # type: ignore[misc]
+    class Async(base_class(kind)):  # type: ignore[misc]
         async def on_create(self, ctx: Any, request: object) -> str:
             requests.append(request)
             entered.set()
@@ -113,13 +89,13 @@ def test_on_create_runs_once_before_ready_and_its_return_value_is_the_created_re
             return len(requests)
 
     cls = Plain if style == "plain" else Async
-    host = _host(harness, kind, cls)
+    host = host_with(harness, kind, cls)
 
-    call = _manager(host, kind).get_or_create("x", cls).request(21).submit()
+    call = manager_of(host, kind).get_or_create("x", cls).request(21).submit()
     assert entered.wait(WAIT)
     # Not Ready while on_create runs: the id is not reachable yet.
     with pytest.raises(NotFoundError):
-        _request(host, kind, "x", Probe()).submit_sync()
+        request_to(host, kind, "x", Probe()).submit_sync()
     assert not call.done()
     latch.set()
 
@@ -127,8 +103,8 @@ def test_on_create_runs_once_before_ready_and_its_return_value_is_the_created_re
     assert type(created) is Created
     assert created.reply == "hello 21"
     assert _ref_id(created.ref) == "x"
-    assert _request(host, kind, "x", Probe()).submit_sync() == 1
-    assert _manager(host, kind).get_or_create("x", cls).submit_sync() == Existing(created.ref)
+    assert request_to(host, kind, "x", Probe()).submit_sync() == 1
+    assert manager_of(host, kind).get_or_create("x", cls).submit_sync() == Existing(created.ref)
     assert requests == [21]
 
 
@@ -138,7 +114,7 @@ def test_on_create_returning_rejected_completes_with_rejected_and_leaves_the_id_
 ) -> None:
     constructed: list[object] = []
 
-    class Picky(_base(kind)):  # type: ignore[misc]
+    class Picky(base_class(kind)):  # type: ignore[misc]
         def __init__(self) -> None:
             super().__init__()
             constructed.append(self)
@@ -152,20 +128,20 @@ def test_on_create_returning_rejected_completes_with_rejected_and_leaves_the_id_
         def probe(self, ctx: Any, msg: Probe) -> str:
             return "ready"
 
-    host = _host(harness, kind, Picky)
-    manager = _manager(host, kind)
+    host = host_with(harness, kind, Picky)
+    manager = manager_of(host, kind)
 
     # A typed result, not an error.
     refused = manager.get_or_create("x", Picky).request("no").submit_sync()
     assert type(refused) is Rejected
     assert refused.reply == "refused no"
     with pytest.raises(NotFoundError):
-        _request(host, kind, "x", Probe()).submit_sync()
+        request_to(host, kind, "x", Probe()).submit_sync()
 
     again = manager.get_or_create("x", Picky).request("yes").submit_sync()
     assert type(again) is Created
     assert again.reply == "welcome"
-    assert _request(host, kind, "x", Probe()).submit_sync() == "ready"
+    assert request_to(host, kind, "x", Probe()).submit_sync() == "ready"
     assert len(constructed) == 2
 
 
@@ -177,7 +153,7 @@ def test_concurrent_get_or_create_of_one_id_runs_the_constructor_and_on_create_o
     constructed: list[str] = []
     hooked: list[object] = []
 
-    class Once(_base(kind)):  # type: ignore[misc]
+    class Once(base_class(kind)):  # type: ignore[misc]
         def __init__(self) -> None:
             super().__init__()
             constructed.append("constructor")
@@ -186,8 +162,8 @@ def test_concurrent_get_or_create_of_one_id_runs_the_constructor_and_on_create_o
             hooked.append(request)
             return f"made for racer {request}"
 
-    host = _host(harness, kind, Once)
-    manager = _manager(host, kind)
+    host = host_with(harness, kind, Once)
+    manager = manager_of(host, kind)
 
     for round_ in range(5):
         obj_id = f"x{round_}"
@@ -230,15 +206,15 @@ def test_callers_joining_a_held_creation_observe_its_one_created_and_later_ones_
     entered = threading.Event()
     latch = harness.latch()
 
-    class Slow(_base(kind)):  # type: ignore[misc]
+    class Slow(base_class(kind)):  # type: ignore[misc]
         def on_create(self, ctx: Any, request: object) -> str:
             hooked.append(request)
             entered.set()
             assert latch.wait(WAIT)
             return f"made by {request}"
 
-    host = _host(harness, kind, Slow)
-    manager = _manager(host, kind)
+    host = host_with(harness, kind, Slow)
+    manager = manager_of(host, kind)
 
     first = manager.get_or_create("x", Slow).request("first").submit()
     assert entered.wait(WAIT)
@@ -350,7 +326,7 @@ def test_get_or_create_of_an_id_held_by_another_type_raises_type_mismatch(
     entered = threading.Event()
     latch = harness.latch()
 
-    class First(_base(kind)):  # type: ignore[misc]
+    class First(base_class(kind)):  # type: ignore[misc]
         def on_create(self, ctx: Any, request: object) -> str:
             if stage == "creating":
                 entered.set()
@@ -361,12 +337,12 @@ def test_get_or_create_of_an_id_held_by_another_type_raises_type_mismatch(
         def probe(self, ctx: Any, msg: Probe) -> str:
             return "first"
 
-    class Second(_base(kind)):  # type: ignore[misc]
+    class Second(base_class(kind)):  # type: ignore[misc]
         def on_create(self, ctx: Any, request: object) -> str:
             return "second"
 
-    host = _host(harness, kind, First, Second)
-    manager = _manager(host, kind)
+    host = host_with(harness, kind, First, Second)
+    manager = manager_of(host, kind)
     pending = manager.get_or_create("x", First).submit()
     if stage == "creating":
         assert entered.wait(WAIT)
@@ -378,7 +354,7 @@ def test_get_or_create_of_an_id_held_by_another_type_raises_type_mismatch(
 
     latch.set()
     assert pending.result(WAIT).reply == "first"
-    assert _request(host, kind, "x", Probe()).submit_sync() == "first"
+    assert request_to(host, kind, "x", Probe()).submit_sync() == "first"
 
 
 @pytest.mark.parametrize("stage", ["ready", "creating"])
@@ -473,7 +449,7 @@ def test_a_failing_constructor_or_creation_hook_raises_internal_failure_and_free
 ) -> None:
     failing = [True]
 
-    class Fragile(_base(kind)):  # type: ignore[misc]
+    class Fragile(base_class(kind)):  # type: ignore[misc]
         def __init__(self) -> None:
             super().__init__()
             if where == "constructor" and failing[0]:
@@ -492,17 +468,17 @@ def test_a_failing_constructor_or_creation_hook_raises_internal_failure_and_free
         def probe(self, ctx: Any, msg: Probe) -> str:
             return "ready"
 
-    host = _host(harness, kind, Fragile)
-    manager = _manager(host, kind)
+    host = host_with(harness, kind, Fragile)
+    manager = manager_of(host, kind)
 
     with pytest.raises(InternalFailureError):
         manager.get_or_create("x", Fragile).submit_sync()
     with pytest.raises(NotFoundError):
-        _request(host, kind, "x", Probe()).submit_sync()
+        request_to(host, kind, "x", Probe()).submit_sync()
 
     failing[0] = False
     assert manager.get_or_create("x", Fragile).submit_sync().reply == "made"
-    assert _request(host, kind, "x", Probe()).submit_sync() == "ready"
+    assert request_to(host, kind, "x", Probe()).submit_sync() == "ready"
 
 
 def test_an_unregistered_type_raises_not_configured_when_the_builder_is_made(
@@ -602,16 +578,16 @@ def test_an_id_of_exactly_255_utf8_bytes_is_accepted(
 ) -> None:
     assert len(obj_id.encode("utf-8")) == 255
     cls = Room if kind == "spot" else Player
-    host = _host(harness, kind, cls)
+    host = host_with(harness, kind, cls)
 
-    created = _manager(host, kind).get_or_create(obj_id, cls).submit_sync()
+    created = manager_of(host, kind).get_or_create(obj_id, cls).submit_sync()
 
     assert type(created) is Created
     assert _ref_id(created.ref) == obj_id
-    assert _request(host, kind, obj_id, Probe()).submit_sync() == (
+    assert request_to(host, kind, obj_id, Probe()).submit_sync() == (
         "room" if kind == "spot" else "player"
     )
-    assert _manager(host, kind).get_or_create(obj_id, cls).submit_sync() == Existing(created.ref)
+    assert manager_of(host, kind).get_or_create(obj_id, cls).submit_sync() == Existing(created.ref)
 
 
 def test_a_creation_deadline_fails_only_the_caller_that_set_it(harness: Harness) -> None:

@@ -16,44 +16,34 @@ import pytest
 from zlink_actors import (
     Actor,
     ActorContext,
-    ActorManager,
     CloseReason,
     Created,
     Host,
     JoinResult,
     NotFoundError,
-    RequestCall,
     SendCall,
     ShutdownOutcome,
     Spot,
     SpotContext,
-    SpotManager,
     UnavailableError,
     handler,
 )
 
-from ._support import NEGATIVE_WAIT, WAIT, Hit, Hold, Park, Ping, Probe
+from ._support import (
+    KINDS,
+    NEGATIVE_WAIT,
+    WAIT,
+    Hit,
+    Hold,
+    Park,
+    Ping,
+    Probe,
+    base_class,
+    host_with,
+    manager_of,
+    request_to,
+)
 from .conftest import Harness
-
-KINDS = ["spot", "actor"]
-
-
-def _base(kind: str) -> type:
-    return Spot if kind == "spot" else Actor
-
-
-def _host(harness: Harness, kind: str, *types: type, **options: object) -> Host:
-    return harness.host(**{f"{kind}s": list(types)}, **options)
-
-
-def _manager(host: Host, kind: str) -> SpotManager | ActorManager:
-    return host.spots if kind == "spot" else host.actors
-
-
-def _request(host: Host, kind: str, obj_id: str, payload: object) -> RequestCall[Any]:
-    if kind == "spot":
-        return host.request_to_spot(obj_id, payload)
-    return host.request_to_actor(obj_id, payload)
 
 
 def _send(host: Host, kind: str, obj_id: str, payload: object) -> SendCall:
@@ -74,7 +64,7 @@ def test_on_initialize_runs_after_on_create_and_before_the_object_is_ready(
     entered = threading.Event()
     latch = harness.latch()
 
-    class Life(_base(kind)):  # type: ignore[misc]
+    class Life(base_class(kind)):  # type: ignore[misc]
         def __init__(self) -> None:
             super().__init__()
             log.append("constructor")
@@ -92,19 +82,19 @@ def test_on_initialize_runs_after_on_create_and_before_the_object_is_ready(
         def probe(self, ctx: Any, msg: Probe) -> list[str]:
             return list(log)
 
-    host = _host(harness, kind, Life)
+    host = host_with(harness, kind, Life)
 
-    call = _manager(host, kind).get_or_create("x", Life).submit()
+    call = manager_of(host, kind).get_or_create("x", Life).submit()
     assert entered.wait(WAIT)
     with pytest.raises(NotFoundError):
-        _request(host, kind, "x", Probe()).submit_sync()
+        request_to(host, kind, "x", Probe()).submit_sync()
     assert not call.done()
     latch.set()
 
     created = call.result(WAIT)
     assert type(created) is Created
     assert created.reply == "made"
-    assert _request(host, kind, "x", Probe()).submit_sync() == [
+    assert request_to(host, kind, "x", Probe()).submit_sync() == [
         "constructor",
         "on_create",
         "on_initialize x",
@@ -121,7 +111,7 @@ def test_close_returns_true_and_runs_on_closing_with_explicit_close_under_the_ga
     closing_started = threading.Event()
     latch = harness.latch()
 
-    class Closable(_base(kind)):  # type: ignore[misc]
+    class Closable(base_class(kind)):  # type: ignore[misc]
         @handler
         def hold(self, ctx: Any, msg: Hold) -> None:
             inside.set()
@@ -134,12 +124,12 @@ def test_close_returns_true_and_runs_on_closing_with_explicit_close_under_the_ga
             closing_started.set()
             log.append(("on_closing", _own_id(ctx), reason, inside.is_set()))
 
-    host = _host(harness, kind, Closable)
-    _manager(host, kind).get_or_create("x", Closable).submit_sync()
-    held = _request(host, kind, "x", Hold()).submit()
+    host = host_with(harness, kind, Closable)
+    manager_of(host, kind).get_or_create("x", Closable).submit_sync()
+    held = request_to(host, kind, "x", Hold()).submit()
     assert entered.wait(WAIT)
 
-    closing = _manager(host, kind).close("x").submit()
+    closing = manager_of(host, kind).close("x").submit()
     # on_closing needs the gate the running handler holds; that it is *not* running yet
     # can only be seen by watching for a short while.
     assert not closing_started.wait(NEGATIVE_WAIT)
@@ -153,7 +143,7 @@ def test_close_returns_true_and_runs_on_closing_with_explicit_close_under_the_ga
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_sends_and_requests_to_a_closed_object_raise_not_found(harness: Harness, kind: str) -> None:
-    class Plain(_base(kind)):  # type: ignore[misc]
+    class Plain(base_class(kind)):  # type: ignore[misc]
         @handler
         def ping(self, ctx: Any, msg: Ping) -> int:
             return msg.n
@@ -162,16 +152,16 @@ def test_sends_and_requests_to_a_closed_object_raise_not_found(harness: Harness,
         def hit(self, ctx: Any, msg: Hit) -> None:
             pass
 
-    host = _host(harness, kind, Plain)
-    _manager(host, kind).get_or_create("x", Plain).submit_sync()
-    assert _request(host, kind, "x", Ping(3)).submit_sync() == 3
+    host = host_with(harness, kind, Plain)
+    manager_of(host, kind).get_or_create("x", Plain).submit_sync()
+    assert request_to(host, kind, "x", Ping(3)).submit_sync() == 3
 
-    assert _manager(host, kind).close("x").submit_sync() is True
+    assert manager_of(host, kind).close("x").submit_sync() is True
 
     with pytest.raises(NotFoundError):
         _send(host, kind, "x", Hit()).submit_sync()
     with pytest.raises(NotFoundError):
-        _request(host, kind, "x", Ping()).submit_sync()
+        request_to(host, kind, "x", Ping()).submit_sync()
 
 
 @pytest.mark.parametrize("holder", ["parked_handler", "running_handler"])
@@ -227,7 +217,7 @@ def test_a_request_queued_but_not_yet_run_when_its_target_closes_ends_with_unava
     entered = threading.Event()
     latch = harness.latch()
 
-    class Busy(_base(kind)):  # type: ignore[misc]
+    class Busy(base_class(kind)):  # type: ignore[misc]
         @handler
         def hold(self, ctx: Any, msg: Hold) -> None:
             entered.set()
@@ -238,12 +228,12 @@ def test_a_request_queued_but_not_yet_run_when_its_target_closes_ends_with_unava
             pings.append(msg.n)
             return msg.n
 
-    host = _host(harness, kind, Busy)
-    _manager(host, kind).get_or_create("x", Busy).submit_sync()
-    held = _request(host, kind, "x", Hold()).submit()
+    host = host_with(harness, kind, Busy)
+    manager_of(host, kind).get_or_create("x", Busy).submit_sync()
+    held = request_to(host, kind, "x", Hold()).submit()
     assert entered.wait(WAIT)
-    queued = _request(host, kind, "x", Ping(1)).submit()
-    closing = _manager(host, kind).close("x").submit()
+    queued = request_to(host, kind, "x", Ping(1)).submit()
+    closing = manager_of(host, kind).close("x").submit()
     assert not queued.done()
     latch.set()
 
@@ -374,12 +364,12 @@ def test_recreating_a_closed_id_is_a_new_generation_that_never_gets_the_old_cont
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_recreating_a_closed_id_gives_a_larger_generation(harness: Harness, kind: str) -> None:
-    class Plain(_base(kind)):  # type: ignore[misc]
+    class Plain(base_class(kind)):  # type: ignore[misc]
         def on_create(self, ctx: Any, request: object) -> object:
             return request
 
-    host = _host(harness, kind, Plain)
-    manager = _manager(host, kind)
+    host = host_with(harness, kind, Plain)
+    manager = manager_of(host, kind)
     old = manager.get_or_create("x", Plain).request("old").submit_sync()
     assert manager.close("x").submit_sync() is True
 
