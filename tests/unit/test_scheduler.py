@@ -1,0 +1,135 @@
+"""Lane and turn rules of the scheduler (digest §4 "Lanes"; issue 3 §1), on an `AppPool`
+driven directly: records are queued before the pool's single thread starts, so the order
+in which they run is fixed."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from zlink_actors._scheduler import ADMITTED, FULL, AppPool, Gate, Mailbox, Record
+
+WAIT = 5.0
+LIFE, APP = 1, 2
+
+
+class Log:
+    """Runs records by appending their label; sets `done` after `expected` records."""
+
+    def __init__(self, expected: int, on_run: Callable[[Record], None] | None = None) -> None:
+        self.order: list[str] = []
+        self.expected = expected
+        self.done = threading.Event()
+        self.on_run = on_run
+
+    def __call__(self, box: Mailbox, rec: Record) -> bool:
+        self.order.append(rec.a)
+        if self.on_run is not None:
+            self.on_run(rec)
+        if len(self.order) == self.expected:
+            self.done.set()
+        return False
+
+
+@pytest.fixture
+def pools() -> Iterator[list[AppPool]]:
+    made: list[AppPool] = []
+    yield made
+    for pool in made:
+        assert pool.stop(WAIT) == 0
+
+
+def make_pool(pools: list[AppPool], log: Log, lane_items: int = 1024) -> AppPool:
+    pool = AppPool(1, log, "test-pool", lane_items)
+    pools.append(pool)
+    return pool
+
+
+def test_lifecycle_runs_first_but_application_turns_still_run_during_a_lifecycle_flood(
+    pools: list[AppPool],
+) -> None:
+    log = Log(25)
+    pool = make_pool(pools, log)
+    box = Mailbox(None, Gate(pool))
+    for i in range(5):
+        assert pool.enqueue(box, Record(APP, f"a{i}")) == ADMITTED
+    for i in range(20):
+        assert pool.enqueue(box, Record(LIFE, f"l{i}"), lifecycle=True) == ADMITTED
+    pool.start()
+    assert log.done.wait(WAIT)
+    # Yield debt: after 8 consecutive lifecycle turns, one application turn is forced.
+    lifecycle = [f"l{i}" for i in range(20)]
+    assert log.order == [
+        *lifecycle[:8],
+        "a0",
+        *lifecycle[8:16],
+        "a1",
+        *lifecycle[16:],
+        "a2",
+        "a3",
+        "a4",
+    ]
+
+
+def test_lifecycle_work_is_admitted_when_the_application_lane_is_full(
+    pools: list[AppPool],
+) -> None:
+    log = Log(3)
+    pool = make_pool(pools, log, lane_items=2)
+    box = Mailbox(None, Gate(pool))
+    assert pool.enqueue(box, Record(APP, "a0")) == ADMITTED
+    assert pool.enqueue(box, Record(APP, "a1")) == ADMITTED
+    assert pool.enqueue(box, Record(APP, "a2")) == FULL
+    assert pool.enqueue(box, Record(LIFE, "l0"), lifecycle=True) == ADMITTED
+    pool.start()
+    assert log.done.wait(WAIT)
+    assert log.order == ["l0", "a0", "a1"]
+
+
+def test_lifecycle_work_arriving_during_a_batch_runs_before_the_rest_of_it(
+    pools: list[AppPool],
+) -> None:
+    box_holder: list[Mailbox] = []
+
+    def on_run(rec: Record) -> None:
+        if rec.a == "a1":
+            assert pool.enqueue(box_holder[0], Record(LIFE, "l"), lifecycle=True) == ADMITTED
+
+    log = Log(11, on_run)
+    pool = make_pool(pools, log)
+    box = Mailbox(None, Gate(pool))
+    box_holder.append(box)
+    for i in range(10):
+        assert pool.enqueue(box, Record(APP, f"a{i}")) == ADMITTED
+    pool.start()
+    assert log.done.wait(WAIT)
+    assert log.order == ["a0", "a1", "l", *(f"a{i}" for i in range(2, 10))]
+    assert box.app_reserved == 0
+
+
+def test_an_owner_with_a_long_backlog_yields_the_thread_after_about_ten_ms(
+    pools: list[AppPool],
+) -> None:
+    def busy_one_ms(rec: Record) -> None:
+        if rec.a.startswith("long"):
+            end = time.perf_counter() + 0.001  # stands for a handler doing 1 ms of work
+            while time.perf_counter() < end:
+                pass
+
+    log = Log(51, busy_one_ms)
+    pool = make_pool(pools, log)
+    long_box = Mailbox(None, Gate(pool))
+    other_box = Mailbox(None, Gate(pool))
+    for i in range(50):
+        assert pool.enqueue(long_box, Record(APP, f"long{i}")) == ADMITTED
+    assert pool.enqueue(other_box, Record(APP, "other")) == ADMITTED
+    pool.start()
+    assert log.done.wait(WAIT)
+    position = log.order.index("other")
+    # Each long record takes 1 ms: the other owner gets the thread after ~10 of them,
+    # not after all 50 (and not before the first).
+    assert 1 <= position < 40, log.order
+    assert log.order[:position] == [f"long{i}" for i in range(position)]
