@@ -263,11 +263,8 @@ class Engine:
             # A plain turn: reuse the last turn's context objects if that turn left them
             # pristine (synchronous, no context variable of its own, no metadata).
             spare = act.spare
-            if kind == K_MESSAGE:
-                fn, on_done = rec.c.fn, self._message_done
-            else:
-                handler, on_done = rec.c
-                fn = handler.fn
+            fn = rec.c.fn
+            on_done = self._message_done if kind == K_MESSAGE else rec.reply
             if spare is None:
                 ctx = act.ctx_type(self.runtime, act, box, None)
                 context = Context()
@@ -292,7 +289,7 @@ class Engine:
             ctx = act.ctx_type(self.runtime, act, box, rec.b)
             fn, args, on_done = info.fn, (act.instance, ctx, rec.a), self._message_done
         elif kind == K_REQUEST:
-            info, on_done = rec.c
+            info, on_done = rec.c, rec.reply
             ctx = act.ctx_type(self.runtime, act, box, rec.b)
             fn, args = info.fn, (act.instance, ctx, rec.a)
         elif kind == K_CALL:

@@ -182,7 +182,7 @@ def remove_activation(runtime: Runtime, act: Activation) -> None:
 def drop_record(runtime: Runtime, box: Any, rec: Record, exc: BaseException) -> None:
     """End a record that will never run: a request's caller hears `exc`."""
     if rec.kind == K_REQUEST:
-        rec.c[1](None, exc)
+        rec.reply(None, exc)
     elif rec.kind == K_RESUME:
         rec.a.discard(exc)
     elif rec.kind == K_CALL:

@@ -13,6 +13,7 @@ handler and reply; reply, timeout, cancellation and shutdown race for one termin
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 
@@ -22,7 +23,9 @@ from ._completion import Completion, _Cell
 from ._context import runtime_var
 from ._driver import YieldAwaitable
 from ._errors import (
+    CancelledError,
     CapacityExceededError,
+    DeadlineExceededError,
     InvalidOperationError,
     NotConfiguredError,
     NotFoundError,
@@ -31,12 +34,14 @@ from ._errors import (
 )
 from ._instance import activate_instance
 from ._objects import InstanceSpot
-from ._operation import RequestEntry
+from ._operation import RequestEntry, RequestRecord, SyncRequest
 from ._scheduler import ADMITTED, CLOSED, SEALED, Record
 from ._state import HostState
-from ._turn import K_MESSAGE, K_REQUEST, current_turn, require_yield_turn
+from ._turn import K_MESSAGE, current_turn, require_yield_turn
 
 _SERVING = HostState.SERVING
+#: The longest timed lock wait the platform accepts; a longer deadline takes the timer.
+_WAIT_MAX = threading.TIMEOUT_MAX
 
 if TYPE_CHECKING:
     from ._engine import Activation
@@ -281,10 +286,53 @@ class RequestCall(_MessageCall[T], Generic[T]):
     def submit_sync(self, cancel: CancellationToken | None = None) -> T:
         """Send from an application thread and block for the reply (see `submit()`)."""
         if cancel is None and not self._used and self._intent is None:
-            fast = self._fast()
-            if fast is not None:
-                return fast.result()
+            found = self._fast_target()
+            if found is not None:
+                self._used = True
+                runtime = self._runtime
+                timeout = self._timeout
+                if timeout is None:
+                    timeout = runtime.default_request_timeout
+                if runtime.real_time and timeout <= _WAIT_MAX:
+                    return self._request_sync(found[0], found[1], timeout)
+                return self._admit(found[0], found[1], None).result()
         return super().submit_sync(cancel)
+
+    def _request_sync(self, act: Activation, info: HandlerInfo, timeout: float) -> T:
+        """The blocking round trip with nothing between the caller and the reply: no cell,
+        no handle, no timer. The caller keeps the deadline in its own timed wait and races
+        for the terminal like any other path when it passes."""
+        runtime = self._runtime
+        pending = runtime.pending
+        entry = SyncRequest(
+            self._payload, self._metadata, info, runtime.engine, self._reply, pending
+        )
+        route = entry.route_id
+        if runtime.state is not _SERVING:
+            pending.finish(route, exc=ShuttingDownError("the Host is shutting down"))
+        else:
+            status = runtime.pool.enqueue(act.box, entry)
+            if status != ADMITTED:
+                pending.finish(route, exc=self._refusal(status))
+        waiter = entry.waiter
+        try:
+            if not waiter.acquire(True, timeout):
+                late = DeadlineExceededError("no result within the call's deadline")
+                pending.finish(route, exc=late)
+                waiter.acquire()  # released by whichever path won, at once
+        except BaseException:
+            # Interrupted (KeyboardInterrupt): nobody is left to observe the result.
+            pending.finish(route, exc=CancelledError())
+            raise
+        exc = entry.exc
+        if exc is not None:
+            raise exc
+        return entry.value  # type: ignore[no-any-return]
+
+    def _refusal(self, status: int) -> BaseException:
+        if status == CLOSED:
+            return NotFoundError(f"{self._kind} {self._target!r} closed")
+        return CapacityExceededError(f"{self._kind} {self._target!r} queue is full")
 
     def _fast(self) -> Completion[T] | None:
         found = self._fast_target()
@@ -355,15 +403,10 @@ class RequestCall(_MessageCall[T], Generic[T]):
         entry = RequestEntry(cell, runtime.engine, self._reply)
         if not runtime.register(entry, cancel):  # SC §10: registered before submit
             return Completion(cell)
-        rec = Record(K_REQUEST, self._payload, self._metadata, (info, entry))
+        rec = RequestRecord(self._payload, self._metadata, info, entry)
         status = runtime.pool.enqueue(act.box, rec)
         if status != ADMITTED:
-            exc = (
-                CapacityExceededError(f"{self._kind} {self._target!r} queue is full")
-                if status != CLOSED
-                else NotFoundError(f"{self._kind} {self._target!r} closed")
-            )
-            runtime.pending.finish(entry.route_id, exc=exc)  # type: ignore[arg-type]
+            runtime.pending.finish(entry.route_id, exc=self._refusal(status))  # type: ignore[arg-type]
             return Completion(cell)
         # The deadline is armed right after the record is queued (the pool thread is
         # waking meanwhile); a reply that already won leaves nothing for it to do.

@@ -10,6 +10,7 @@ nothing at all.
 
 from __future__ import annotations
 
+import _thread
 import itertools
 import secrets
 import threading
@@ -25,7 +26,9 @@ from ._errors import (
     ProtocolError,
     ZlinkError,
 )
+from ._scheduler import Record
 from ._timer import TimerHandle
+from ._turn import K_REQUEST
 
 __all__ = [
     "OperationId",
@@ -33,6 +36,8 @@ __all__ = [
     "PendingTable",
     "ReplyRouteId",
     "RequestEntry",
+    "RequestRecord",
+    "SyncRequest",
     "settle",
 ]
 
@@ -165,22 +170,118 @@ class RequestEntry(PendingEntry):
 
     def __call__(self, value: Any, exc: BaseException | None) -> None:
         table, route = self.table, self.route_id
-        if table is None or route is None:
+        if table is not None and route is not None:
+            _reply(table, route, self.engine, self.reply_type, value, exc)
+
+
+def _reply(
+    table: PendingTable,
+    route: int,
+    engine: Any,
+    expected: type | None,
+    value: Any,
+    exc: BaseException | None,
+) -> None:
+    """Finish the request behind `route` with the handler's outcome (a late one finds no
+    entry and is dropped)."""
+    if exc is None:
+        if expected is None or isinstance(value, expected):
+            table.finish(route, value)
             return
-        if exc is None:
-            expected = self.reply_type
-            if expected is None or isinstance(value, expected):
-                table.finish(route, value)
-                return
-            exc = ProtocolError(
-                f"the reply is a {type(value).__name__}, expected {expected.__name__}"
-            )
-        elif not isinstance(exc, ZlinkError):
-            self.engine.handler_failures += 1
-            failure = InternalFailureError(f"the handler raised {type(exc).__name__}: {exc}")
-            failure.__cause__ = exc
-            exc = failure
-        table.finish(route, exc=exc)
+        exc = ProtocolError(f"the reply is a {type(value).__name__}, expected {expected.__name__}")
+    elif not isinstance(exc, ZlinkError):
+        engine.handler_failures += 1
+        failure = InternalFailureError(f"the handler raised {type(exc).__name__}: {exc}")
+        failure.__cause__ = exc
+        exc = failure
+    table.finish(route, exc=exc)
+
+
+class RequestRecord(Record):
+    """A queued request: `c` is the handler, `entry` the pending entry that replies."""
+
+    __slots__ = ("entry",)
+
+    def __init__(self, payload: Any, metadata: Any, info: Any, entry: RequestEntry) -> None:
+        self.kind = K_REQUEST
+        self.a = payload
+        self.b = metadata
+        self.c = info
+        self.reserved = False
+        self.entry = entry
+
+    def reply(self, value: Any, exc: BaseException | None) -> None:
+        self.entry(value, exc)
+
+
+class SyncRequest(Record):
+    """A request whose only observer is an application thread blocked in `submit_sync()`:
+    one object is its record, its pending entry and its result.
+
+    The one winner of the table removal stores the outcome and releases `waiter`. Nothing
+    else can observe the result (no handle, no callback), and the caller keeps the
+    deadline in its own timed wait, so it needs no timer either.
+    """
+
+    __slots__ = ("engine", "exc", "reply_type", "route_id", "table", "value", "waiter")
+
+    # What `settle` reads on every pending entry; constant here.
+    timer: TimerHandle | None = None
+    registration: CancellationRegistration | None = None
+    on_finish: Callable[[], None] | None = None
+
+    def __init__(
+        self,
+        payload: Any,
+        metadata: Any,
+        info: Any,
+        engine: Any,
+        reply_type: type | None,
+        table: PendingTable,
+    ) -> None:
+        # Flat, and registered here (SC §10: before anything is submitted): once per call.
+        self.kind = K_REQUEST
+        self.a = payload
+        self.b = metadata
+        self.c = info
+        self.reserved = False
+        self.engine = engine
+        self.reply_type = reply_type
+        self.value: Any = None
+        self.exc: BaseException | None = None
+        self.waiter = waiter = _thread.allocate_lock()
+        waiter.acquire()
+        self.table = table
+        self.route_id = route = _route_id(next(_low_counter))
+        table._entries[route] = self
+
+    @property
+    def cell(self) -> SyncRequest:
+        return self
+
+    def reply(self, value: Any, exc: BaseException | None) -> None:
+        expected = self.reply_type
+        if exc is None and (expected is None or isinstance(value, expected)):
+            # The common reply, with `PendingTable.finish` and `settle` unrolled.
+            table = self.table
+            if table._entries.pop(self.route_id, None) is not None:
+                self.value = value
+                self.waiter.release()
+                if table._watching:
+                    table.check_empty()
+            return
+        _reply(self.table, self.route_id, self.engine, expected, value, exc)
+
+    def try_set(self, value: Any, exc: BaseException | None) -> bool:
+        # Reached only by the winner of `PendingTable.pop`: no lock needed.
+        self.value = value
+        self.exc = exc
+        self.waiter.release()
+        return True
+
+
+#: What a pending table holds: a general entry, or a blocking request that is its own.
+Pending = PendingEntry | SyncRequest
 
 
 class PendingTable:
@@ -191,7 +292,7 @@ class PendingTable:
     """
 
     def __init__(self) -> None:
-        self._entries: dict[int, PendingEntry] = {}
+        self._entries: dict[int, Pending] = {}
         self._lock = threading.Lock()
         self._emptied = threading.Condition(self._lock)
         self._watching = False
@@ -205,13 +306,18 @@ class PendingTable:
         self._entries[route] = entry
         return route
 
-    def pop(self, route: int) -> PendingEntry | None:
+    def pop(self, route: int) -> Pending | None:
         """The one race point: the caller that gets the entry owns the terminal."""
         entry = self._entries.pop(route, None)
-        if self._watching and not self._entries:
+        if self._watching:
+            self.check_empty()
+        return entry
+
+    def check_empty(self) -> None:
+        """Wake `wait_empty` if nothing is pending (after a removal while it watches)."""
+        if not self._entries:
             with self._lock:
                 self._emptied.notify_all()
-        return entry
 
     def finish(self, route: int, value: Any = None, exc: BaseException | None = None) -> bool:
         """Complete the call behind `route` if this path wins; False if it lost."""
@@ -221,7 +327,7 @@ class PendingTable:
         _settle(entry, value, exc)
         return True
 
-    def pop_all(self) -> list[PendingEntry]:
+    def pop_all(self) -> list[Pending]:
         """Remove every entry (shutdown); the caller completes each one."""
         entries = []
         for route in list(self._entries):
@@ -246,7 +352,7 @@ class PendingTable:
         return route in self._entries
 
 
-def _settle(entry: PendingEntry, value: Any, exc: BaseException | None) -> None:
+def _settle(entry: Pending, value: Any, exc: BaseException | None) -> None:
     # The winner cleans up outside the table lock (SC §11), then completes the caller.
     if entry.timer is not None:
         entry.timer.cancel()
@@ -257,6 +363,6 @@ def _settle(entry: PendingEntry, value: Any, exc: BaseException | None) -> None:
         entry.on_finish()
 
 
-def settle(entry: PendingEntry, value: Any = None, exc: BaseException | None = None) -> None:
+def settle(entry: Pending, value: Any = None, exc: BaseException | None = None) -> None:
     """Complete an entry already removed from its table (by `pop` or `pop_all`)."""
     _settle(entry, value, exc)

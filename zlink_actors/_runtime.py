@@ -28,7 +28,7 @@ from ._operation import PendingEntry, PendingTable, settle
 from ._scheduler import AppPool
 from ._spot_timers import TimerSet
 from ._state import HostState, ShutdownOutcome, ShutdownResult
-from ._timer import Clock, TimerService
+from ._timer import Clock, SystemClock, TimerService
 from ._workers import CpuPool, IoExecutor
 
 if TYPE_CHECKING:
@@ -66,6 +66,9 @@ class Runtime:
         self.name = name
         self.default_request_timeout = default_request_timeout
         self.timers = TimerService(clock, name=f"{name}-timer")
+        #: The Host runs on real time: a thread blocked in `submit_sync()` can keep its
+        #: own deadline with a timed wait (an injected clock needs the timer thread).
+        self.real_time = type(clock) is SystemClock
         self.pending = PendingTable()
         self.cpu_pool = CpuPool(cpu_workers, name=f"{name}-cpu")
         self.io = IoExecutor(name=f"{name}-io")
