@@ -34,7 +34,7 @@ from ._errors import (
 )
 from ._instance import activate_instance
 from ._objects import InstanceSpot
-from ._operation import RequestEntry, RequestRecord, SyncRequest
+from ._operation import Request, SyncRequest
 from ._scheduler import ADMITTED, CLOSED, SEALED, Record
 from ._state import HostState
 from ._turn import K_MESSAGE, current_turn, require_yield_turn
@@ -308,14 +308,14 @@ class RequestCall(_MessageCall[T], Generic[T]):
             self._payload, self._metadata, info, runtime.engine, self._reply, pending
         )
         route = entry.route_id
-        if runtime.state is not _SERVING:
-            pending.finish(route, exc=ShuttingDownError("the Host is shutting down"))
-        else:
-            status = runtime.pool.enqueue(act.box, entry)
-            if status != ADMITTED:
-                pending.finish(route, exc=self._refusal(status))
         waiter = entry.waiter
         try:
+            if runtime.state is not _SERVING:
+                pending.finish(route, exc=ShuttingDownError("the Host is shutting down"))
+            else:
+                status = runtime.pool.enqueue(act.box, entry)
+                if status != ADMITTED:
+                    pending.finish(route, exc=self._refusal(status))
             if not waiter.acquire(True, timeout):
                 late = DeadlineExceededError("no result within the call's deadline")
                 pending.finish(route, exc=late)
@@ -398,18 +398,16 @@ class RequestCall(_MessageCall[T], Generic[T]):
         self, act: Activation, info: HandlerInfo, cancel: CancellationToken | None
     ) -> Completion[T]:
         runtime = self._runtime
-        cell: _Cell[T] = _Cell()
-        # The pending entry is also the record's post-turn work: the reply.
-        entry = RequestEntry(cell, runtime.engine, self._reply)
-        if not runtime.register(entry, cancel):  # SC §10: registered before submit
+        req = Request(self._payload, self._metadata, info, runtime.engine, self._reply)
+        cell: _Cell[T] = req.cell
+        if not runtime.register(req, cancel):  # SC §10: registered before submit
             return Completion(cell)
-        rec = RequestRecord(self._payload, self._metadata, info, entry)
-        status = runtime.pool.enqueue(act.box, rec)
+        status = runtime.pool.enqueue(act.box, req)
         if status != ADMITTED:
-            runtime.pending.finish(entry.route_id, exc=self._refusal(status))  # type: ignore[arg-type]
+            runtime.pending.finish(req.route_id, exc=self._refusal(status))  # type: ignore[arg-type]
             return Completion(cell)
         # The deadline is armed right after the record is queued (the pool thread is
         # waking meanwhile); a reply that already won leaves nothing for it to do.
         timeout = self._timeout
-        runtime.arm_deadline(entry, runtime.default_request_timeout if timeout is None else timeout)
-        return Completion(cell, entry.cancel)
+        runtime.arm_request(req, runtime.default_request_timeout if timeout is None else timeout)
+        return Completion(cell, req.cancel)

@@ -35,8 +35,7 @@ __all__ = [
     "PendingEntry",
     "PendingTable",
     "ReplyRouteId",
-    "RequestEntry",
-    "RequestRecord",
+    "Request",
     "SyncRequest",
     "settle",
 ]
@@ -114,11 +113,6 @@ _PROCESS_HIGH: Final = secrets.randbits(63) | 1
 _low_counter = itertools.count(1)
 
 
-def _route_id(value: int) -> ReplyRouteId:
-    # Counter values are valid by construction: skip the public constructor's checks.
-    return int.__new__(ReplyRouteId, value)
-
-
 class PendingEntry:
     """One call waiting for its terminal. Owned by a `PendingTable`."""
 
@@ -127,7 +121,7 @@ class PendingEntry:
     def __init__(self, cell: _Cell[Any], operation_id: OperationId | None = None) -> None:
         self.cell = cell
         self._operation_id = operation_id
-        self.route_id: ReplyRouteId | None = None
+        self.route_id: int | None = None
         self.table: PendingTable | None = None
         self.timer: TimerHandle | None = None
         self.registration: CancellationRegistration | None = None
@@ -156,22 +150,16 @@ class PendingEntry:
         table, route = self.table, self.route_id
         return table is not None and route is not None and table.finish(route, exc=CancelledError())
 
-
-class RequestEntry(PendingEntry):
-    """A request's pending entry that is also its record's post-turn work: called with
-    the handler's outcome, it replies (a late reply finds no entry and is dropped)."""
-
-    __slots__ = ("engine", "reply_type")
-
-    def __init__(self, cell: _Cell[Any], engine: Any, reply_type: type | None) -> None:
-        PendingEntry.__init__(self, cell)
-        self.engine = engine
-        self.reply_type = reply_type
-
-    def __call__(self, value: Any, exc: BaseException | None) -> None:
-        table, route = self.table, self.route_id
-        if table is not None and route is not None:
-            _reply(table, route, self.engine, self.reply_type, value, exc)
+    def settle(self, value: Any, exc: BaseException | None) -> None:
+        """Complete the caller; only the winner of the table removal calls this. Cleans
+        up outside the table lock (SC §11), then completes the caller."""
+        if self.timer is not None:
+            self.timer.cancel()
+        if self.registration is not None:
+            self.registration.unregister()
+        self.cell.try_set(value, exc)
+        if self.on_finish is not None:
+            self.on_finish()
 
 
 def _reply(
@@ -197,21 +185,74 @@ def _reply(
     table.finish(route, exc=exc)
 
 
-class RequestRecord(Record):
-    """A queued request: `c` is the handler, `entry` the pending entry that replies."""
+class Request(Record):
+    """An asynchronous request in one object: its queued record, its pending entry and its
+    deadline timer (the caller's result is `cell`, observed through `Completion`s).
 
-    __slots__ = ("entry",)
+    As a record, `c` is the handler and `reply` delivers the handler's outcome. As a
+    timer, `fn` is a marker that is None once the deadline is disarmed or fired.
+    """
 
-    def __init__(self, payload: Any, metadata: Any, info: Any, entry: RequestEntry) -> None:
+    __slots__ = ("cell", "engine", "fn", "registration", "reply_type", "route_id", "table", "when")
+
+    on_finish: Callable[[], None] | None = None
+
+    def __init__(
+        self, payload: Any, metadata: Any, info: Any, engine: Any, reply_type: type | None
+    ) -> None:
         self.kind = K_REQUEST
         self.a = payload
         self.b = metadata
         self.c = info
         self.reserved = False
-        self.entry = entry
+        self.cell: _Cell[Any] = _Cell()
+        self.engine = engine
+        self.reply_type = reply_type
+        self.registration: CancellationRegistration | None = None
+        self.table: PendingTable | None = None
+        self.route_id: int | None = None
+        self.fn: object = None
+        self.when = 0.0
+
+    # -- record ------------------------------------------------------------------------
 
     def reply(self, value: Any, exc: BaseException | None) -> None:
-        self.entry(value, exc)
+        table, route = self.table, self.route_id
+        if table is None or route is None:
+            return
+        expected = self.reply_type
+        if exc is None and (expected is None or isinstance(value, expected)):
+            # The common reply, with `PendingTable.finish` unrolled.
+            if table._entries.pop(route, None) is not None:
+                self.settle(value, None)
+                if table._watching:
+                    table.check_empty()
+            return
+        _reply(table, route, self.engine, expected, value, exc)
+
+    # -- pending entry -----------------------------------------------------------------
+
+    def settle(self, value: Any, exc: BaseException | None) -> None:
+        self.fn = None  # disarm the deadline
+        if self.registration is not None:
+            self.registration.unregister()
+        self.cell.try_set(value, exc)
+
+    def cancel(self) -> bool:
+        """Cancellation path (caller's token or `Completion.cancel()`); True if it won."""
+        table, route = self.table, self.route_id
+        return table is not None and route is not None and table.finish(route, exc=CancelledError())
+
+    # -- timer -------------------------------------------------------------------------
+
+    def fire(self) -> None:
+        """The deadline passed (timer thread)."""
+        if self.fn is not None:
+            self.fn = None
+            table, route = self.table, self.route_id
+            if table is not None and route is not None:
+                late = DeadlineExceededError("no result within the call's deadline")
+                table.finish(route, exc=late)
 
 
 class SyncRequest(Record):
@@ -225,10 +266,7 @@ class SyncRequest(Record):
 
     __slots__ = ("engine", "exc", "reply_type", "route_id", "table", "value", "waiter")
 
-    # What `settle` reads on every pending entry; constant here.
-    timer: TimerHandle | None = None
     registration: CancellationRegistration | None = None
-    on_finish: Callable[[], None] | None = None
 
     def __init__(
         self,
@@ -252,12 +290,8 @@ class SyncRequest(Record):
         self.waiter = waiter = _thread.allocate_lock()
         waiter.acquire()
         self.table = table
-        self.route_id = route = _route_id(next(_low_counter))
+        self.route_id = route = next(_low_counter)
         table._entries[route] = self
-
-    @property
-    def cell(self) -> SyncRequest:
-        return self
 
     def reply(self, value: Any, exc: BaseException | None) -> None:
         expected = self.reply_type
@@ -272,16 +306,15 @@ class SyncRequest(Record):
             return
         _reply(self.table, self.route_id, self.engine, expected, value, exc)
 
-    def try_set(self, value: Any, exc: BaseException | None) -> bool:
+    def settle(self, value: Any, exc: BaseException | None) -> None:
         # Reached only by the winner of `PendingTable.pop`: no lock needed.
         self.value = value
         self.exc = exc
         self.waiter.release()
-        return True
 
 
 #: What a pending table holds: a general entry, or a blocking request that is its own.
-Pending = PendingEntry | SyncRequest
+Pending = PendingEntry | Request | SyncRequest
 
 
 class PendingTable:
@@ -297,10 +330,11 @@ class PendingTable:
         self._emptied = threading.Condition(self._lock)
         self._watching = False
 
-    def register(self, entry: PendingEntry) -> ReplyRouteId:
+    def register(self, entry: PendingEntry | Request) -> int:
         """SC §10: register before submit. Returns the entry's route id."""
         # The counter is process-wide, so route ids also make unique OperationId words.
-        route = _route_id(next(_low_counter))
+        # In process they stay plain ints (a `ReplyRouteId` is what goes on the wire).
+        route = next(_low_counter)
         entry.route_id = route
         entry.table = self
         self._entries[route] = entry
@@ -324,7 +358,7 @@ class PendingTable:
         entry = self.pop(route)
         if entry is None:
             return False
-        _settle(entry, value, exc)
+        entry.settle(value, exc)
         return True
 
     def pop_all(self) -> list[Pending]:
@@ -352,17 +386,6 @@ class PendingTable:
         return route in self._entries
 
 
-def _settle(entry: Pending, value: Any, exc: BaseException | None) -> None:
-    # The winner cleans up outside the table lock (SC §11), then completes the caller.
-    if entry.timer is not None:
-        entry.timer.cancel()
-    if entry.registration is not None:
-        entry.registration.unregister()
-    entry.cell.try_set(value, exc)
-    if entry.on_finish is not None:
-        entry.on_finish()
-
-
 def settle(entry: Pending, value: Any = None, exc: BaseException | None = None) -> None:
     """Complete an entry already removed from its table (by `pop` or `pop_all`)."""
-    _settle(entry, value, exc)
+    entry.settle(value, exc)

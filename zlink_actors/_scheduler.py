@@ -238,7 +238,7 @@ class AppPool:
         self._mutex = threading.Lock()
         self._quiet = threading.Condition(self._mutex)
         self._ready: deque[Gate] = deque()
-        self._idle: list[Any] = []
+        self._idle: list[list[Any]] = []
         self._threads: list[threading.Thread] = []
         self._busy = 0
         self._active = 0
@@ -343,6 +343,27 @@ class AppPool:
         elif arm:
             self._watch.call_after(STALL_SECONDS, self._stall_check)
 
+    def _direct(self, gate: Gate, box: Mailbox, rec: Record) -> list[Any] | None:
+        """Hand `rec` of an IDLE gate straight to an idle thread, if no pool thread is
+        running: the gate becomes RUNNING and the record never enters a lane. Returns
+        the thread's slot (the caller releases its wake lock after the gate lock), or
+        None when the record must be queued as usual.
+
+        Caller holds `gate.lock`; the gate is IDLE, so every lane under it is empty and
+        running `rec` first keeps FIFO order. `box` is not claimed.
+        """
+        with self._mutex:
+            if self._busy or self._ready or not self._idle or self._stopping:
+                return None
+            slot: list[Any] = self._idle.pop()
+            self._busy += 1
+            self._active += 1
+        gate.state = RUNNING
+        slot[1] = gate
+        slot[2] = box
+        slot[3] = rec
+        return slot
+
     def _stall_check(self) -> None:
         """On the watch timer, while work waits: wake an idle thread if no record finished
         for `STALL_SECONDS` (every running thread is stuck in a handler)."""
@@ -377,6 +398,7 @@ class AppPool:
     def enqueue(self, box: Mailbox, rec: Record, *, lifecycle: bool = False) -> int:
         """Admit a bounded application (or lifecycle) record; FULL or CLOSED otherwise."""
         gate = _lock_box(box)
+        slot = None
         try:
             if box.closed:
                 return CLOSED
@@ -391,10 +413,14 @@ class AppPool:
                     return FULL
                 box.app_reserved += 1
                 rec.reserved = True
-            push = box._push(rec, lifecycle)
+                if gate.state == IDLE and not box.claimed:
+                    slot = self._direct(gate, box, rec)
+            push = slot is None and box._push(rec, lifecycle)
         finally:
             gate.lock.release()
-        if push:
+        if slot is not None:
+            slot[0].release()
+        elif push:
             self.push(gate)
         return ADMITTED
 
@@ -407,6 +433,7 @@ class AppPool:
         shutdown sweep of waiters may have passed).
         """
         gate = _lock_box(box)
+        slot = None
         try:
             if box.closed or box.closing:
                 return CLOSED
@@ -421,10 +448,14 @@ class AppPool:
                 return cell
             box.app_reserved += 1
             rec.reserved = True
-            push = box._push(rec, False)
+            if gate.state == IDLE and not box.claimed:
+                slot = self._direct(gate, box, rec)
+            push = slot is None and box._push(rec, False)
         finally:
             gate.lock.release()
-        if push:
+        if slot is not None:
+            slot[0].release()
+        elif push:
             self.push(gate)
         return None
 
@@ -551,8 +582,8 @@ class AppPool:
     def _work(self) -> None:
         wake = _thread.allocate_lock()
         wake.acquire()
-        # [wake lock, gate handed over by push()]
-        slot: list[Any] = [wake, None]
+        # [wake lock, gate handed over, and the mailbox and record of a direct hand-off]
+        slot: list[Any] = [wake, None, None, None]
         ready = self._ready
         idle = self._idle
         mutex = self._mutex
@@ -576,25 +607,45 @@ class AppPool:
                 else:
                     idle.append(slot)
                     gate = None
+            first_box = first = None
             if gate is None:
                 wake.acquire()
-                gate, slot[1] = slot[1], None
+                gate, first_box, first = slot[1], slot[2], slot[3]
+                slot[1] = slot[2] = slot[3] = None
                 if gate is None:
                     continue
                 ended = _HANDED_OFF
             try:
-                ended = self._run_gate(gate)
+                ended = self._run_gate(gate, first_box, first)
             except BaseException:  # pragma: no cover - the loop must survive anything
                 log.exception("scheduler error")
                 ended = _HANDED_OFF
 
-    def _run_gate(self, gate: Gate) -> int:
+    def _run_gate(self, gate: Gate, first_box: Mailbox | None, first: Record | None) -> int:
+        """Run turns of `gate` until it has no work, 10 ms passed, or a turn handed off.
+
+        `first` is a record handed over directly (`_direct`): it runs before anything else.
+        """
         run_record = self._run_record
         monotonic = time.monotonic
         self._progress = start = monotonic()
         deadline = start + BATCH_SECONDS
         turns = 0
-        if gate.frame is not None:
+        done_box: Mailbox | None = None
+        # Records of `done_box` that ended holding a reservation: released together.
+        done = 0
+        if first is not None:
+            assert first_box is not None
+            turns = 1
+            if run_record(first_box, first):
+                self._turns += turns
+                return _HANDED_OFF
+            self._progress = monotonic()
+            if first.reserved:
+                first.reserved = False
+                done = 1
+                done_box = first_box
+        elif gate.frame is not None:
             with gate.lock:
                 gate.state = RUNNING
                 frame, gate.frame = gate.frame, None
@@ -607,9 +658,6 @@ class AppPool:
         else:
             # Set under the lock of the first take below.
             gate.state = RUNNING
-        done_box: Mailbox | None = None
-        # Records of `done_box` that ended holding a reservation: released together.
-        done = 0
         while True:
             admitted: list[Any] | None = None
             requeue = False

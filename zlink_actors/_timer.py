@@ -19,10 +19,14 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Callable
+from typing import Any, Protocol
 
 __all__ = ["Clock", "Deadline", "ManualClock", "SystemClock", "TimerHandle", "TimerService"]
 
 log = logging.getLogger("zlink_actors")
+
+#: The timer thread never sleeps longer than this at once (it recomputes when it wakes).
+_LONGEST_WAIT = 3600.0
 
 
 class Clock:
@@ -122,70 +126,106 @@ class TimerHandle:
         """Drop the callback; a no-op once it fired."""
         self.fn = None
 
+    def fire(self) -> None:
+        """Run the callback once (the timer thread calls this when it is due)."""
+        fn, self.fn = self.fn, None
+        if fn is not None:
+            fn()
+
     @property
     def active(self) -> bool:
         """True while the callback is still to run."""
         return self.fn is not None
 
 
+class Timed(Protocol):
+    """What a delay FIFO holds: a `TimerHandle`, or an object that is its own handle (a
+    pending request). `fn` is None once cancelled or fired; `fire()` runs it."""
+
+    when: float
+    fn: Any
+
+    def fire(self) -> None: ...
+
+
 class TimerService:
     """One thread for every deadline and timer of a Host. Started lazily.
 
-    Two structures feed it. `call_at` uses a heap. `call_after` uses a FIFO per distinct
-    delay (up to `MAX_FIFOS` of them): calls with the same delay are due in submission
-    order, so appending is O(1) and takes no lock; that is the path of every request
-    deadline. Cancelling only clears the handle; the thread drops it when it reaches it.
+    Two structures feed it. `call_at` uses a heap. `call_after` / `schedule_after` use a
+    FIFO per distinct delay (up to `MAX_FIFOS` of them): calls with the same delay are due
+    in submission order, so appending is O(1) and takes no lock; that is the path of every
+    request deadline. Cancelling only clears the handle; while a FIFO holds anything the
+    thread drops cancelled handles from its front every `SWEEP_SECONDS`, so a steady
+    stream of answered requests keeps about 50 ms of them, not a whole timeout's worth.
     """
 
     MAX_FIFOS = 16
+    SWEEP_SECONDS = 0.05
 
     def __init__(self, clock: Clock, name: str = "zlink-timer") -> None:
         self.clock = clock
         self._name = name
         self._cond = threading.Condition(threading.Lock())
-        self._heap: list[tuple[float, int, TimerHandle]] = []
-        self._fifos: dict[float, deque[TimerHandle]] = {}
+        self._heap: list[tuple[float, int, Timed]] = []
+        self._fifos: dict[float, deque[Timed]] = {}
         self._seq = itertools.count()
         self._thread: threading.Thread | None = None
         self._stopped = False
+        #: Every delay FIFO was empty at the thread's last look.
+        self._quiet = False
         clock._subscribe(self._kick)
 
     def call_at(self, when: float, fn: Callable[[], object]) -> TimerHandle:
         """Run `fn()` on the timer thread once the clock reaches `when`."""
         handle = TimerHandle(when, fn)
-        if when == math.inf:
-            return handle
+        if when != math.inf:
+            self._push_heap(handle)
+        return handle
+
+    def _push_heap(self, handle: Timed) -> None:
         with self._cond:
             if self._stopped:
                 handle.fn = None
-                return handle
-            heapq.heappush(self._heap, (when, next(self._seq), handle))
+                return
+            heapq.heappush(self._heap, (handle.when, next(self._seq), handle))
             if self._thread is None:
                 self._start()
             elif self._heap[0][2] is handle:
                 self._cond.notify()
-        return handle
 
     def call_after(self, delay: float, fn: Callable[[], object]) -> TimerHandle:
         """Run `fn()` on the timer thread `delay` seconds from now."""
+        handle = TimerHandle(0.0, fn)
+        self.schedule_after(delay, handle)
+        return handle
+
+    def schedule_after(self, delay: float, handle: Timed) -> None:
+        """Call `handle.fire()` on the timer thread `delay` seconds from now, unless its
+        `fn` is None by then. Sets `handle.when`."""
         fifo = self._fifos.get(delay)
         if fifo is None or self._thread is None:
             with self._cond:
                 fifo = self._fifos.get(delay)
                 if fifo is None:
                     if len(self._fifos) >= self.MAX_FIFOS:
-                        return self.call_at(self.clock.monotonic() + delay, fn)
+                        handle.when = self.clock.monotonic() + delay
+                        self._push_heap(handle)
+                        return
                     fifo = self._fifos[delay] = deque()
                     self._cond.notify()
                 if self._thread is None and not self._stopped:
                     self._start()
         # Read the clock after the FIFO exists: the thread's wake-up rule relies on it.
-        handle = TimerHandle(self.clock.monotonic() + delay, fn)
+        handle.when = self.clock.monotonic() + delay
         if self._stopped:
             handle.fn = None
         else:
             fifo.append(handle)
-        return handle
+            if self._quiet:
+                # Every FIFO was empty when the thread last looked: it may be asleep for
+                # a whole delay. Wake it so that the sweep starts (once per quiet spell).
+                self._quiet = False
+                self._kick()
 
     def pending(self) -> int:
         """Scheduled callbacks not yet fired or cancelled."""
@@ -216,7 +256,7 @@ class TimerService:
         with self._cond:
             self._cond.notify()
 
-    def _collect(self, now: float, due: list[TimerHandle]) -> float:
+    def _collect(self, now: float, due: list[Timed]) -> float:
         """Move what is due into `due`; return when to look again. Lock held."""
         heap = self._heap
         target = math.inf
@@ -229,6 +269,9 @@ class TimerService:
                 continue
             target = when
             break
+        # Cleared below if a FIFO holds anything; while it stays set, the next append
+        # wakes this thread (see `schedule_after`), which otherwise only sweeps on a timer.
+        self._quiet = True
         for delay, fifo in self._fifos.items():
             # Only this thread pops; producers only append, in `when` order.
             while fifo:
@@ -242,12 +285,17 @@ class TimerService:
             else:
                 # Anything appended after `now` is due at `now + delay` at the earliest.
                 target = min(target, now + delay)
+            if fifo:
+                # Come back soon to drop what gets cancelled meanwhile (most handles are:
+                # an answered request disarms its deadline), so they do not pile up.
+                self._quiet = False
+                target = min(target, now + self.SWEEP_SECONDS)
         return target
 
     def _run(self) -> None:
         clock = self.clock
         while True:
-            due: list[TimerHandle] = []
+            due: list[Timed] = []
             with self._cond:
                 while not self._stopped:
                     now = clock.monotonic()
@@ -257,15 +305,15 @@ class TimerService:
                     if target == math.inf:
                         self._cond.wait()
                     else:
-                        self._cond.wait(clock._wait_timeout(target - now))
+                        wait = clock._wait_timeout(target - now)
+                        # A deadline centuries away must not overflow the wait.
+                        self._cond.wait(None if wait is None else min(wait, _LONGEST_WAIT))
                 if self._stopped:
                     return
             for handle in due:
-                fn = handle.fn
-                if fn is None:
+                if handle.fn is None:
                     continue
-                handle.fn = None
                 try:
-                    fn()
+                    handle.fire()
                 except Exception:
-                    log.exception("timer callback %r raised", fn)
+                    log.exception("timer callback of %r raised", handle)

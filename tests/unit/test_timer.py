@@ -11,7 +11,8 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -366,3 +367,89 @@ def test_many_timers_each_fire_exactly_once_at_or_after_their_time(
 
     assert all(len(lateness) == 1 for lateness in fired.values())
     assert all(lateness[0] >= 0 for lateness in fired.values())
+
+
+# -- real time: cancelled deadlines are swept, long deadlines are safe --------------------
+
+
+def _eventually(predicate: Callable[[], bool], within: float = WAIT) -> bool:
+    """Poll `predicate` until it holds or `within` seconds pass (bounded, asserted)."""
+    pause = threading.Event()
+    end = time.monotonic() + within
+    while not predicate():
+        if time.monotonic() >= end:
+            return False
+        pause.wait(0.005)
+    return True
+
+
+@pytest.fixture
+def real_service() -> Iterator[TimerService]:
+    timers = TimerService(SystemClock(), name="test-real-timer")
+    timers.SWEEP_SECONDS = 0.01  # type: ignore[misc]
+    yield timers
+    assert timers.stop(WAIT)
+
+
+def _queued(service: TimerService, delay: float) -> int:
+    fifo = service._fifos.get(delay)
+    return 0 if fifo is None else len(fifo)
+
+
+def test_cancelled_deadlines_are_dropped_long_before_they_are_due(
+    real_service: TimerService,
+) -> None:
+    # The request-deadline pattern: a long delay, almost always cancelled by the reply.
+    first = real_service.call_after(60.0, lambda: None)
+    looked = threading.Event()
+    real_service.call_at(time.monotonic(), looked.set)
+    assert looked.wait(WAIT)  # the thread has seen `first` live, due in a minute
+    handles = [real_service.call_after(60.0, lambda: None) for _ in range(500)]
+    for handle in [first, *handles]:
+        handle.cancel()
+
+    assert _eventually(lambda: _queued(real_service, 60.0) == 0)
+    assert real_service.pending() == 0
+
+
+def test_a_quiet_timer_thread_is_woken_to_sweep_new_deadlines(
+    real_service: TimerService,
+) -> None:
+    first = real_service.call_after(60.0, lambda: None)
+    first.cancel()
+    # Every FIFO is empty now: the thread may sleep for a whole delay (60 s) unless the
+    # next append wakes it.
+    assert _eventually(lambda: _queued(real_service, 60.0) == 0 and real_service._quiet)
+
+    handles = [real_service.call_after(60.0, lambda: None) for _ in range(100)]
+    for handle in handles:
+        handle.cancel()
+
+    assert _eventually(lambda: _queued(real_service, 60.0) == 0, within=2.0)
+
+
+def test_a_live_deadline_behind_cancelled_ones_still_fires_on_time(
+    real_service: TimerService,
+) -> None:
+    fired = threading.Event()
+    for _ in range(100):
+        real_service.call_after(0.05, lambda: None).cancel()
+    started = time.monotonic()
+    real_service.call_after(0.05, fired.set)
+
+    assert fired.wait(WAIT)
+    assert time.monotonic() - started >= 0.05
+    assert _eventually(lambda: _queued(real_service, 0.05) == 0)
+
+
+def test_a_deadline_beyond_the_longest_wait_does_not_stop_the_timer_thread(
+    real_service: TimerService,
+) -> None:
+    looked = threading.Event()
+    real_service.call_at(time.monotonic() + 1e10, lambda: None)  # beyond TIMEOUT_MAX
+    real_service.call_at(time.monotonic(), looked.set)
+    assert looked.wait(WAIT)  # the thread's next sleep is computed from that deadline
+
+    fired = threading.Event()
+    real_service.call_at(time.monotonic() + 0.01, fired.set)
+    assert fired.wait(WAIT)
