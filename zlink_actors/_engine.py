@@ -269,6 +269,7 @@ class Engine:
                 ctx = act.ctx_type(self.runtime, act, box, None)
                 context = Context()
                 context.run(runtime_var.set, ctx)
+                spare = (ctx, context)
             else:
                 act.spare = None
                 ctx, context = spare
@@ -281,7 +282,7 @@ class Engine:
                 frame = Frame(result, ctx, context, rec, on_done, self.runtime.pool, act.resume_box)
                 return frame.resume()
             if len(context) == 1 and context.get(runtime_var) is ctx and ctx._box is box:
-                act.spare = (ctx, context)
+                act.spare = spare
             on_done(result, None)
             return False
         if kind == K_MESSAGE:

@@ -261,7 +261,16 @@ class RequestCall(_MessageCall[T], Generic[T]):
     ) -> None:
         if reply is not None and not isinstance(reply, type):
             raise TypeError(f"reply= takes a class, got {reply!r}")
-        _MessageCall.__init__(self, runtime, kind, target, payload)
+        # Flat on purpose (as `_MessageCall.__init__`): this runs once per request.
+        self._runtime = runtime
+        self._timeout: float | None = None
+        self._used = False
+        self._kind = kind
+        self._table = _table(runtime, kind)
+        self._target = target
+        self._payload = payload
+        self._metadata: dict[str, Any] | None = None
+        self._intent: Any = None
         self._reply = reply
 
     def submit(self, cancel: CancellationToken | None = None) -> Completion[T]:
@@ -278,9 +287,15 @@ class RequestCall(_MessageCall[T], Generic[T]):
         `CancelledError`.
         """
         if cancel is None and not self._used and self._intent is None:
-            fast = self._fast()
-            if fast is not None:
-                return fast
+            # `_fast_target`, unrolled: this runs once per request.
+            runtime = self._runtime
+            if runtime.state is _SERVING and runtime_var.get() is None:
+                act = self._table.get(self._target)
+                if act is not None and not act.closed:
+                    info = act.type.table.find(type(self._payload))
+                    if info is not None:
+                        self._used = True
+                        return self._admit(act, info, None)
         return super().submit(cancel)
 
     def submit_sync(self, cancel: CancellationToken | None = None) -> T:
@@ -333,13 +348,6 @@ class RequestCall(_MessageCall[T], Generic[T]):
         if status == CLOSED:
             return NotFoundError(f"{self._kind} {self._target!r} closed")
         return CapacityExceededError(f"{self._kind} {self._target!r} queue is full")
-
-    def _fast(self) -> Completion[T] | None:
-        found = self._fast_target()
-        if found is None:
-            return None
-        self._used = True
-        return self._admit(found[0], found[1], None)
 
     def yield_(self, cancel: CancellationToken | None = None) -> YieldAwaitable[T]:
         """Send the request; `await` the result releases the Spot gate meanwhile.
@@ -398,16 +406,27 @@ class RequestCall(_MessageCall[T], Generic[T]):
         self, act: Activation, info: HandlerInfo, cancel: CancellationToken | None
     ) -> Completion[T]:
         runtime = self._runtime
-        req = Request(self._payload, self._metadata, info, runtime.engine, self._reply)
+        pending = runtime.pending
+        req = Request(self._payload, self._metadata, info, runtime.engine, self._reply, pending)
         cell: _Cell[T] = req.cell
-        if not runtime.register(req, cancel):  # SC §10: registered before submit
+        route = req.route_id  # registered (SC §10: before anything is submitted)
+        if runtime.state is not _SERVING:
+            # Shutdown sealed admission meanwhile.
+            pending.finish(route, exc=ShuttingDownError("the Host is shutting down"))
             return Completion(cell)
+        if cancel is not None:
+            req.registration = cancel._register_internal(req.cancel)
         status = runtime.pool.enqueue(act.box, req)
         if status != ADMITTED:
-            runtime.pending.finish(req.route_id, exc=self._refusal(status))  # type: ignore[arg-type]
+            pending.finish(route, exc=self._refusal(status))
             return Completion(cell)
         # The deadline is armed right after the record is queued (the pool thread is
         # waking meanwhile); a reply that already won leaves nothing for it to do.
         timeout = self._timeout
-        runtime.arm_request(req, runtime.default_request_timeout if timeout is None else timeout)
+        req.fn = True
+        runtime.timers.schedule_after(
+            runtime.default_request_timeout if timeout is None else timeout, req
+        )
+        if route not in pending._entries:
+            req.fn = None
         return Completion(cell, req.cancel)

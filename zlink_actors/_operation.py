@@ -198,8 +198,15 @@ class Request(Record):
     on_finish: Callable[[], None] | None = None
 
     def __init__(
-        self, payload: Any, metadata: Any, info: Any, engine: Any, reply_type: type | None
+        self,
+        payload: Any,
+        metadata: Any,
+        info: Any,
+        engine: Any,
+        reply_type: type | None,
+        table: PendingTable,
     ) -> None:
+        # Flat, and registered here (SC §10: before anything is submitted): once per call.
         self.kind = K_REQUEST
         self.a = payload
         self.b = metadata
@@ -209,17 +216,16 @@ class Request(Record):
         self.engine = engine
         self.reply_type = reply_type
         self.registration: CancellationRegistration | None = None
-        self.table: PendingTable | None = None
-        self.route_id: int | None = None
         self.fn: object = None
         self.when = 0.0
+        self.table = table
+        self.route_id = route = next(_low_counter)
+        table._entries[route] = self
 
     # -- record ------------------------------------------------------------------------
 
     def reply(self, value: Any, exc: BaseException | None) -> None:
         table, route = self.table, self.route_id
-        if table is None or route is None:
-            return
         expected = self.reply_type
         if exc is None and (expected is None or isinstance(value, expected)):
             # The common reply, with `PendingTable.finish` unrolled.
@@ -240,8 +246,7 @@ class Request(Record):
 
     def cancel(self) -> bool:
         """Cancellation path (caller's token or `Completion.cancel()`); True if it won."""
-        table, route = self.table, self.route_id
-        return table is not None and route is not None and table.finish(route, exc=CancelledError())
+        return self.table.finish(self.route_id, exc=CancelledError())
 
     # -- timer -------------------------------------------------------------------------
 
@@ -249,10 +254,8 @@ class Request(Record):
         """The deadline passed (timer thread)."""
         if self.fn is not None:
             self.fn = None
-            table, route = self.table, self.route_id
-            if table is not None and route is not None:
-                late = DeadlineExceededError("no result within the call's deadline")
-                table.finish(route, exc=late)
+            late = DeadlineExceededError("no result within the call's deadline")
+            self.table.finish(self.route_id, exc=late)
 
 
 class SyncRequest(Record):
@@ -330,7 +333,7 @@ class PendingTable:
         self._emptied = threading.Condition(self._lock)
         self._watching = False
 
-    def register(self, entry: PendingEntry | Request) -> int:
+    def register(self, entry: PendingEntry) -> int:
         """SC §10: register before submit. Returns the entry's route id."""
         # The counter is process-wide, so route ids also make unique OperationId words.
         # In process they stay plain ints (a `ReplyRouteId` is what goes on the wire).

@@ -24,7 +24,7 @@ from ._errors import (
 from ._lifecycle import close_activation, drop_record
 from ._multicast import Publisher
 from ._objects import CloseReason
-from ._operation import PendingEntry, PendingTable, Request, settle
+from ._operation import PendingEntry, PendingTable, settle
 from ._scheduler import AppPool
 from ._spot_timers import TimerSet
 from ._state import HostState, ShutdownOutcome, ShutdownResult
@@ -112,7 +112,7 @@ class Runtime:
             self.arm_deadline(entry, timeout)
         return entry
 
-    def register(self, entry: PendingEntry | Request, cancel: CancellationToken | None) -> bool:
+    def register(self, entry: PendingEntry, cancel: CancellationToken | None) -> bool:
         """Put `entry` in the pending table and hook its caller's cancellation.
 
         False if shutdown sealed admission meanwhile: the entry is then already completed
@@ -132,14 +132,6 @@ class Runtime:
         entry.timer = timer
         if entry.route_id not in self.pending:
             timer.cancel()
-
-    def arm_request(self, req: Request, timeout: float) -> None:
-        """Arm a request's deadline (the request is its own timer handle); disarmed at
-        once if a reply already won."""
-        req.fn = True
-        self.timers.schedule_after(timeout, req)
-        if req.route_id not in self.pending:
-            req.fn = None
 
     def handle(self, entry: PendingEntry) -> Completion[Any]:
         """The caller's handle: cancelling it races the entry's other terminal paths."""

@@ -715,6 +715,7 @@ class AppPool:
             done_box = box
             handed = False
             stop = len(batch)
+            now = start
             for i, rec in enumerate(batch):
                 # Checked between records: 10 ms, other owners or lifecycle work waiting,
                 # or a claim taken by the previous turn end the run early. (Unlocked
@@ -724,7 +725,7 @@ class AppPool:
                     box.life
                     or box.claimed
                     or box.closing
-                    or monotonic() >= deadline
+                    or now >= deadline
                     or (others is not None and _others_waiting(others, box))
                 ):
                     stop = i
@@ -736,7 +737,7 @@ class AppPool:
                     handed = True
                     stop = i + 1
                     break
-                self._progress = monotonic()  # read by the stall check
+                self._progress = now = monotonic()  # read by the stall check
                 if rec.reserved:
                     rec.reserved = False
                     done += 1

@@ -164,6 +164,8 @@ class TimerService:
 
     def __init__(self, clock: Clock, name: str = "zlink-timer") -> None:
         self.clock = clock
+        #: The clock's reading, without a Python call for the real clock.
+        self._now = time.monotonic if type(clock) is SystemClock else clock.monotonic
         self._name = name
         self._cond = threading.Condition(threading.Lock())
         self._heap: list[tuple[float, int, Timed]] = []
@@ -216,7 +218,7 @@ class TimerService:
                 if self._thread is None and not self._stopped:
                     self._start()
         # Read the clock after the FIFO exists: the thread's wake-up rule relies on it.
-        handle.when = self.clock.monotonic() + delay
+        handle.when = self._now() + delay
         if self._stopped:
             handle.fn = None
         else:
