@@ -239,6 +239,8 @@ class AppPool:
         self._quiet = threading.Condition(self._mutex)
         self._ready: deque[Gate] = deque()
         self._idle: list[list[Any]] = []
+        #: Every pool thread's slot (see `_work`).
+        self._slots: list[list[Any]] = []
         self._threads: list[threading.Thread] = []
         self._busy = 0
         self._active = 0
@@ -582,13 +584,17 @@ class AppPool:
     def _work(self) -> None:
         wake = _thread.allocate_lock()
         wake.acquire()
-        # [wake lock, gate handed over, and the mailbox and record of a direct hand-off]
-        slot: list[Any] = [wake, None, None, None]
+        # [wake lock, gate handed over, the mailbox and record of a direct hand-off, and
+        # when the record running now started (0.0 between records)]
+        slot: list[Any] = [wake, None, None, None, 0.0]
+        with self._mutex:
+            self._slots.append(slot)
         ready = self._ready
         idle = self._idle
         mutex = self._mutex
         gate: Gate | None = None
         ended = _HANDED_OFF
+        arm = False
         while True:
             # One critical section a batch: account for the batch just run, take the next.
             with mutex:
@@ -601,14 +607,21 @@ class AppPool:
                         ready.append(gate)
                 if self._stopping:
                     return
-                if ready:
+                if ready and (not self._busy or self._others_stalled(slot)):
                     gate = ready.popleft()
                     self._busy += 1
                 else:
+                    # Nothing to do, or another thread is running Python and not stuck:
+                    # leave the work to it (one thread runs Python unless it stalls).
                     idle.append(slot)
                     gate = None
+                    if ready and not self._check_armed:
+                        self._check_armed = arm = True
             first_box = first = None
             if gate is None:
+                if arm:
+                    arm = False
+                    self._watch.call_after(STALL_SECONDS, self._stall_check)
                 wake.acquire()
                 gate, first_box, first = slot[1], slot[2], slot[3]
                 slot[1] = slot[2] = slot[3] = None
@@ -616,20 +629,33 @@ class AppPool:
                     continue
                 ended = _HANDED_OFF
             try:
-                ended = self._run_gate(gate, first_box, first)
+                ended = self._run_gate(gate, first_box, first, slot)
             except BaseException:  # pragma: no cover - the loop must survive anything
                 log.exception("scheduler error")
                 ended = _HANDED_OFF
+            slot[4] = 0.0
 
-    def _run_gate(self, gate: Gate, first_box: Mailbox | None, first: Record | None) -> int:
+    def _others_stalled(self, mine: list[Any]) -> bool:
+        """True if another pool thread has been inside one record for `STALL_SECONDS`
+        (blocked in a handler): then this one keeps running other work. Mutex held."""
+        now = time.monotonic()
+        for slot in self._slots:
+            since = slot[4]
+            if slot is not mine and since and now - since >= STALL_SECONDS:
+                return True
+        return False
+
+    def _run_gate(
+        self, gate: Gate, first_box: Mailbox | None, first: Record | None, slot: list[Any]
+    ) -> int:
         """Run turns of `gate` until it has no work, 10 ms passed, or a turn handed off.
 
         `first` is a record handed over directly (`_direct`): it runs before anything else.
         """
         run_record = self._run_record
         monotonic = time.monotonic
-        self._progress = start = monotonic()
-        deadline = start + BATCH_SECONDS
+        self._progress = now = monotonic()
+        deadline = now + BATCH_SECONDS
         turns = 0
         done_box: Mailbox | None = None
         # Records of `done_box` that ended holding a reservation: released together.
@@ -637,10 +663,11 @@ class AppPool:
         if first is not None:
             assert first_box is not None
             turns = 1
+            slot[4] = now
             if run_record(first_box, first):
                 self._turns += turns
                 return _HANDED_OFF
-            self._progress = monotonic()
+            self._progress = now = monotonic()
             if first.reserved:
                 first.reserved = False
                 done = 1
@@ -651,10 +678,11 @@ class AppPool:
                 frame, gate.frame = gate.frame, None
             if frame is not None:
                 turns += 1
+                slot[4] = now
                 if frame.resume():
                     self._turns += turns
                     return _HANDED_OFF
-                self._progress = monotonic()
+                self._progress = now = monotonic()
         else:
             # Set under the lock of the first take below.
             gate.state = RUNNING
@@ -715,7 +743,6 @@ class AppPool:
             done_box = box
             handed = False
             stop = len(batch)
-            now = start
             for i, rec in enumerate(batch):
                 # Checked between records: 10 ms, other owners or lifecycle work waiting,
                 # or a claim taken by the previous turn end the run early. (Unlocked
@@ -731,6 +758,7 @@ class AppPool:
                     stop = i
                     break
                 turns += 1
+                slot[4] = now
                 if run_record(box, rec):
                     # Handed off: the gate is SUSPENDED and no longer ours; the record's
                     # reservation went with its coroutine.
