@@ -190,3 +190,23 @@ def _eventually(predicate: Callable[[], bool], within: float = WAIT) -> bool:
             return False
         pause.wait(0.002)
     return True
+
+
+def test_a_contended_scheduler_lock_is_taken_once_its_holder_releases_it() -> None:
+    lock = threading.Lock()
+    lock.acquire()
+    taken = threading.Event()
+
+    def take() -> None:
+        _scheduler._contended(lock)
+        taken.set()
+        lock.release()
+
+    thread = threading.Thread(target=take)
+    thread.start()
+    assert not taken.wait(0.05)  # held: the taker keeps yielding, never gets it
+    lock.release()
+    assert taken.wait(WAIT)
+    thread.join(WAIT)
+    assert not thread.is_alive()
+    assert lock.acquire(False)  # released by the taker
