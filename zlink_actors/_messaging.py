@@ -37,7 +37,7 @@ from ._objects import InstanceSpot
 from ._operation import Request, SyncRequest
 from ._scheduler import ADMITTED, CLOSED, SEALED, Record
 from ._state import HostState
-from ._turn import K_MESSAGE, current_turn, require_yield_turn
+from ._turn import K_MESSAGE, TurnContext, current_turn, require_yield_turn
 
 _SERVING = HostState.SERVING
 #: The longest timed lock wait the platform accepts; a longer deadline takes the timer.
@@ -194,10 +194,15 @@ class SendCall(_MessageCall[None]):
         `ShuttingDownError`.
         """
         if cancel is None and not self._used and self._intent is None:
-            found = self._fast_target()
-            if found is not None:
-                self._used = True
-                return self._admit(*found)
+            # `_fast_target`, unrolled: this runs once per message.
+            runtime = self._runtime
+            if runtime.state is _SERVING and runtime_var.get() is None:
+                act = self._table.get(self._target)
+                if act is not None and not act.closed:
+                    info = act.type.table.find(type(self._payload))
+                    if info is not None:
+                        self._used = True
+                        return self._admit(act, info, None)
         return super().submit(cancel)
 
     def submit_sync(self, cancel: CancellationToken | None = None) -> None:
@@ -214,17 +219,22 @@ class SendCall(_MessageCall[None]):
             return early
         found = self._target_handler()
         if found is _COLD:
-            return self._cold(self._admit)
+            return self._cold(self._admit_here)
         if isinstance(found, Completion):
             return found
-        return self._admit(*found)
+        return self._admit_here(*found)
 
-    def _admit(self, act: Activation, info: HandlerInfo) -> Completion[None]:
-        runtime = self._runtime
+    def _admit_here(self, act: Activation, info: HandlerInfo) -> Completion[None]:
+        return self._admit(act, info, current_turn())
+
+    def _admit(
+        self, act: Activation, info: HandlerInfo, turn: TurnContext | None
+    ) -> Completion[None]:
+        """Admit or park the send; `turn` is the caller's turn (None on an application
+        thread)."""
         box = act.box
         rec = Record(K_MESSAGE, self._payload, self._metadata, info)
-        pool = runtime.pool
-        turn = current_turn()
+        pool = self._runtime.pool
         if turn is not None and turn._gate is box.gate:
             # Behind our own gate waiting could never end: append even past the limit.
             if pool.force(box, rec, reserve=True):
