@@ -18,7 +18,7 @@ import _thread
 import asyncio
 import logging
 from collections.abc import Callable, Generator
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, Generic, TypeVar
 
 from . import _context
 from ._dispatcher import get_dispatcher
@@ -199,16 +199,17 @@ class Completion(Generic[T]):
             TimeoutError: `timeout` passed first (the builtin, not `DeadlineExceededError`).
             InvalidOperationError: unsettled, and called inside a runtime context.
         """
-        if not self.done():
+        cell = self._cell
+        if cell._state != _DONE and not self._cancelled:
             _context.forbid_blocking("Completion.result()")
             if not self._block(timeout):
                 raise TimeoutError(f"the result was not settled within {timeout} s")
         if self._cancelled:
             raise CancelledError()
-        exc = self._cell._exc
+        exc = cell._exc
         if exc is not None:
             raise exc
-        return cast(T, self._cell._value)
+        return cell._value  # type: ignore[return-value]
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
         """Return the operation's error, or `None` if it succeeded.

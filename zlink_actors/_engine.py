@@ -264,7 +264,6 @@ class Engine:
             # pristine (synchronous, no context variable of its own, no metadata).
             spare = act.spare
             fn = rec.c.fn
-            on_done = self._message_done if kind == K_MESSAGE else rec.reply
             if spare is None:
                 ctx = act.ctx_type(self.runtime, act, box, None)
                 context = Context()
@@ -276,14 +275,16 @@ class Engine:
             try:
                 result = context.run(fn, act.instance, ctx, rec.a)
             except BaseException as exc:
-                on_done(None, exc)
+                (self._message_done if kind == K_MESSAGE else rec.reply)(None, exc)
                 return False
             if type(result) is CoroutineType:
+                on_done = self._message_done if kind == K_MESSAGE else rec.reply
                 frame = Frame(result, ctx, context, rec, on_done, self.runtime.pool, act.resume_box)
                 return frame.resume()
             if len(context) == 1 and context.get(runtime_var) is ctx and ctx._box is box:
                 act.spare = spare
-            on_done(result, None)
+            if kind != K_MESSAGE:
+                rec.reply(result, None)  # a one-way message's success needs nothing
             return False
         if kind == K_MESSAGE:
             info: HandlerInfo = rec.c

@@ -194,15 +194,10 @@ class SendCall(_MessageCall[None]):
         `ShuttingDownError`.
         """
         if cancel is None and not self._used and self._intent is None:
-            # `_fast_target`, unrolled: this runs once per message.
-            runtime = self._runtime
-            if runtime.state is _SERVING and runtime_var.get() is None:
-                act = self._table.get(self._target)
-                if act is not None and not act.closed:
-                    info = act.type.table.find(type(self._payload))
-                    if info is not None:
-                        self._used = True
-                        return self._admit(act, info, None)
+            found = self._fast_target()
+            if found is not None:
+                self._used = True
+                return self._admit(found[0], found[1], None)
         return super().submit(cancel)
 
     def submit_sync(self, cancel: CancellationToken | None = None) -> None:
@@ -297,15 +292,10 @@ class RequestCall(_MessageCall[T], Generic[T]):
         `CancelledError`.
         """
         if cancel is None and not self._used and self._intent is None:
-            # `_fast_target`, unrolled: this runs once per request.
-            runtime = self._runtime
-            if runtime.state is _SERVING and runtime_var.get() is None:
-                act = self._table.get(self._target)
-                if act is not None and not act.closed:
-                    info = act.type.table.find(type(self._payload))
-                    if info is not None:
-                        self._used = True
-                        return self._admit(act, info, None)
+            found = self._fast_target()
+            if found is not None:
+                self._used = True
+                return self._admit(found[0], found[1], None)
         return super().submit(cancel)
 
     def submit_sync(self, cancel: CancellationToken | None = None) -> T:
@@ -418,7 +408,7 @@ class RequestCall(_MessageCall[T], Generic[T]):
         runtime = self._runtime
         pending = runtime.pending
         req = Request(self._payload, self._metadata, info, runtime.engine, self._reply, pending)
-        cell: _Cell[T] = req.cell
+        cell: _Cell[T] = req
         route = req.route_id  # registered (SC §10: before anything is submitted)
         if runtime.state is not _SERVING:
             # Shutdown sealed admission meanwhile.
@@ -426,7 +416,7 @@ class RequestCall(_MessageCall[T], Generic[T]):
             return Completion(cell)
         if cancel is not None:
             req.registration = cancel._register_internal(req.cancel)
-        status = runtime.pool.enqueue(act.box, req)
+        status = runtime.pool.enqueue(act.box, req)  # type: ignore[arg-type]  # a record by shape
         if status != ADMITTED:
             pending.finish(route, exc=self._refusal(status))
             return Completion(cell)

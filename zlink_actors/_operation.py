@@ -185,44 +185,46 @@ def _reply(
     table.finish(route, exc=exc)
 
 
-class Request(Record):
-    """An asynchronous request in one object: its queued record, its pending entry and its
-    deadline timer (the caller's result is `cell`, observed through `Completion`s).
+def _register(
+    req: Any,
+    payload: Any,
+    metadata: Any,
+    info: Any,
+    engine: Any,
+    reply_type: type | None,
+    table: PendingTable,
+) -> None:
+    """Fill a self-replying request's record and entry fields and register it (SC §10:
+    before anything is submitted). Flat: this runs once per call."""
+    req.kind = K_REQUEST
+    req.a = payload
+    req.b = metadata
+    req.c = info
+    req.reserved = False
+    req.engine = engine
+    req.reply_type = reply_type
+    req.table = table
+    req.route_id = route = next(_low_counter)
+    table._entries[route] = req
 
-    As a record, `c` is the handler and `reply` delivers the handler's outcome. As a
-    timer, `fn` is a marker that is None once the deadline is disarmed or fired.
-    """
 
-    __slots__ = ("cell", "engine", "fn", "registration", "reply_type", "route_id", "table", "when")
+class _SelfReplying:
+    """A queued request that is also its own pending entry (a mixin; the classes give
+    the slots): `c` is the handler, and `reply` delivers the handler's outcome to the one
+    winner of the table removal. Subclasses say how a winning outcome reaches the caller
+    (`settle`). Both are records by shape (`kind`, `a`, `b`, `c`, `reserved`, `reply`)."""
 
-    on_finish: Callable[[], None] | None = None
+    __slots__ = ()
 
-    def __init__(
-        self,
-        payload: Any,
-        metadata: Any,
-        info: Any,
-        engine: Any,
-        reply_type: type | None,
-        table: PendingTable,
-    ) -> None:
-        # Flat, and registered here (SC §10: before anything is submitted): once per call.
-        self.kind = K_REQUEST
-        self.a = payload
-        self.b = metadata
-        self.c = info
-        self.reserved = False
-        self.cell: _Cell[Any] = _Cell()
-        self.engine = engine
-        self.reply_type = reply_type
-        self.registration: CancellationRegistration | None = None
-        self.fn: object = None
-        self.when = 0.0
-        self.table = table
-        self.route_id = route = next(_low_counter)
-        table._entries[route] = self
-
-    # -- record ------------------------------------------------------------------------
+    kind: int
+    a: Any
+    b: Any
+    c: Any
+    reserved: bool
+    engine: Any
+    reply_type: type | None
+    route_id: int
+    table: PendingTable
 
     def reply(self, value: Any, exc: BaseException | None) -> None:
         table, route = self.table, self.route_id
@@ -236,19 +238,62 @@ class Request(Record):
             return
         _reply(table, route, self.engine, expected, value, exc)
 
-    # -- pending entry -----------------------------------------------------------------
+    def settle(self, value: Any, exc: BaseException | None) -> None:
+        raise NotImplementedError
+
+
+class Request(_SelfReplying, _Cell[Any]):
+    """An asynchronous request in one object: its queued record, its pending entry, its
+    deadline timer and its result cell (observed through `Completion`s). As a timer,
+    `fn` is a marker that is None once the deadline is disarmed or fired.
+    """
+
+    __slots__ = (
+        "a",
+        "b",
+        "c",
+        "engine",
+        "fn",
+        "kind",
+        "registration",
+        "reply_type",
+        "reserved",
+        "route_id",
+        "table",
+        "when",
+    )
+
+    on_finish: Callable[[], None] | None = None
+
+    def __init__(
+        self,
+        payload: Any,
+        metadata: Any,
+        info: Any,
+        engine: Any,
+        reply_type: type | None,
+        table: PendingTable,
+    ) -> None:
+        _Cell.__init__(self)
+        self.registration: CancellationRegistration | None = None
+        self.fn: object = None
+        self.when = 0.0
+        _register(self, payload, metadata, info, engine, reply_type, table)
+
+    @property
+    def cell(self) -> Request:
+        return self
 
     def settle(self, value: Any, exc: BaseException | None) -> None:
         self.fn = None  # disarm the deadline
         if self.registration is not None:
             self.registration.unregister()
-        self.cell.try_set(value, exc)
+        self.try_set(value, exc)
 
     def cancel(self) -> bool:
-        """Cancellation path (caller's token or `Completion.cancel()`); True if it won."""
+        """Cancellation path (caller's token or `Completion.cancel()`): races the other
+        terminals through the pending table; True if it won."""
         return self.table.finish(self.route_id, exc=CancelledError())
-
-    # -- timer -------------------------------------------------------------------------
 
     def fire(self) -> None:
         """The deadline passed (timer thread)."""
@@ -258,7 +303,7 @@ class Request(Record):
             self.table.finish(self.route_id, exc=late)
 
 
-class SyncRequest(Record):
+class SyncRequest(_SelfReplying, Record):
     """A request whose only observer is an application thread blocked in `submit_sync()`:
     one object is its record, its pending entry and its result.
 
@@ -280,34 +325,11 @@ class SyncRequest(Record):
         reply_type: type | None,
         table: PendingTable,
     ) -> None:
-        # Flat, and registered here (SC §10: before anything is submitted): once per call.
-        self.kind = K_REQUEST
-        self.a = payload
-        self.b = metadata
-        self.c = info
-        self.reserved = False
-        self.engine = engine
-        self.reply_type = reply_type
         self.value: Any = None
         self.exc: BaseException | None = None
         self.waiter = waiter = _thread.allocate_lock()
         waiter.acquire()
-        self.table = table
-        self.route_id = route = next(_low_counter)
-        table._entries[route] = self
-
-    def reply(self, value: Any, exc: BaseException | None) -> None:
-        expected = self.reply_type
-        if exc is None and (expected is None or isinstance(value, expected)):
-            # The common reply, with `PendingTable.finish` and `settle` unrolled.
-            table = self.table
-            if table._entries.pop(self.route_id, None) is not None:
-                self.value = value
-                self.waiter.release()
-                if table._watching:
-                    table.check_empty()
-            return
-        _reply(self.table, self.route_id, self.engine, expected, value, exc)
+        _register(self, payload, metadata, info, engine, reply_type, table)
 
     def settle(self, value: Any, exc: BaseException | None) -> None:
         # Reached only by the winner of `PendingTable.pop`: no lock needed.
@@ -316,8 +338,8 @@ class SyncRequest(Record):
         self.waiter.release()
 
 
-#: What a pending table holds: a general entry, or a blocking request that is its own.
-Pending = PendingEntry | Request | SyncRequest
+#: What a pending table holds: a general entry, or a request that is its own entry.
+Pending = PendingEntry | _SelfReplying
 
 
 class PendingTable:
