@@ -35,13 +35,28 @@ _DONE = 1
 Canceller = Callable[[], bool]
 
 
+#: Blocked waiters to release and handles to fire, once a cell's lock is released.
+Notify = tuple[list[Any], list["Completion[Any]"]]
+
+
+def _notify(notify: Notify) -> None:
+    woken, handles = notify
+    for waiter in woken:
+        waiter.release()
+    for handle in handles:
+        handle._fire()
+
+
 class _Cell(Generic[T]):
     """The shared result of one operation. Internal: users hold `Completion` handles."""
 
     __slots__ = ("_exc", "_listeners", "_lock", "_state", "_value")
 
-    def __init__(self) -> None:
-        self._lock = _thread.allocate_lock()
+    def __init__(self, lock: Any = None) -> None:
+        #: Guards the state and the listeners. A one-way send waiting for lane space
+        #: shares its target's gate lock, so that admission settles it in the critical
+        #: section that admits it (`_publish`).
+        self._lock = _thread.allocate_lock() if lock is None else lock
         self._state = _PENDING
         self._value: T | None = None
         self._exc: BaseException | None = None
@@ -51,36 +66,35 @@ class _Cell(Generic[T]):
         with self._lock:
             if self._state:
                 return False
-            self._value = value
-            self._exc = exc
-            self._state = _DONE
-            listeners = self._listeners
-            self._listeners = None
-            woken = None
-            if listeners:
-                # Handles with only blocked waiters fire here, under the same lock;
-                # handles with callbacks fire below (keeping their callbacks' order).
-                rest = []
-                for handle in listeners:
-                    if handle._callbacks is None and not handle._fired:
-                        handle._fired = True
-                        if handle._waiters:
-                            if woken is None:
-                                woken = handle._waiters
-                            else:
-                                woken.extend(handle._waiters)
-                            handle._waiters = None
-                    else:
-                        rest.append(handle)
-                listeners = rest
+            notify = self._publish(value, exc)
         # SC §11: confirm, release the lock, then notify.
-        if woken:
-            for waiter in woken:
-                waiter.release()
-        if listeners:
-            for handle in listeners:
-                handle._fire()
+        if notify is not None:
+            _notify(notify)
         return True
+
+    def _publish(self, value: T | None, exc: BaseException | None) -> Notify | None:
+        """Set the result of a pending cell; the caller holds `_lock`. Returns what must
+        be notified once the lock is released (`_notify`), or None."""
+        self._value = value
+        self._exc = exc
+        self._state = _DONE
+        listeners = self._listeners
+        if not listeners:
+            return None
+        self._listeners = None
+        # Handles with only blocked waiters fire here, under the same lock; handles with
+        # callbacks fire after it (keeping their callbacks' order).
+        woken: list[Any] = []
+        rest = []
+        for handle in listeners:
+            if handle._callbacks is None and not handle._fired:
+                handle._fired = True
+                if handle._waiters:
+                    woken.extend(handle._waiters)
+                    handle._waiters = None
+            else:
+                rest.append(handle)
+        return woken, rest
 
     def set_result(self, value: T) -> bool:
         return self.try_set(value, None)

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from time import sleep as _sleep
 from typing import Any, Final
 
+from ._completion import _notify
 from ._timer import SystemClock, TimerService
 
 __all__ = [
@@ -461,11 +462,12 @@ class AppPool:
             self.push(gate)
         return ADMITTED
 
-    def send(self, box: Mailbox, rec: Record, make_cell: Callable[[], Any]) -> Any:
+    def send(self, box: Mailbox, rec: Record, make_cell: Callable[[Any], Any]) -> Any:
         """Admit a one-way record, or park it FIFO behind the target's other waiters.
 
         Returns None when admitted now; when parked, the caller's new result cell (made by
-        `make_cell` under the gate lock; it gets `None` once a reservation frees a slot);
+        `make_cell(gate lock)` under that lock, which the cell then shares; it gets `None`
+        once a reservation frees a slot);
         CLOSED; or SEALED (shutdown began: a send may no longer start waiting, since the
         shutdown sweep of waiters may have passed).
         """
@@ -481,7 +483,7 @@ class AppPool:
                 waiters = box.waiters
                 if waiters is None:
                     box.waiters = waiters = deque()
-                cell = make_cell()
+                cell = make_cell(gate.lock)
                 waiters.append((rec, cell))
                 return cell
             box.app_reserved += 1
@@ -548,8 +550,7 @@ class AppPool:
             gate.lock.release()
         if push:
             self.push(gate)
-        for cell in admitted:
-            cell.try_set(None, None)
+        _settle_admitted(admitted)
 
     def claim(self, box: Mailbox) -> None:
         """Hold `box`'s queue claim: its records wait until `release_claim`."""
@@ -607,18 +608,36 @@ class AppPool:
         return len(waiters or ())
 
     def _admit_waiters(self, box: Mailbox, admitted: list[Any]) -> bool:
-        # Caller holds the gate lock.
+        """Admit waiting sends FIFO into the room the lane has. Caller holds the gate
+        lock; afterwards it passes `admitted` to `_settle_admitted`."""
         waiters = box.waiters
-        push = False
-        while waiters and box.app_reserved < self.lane_items and not box.closing:
-            rec, cell = waiters.popleft()
-            box.app_reserved += 1
+        if not waiters or box.closing:
+            return False
+        room = min(len(waiters), self.lane_items - box.app_reserved)
+        if room <= 0:
+            return False
+        # Move them in one go: FIFO, behind whatever the lane holds.
+        app = box.app
+        if app is None:
+            box.app = app = []
+        popleft = waiters.popleft
+        lock = box.gate.lock
+        for _ in range(room):
+            rec, cell = popleft()
             rec.reserved = True
-            push = box._push(rec, False) or push
-            admitted.append(cell)
-        if waiters is not None and not waiters:
+            app.append(rec)
+            if cell._lock is lock:
+                # Its lock is the one held here: settle it now (see `_Cell.__init__`).
+                if not cell._state:
+                    notify = cell._publish(None, None)
+                    if notify is not None:
+                        admitted.append(notify)
+            else:
+                admitted.append(cell)
+        box.app_reserved += room
+        if not waiters:
             box.waiters = None
-        return push
+        return box.gate._list(box)
 
     # -- the pool thread ---------------------------------------------------------------
 
@@ -787,8 +806,7 @@ class AppPool:
             finally:
                 gate.lock.release()
             if admitted:
-                for cell in admitted:
-                    cell.try_set(None, None)
+                _settle_admitted(admitted)
             if batch is None:
                 self._turns += turns  # statistics only: a lost update is harmless
                 return _REQUEUE if requeue else _WENT_IDLE
@@ -854,8 +872,7 @@ class AppPool:
             gate.lock.release()
         if push:
             self.push(gate)
-        for cell in admitted:
-            cell.try_set(None, None)
+        _settle_admitted(admitted)
         for rec in dropped:
             self.drop_record(box, rec)
 
@@ -863,6 +880,16 @@ class AppPool:
         """A taken record whose mailbox closed before it ran; the runtime replaces this
         with its drop path (a request's caller hears why)."""
         log.error("record dropped: its mailbox closed before it ran")
+
+
+def _settle_admitted(admitted: list[Any]) -> None:
+    """After the gate lock is released: complete what `_admit_waiters` could not settle
+    under it (cells with a lock of their own), and notify observers of the rest."""
+    for item in admitted:
+        if type(item) is tuple:
+            _notify(item)
+        else:
+            item.try_set(None, None)
 
 
 def _others_waiting(boxes: list[Mailbox], box: Mailbox) -> bool:

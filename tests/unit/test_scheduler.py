@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from zlink_actors import _scheduler
+from zlink_actors._completion import _Cell
 from zlink_actors._scheduler import ADMITTED, FULL, AppPool, Gate, Mailbox, Record
 
 WAIT = 5.0
@@ -210,3 +211,33 @@ def test_a_contended_scheduler_lock_is_taken_once_its_holder_releases_it() -> No
     thread.join(WAIT)
     assert not thread.is_alive()
     assert lock.acquire(False)  # released by the taker
+
+
+def test_a_send_waiting_for_a_mailbox_that_moved_gate_is_still_admitted(
+    pools: list[AppPool],
+) -> None:
+    # A waiting send's result shares the gate lock of its mailbox at the time it parked;
+    # after a Join moved the mailbox under another gate it is settled the ordinary way.
+    log = Log(2)
+    pool = make_pool(pools, log, lane_items=1)
+    old_gate, new_gate = Gate(pool), Gate(pool)
+    box = Mailbox(None, old_gate)
+    assert pool.enqueue(box, Record(APP, "first")) == ADMITTED
+
+    def make_cell(lock: object) -> _Cell[None]:
+        return _Cell(lock)
+
+    waiting = pool.send(box, Record(APP, "second"), make_cell)
+    assert isinstance(waiting, _Cell)
+    assert waiting._lock is old_gate.lock
+
+    pool.claim(box)
+    pool.move(box, new_gate)
+    pool.release_claim(box)
+    pool.start()
+
+    assert log.done.wait(WAIT)
+    assert log.order == ["first", "second"]
+    assert _eventually(waiting.done)
+    assert waiting._value is None
+    assert waiting._exc is None

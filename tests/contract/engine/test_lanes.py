@@ -9,6 +9,7 @@ A send to a target behind your own gate never waits.
 
 import logging
 import threading
+from collections.abc import Callable
 
 import pytest
 
@@ -315,3 +316,46 @@ def test_send_to_a_target_behind_your_own_gate_never_waits_even_when_full(
     assert outside.result(WAIT) is None
     assert saw_last.wait(WAIT)
     assert notes == [0, 1, 2, 9]
+
+
+def test_observers_of_waiting_sends_hear_of_their_admission_once(harness: Harness) -> None:
+    # A waiting send's result shares its target's gate lock and is settled inside the
+    # critical section that admits it: callbacks and blocked readers must still hear.
+    room = Mailroom(harness, last_note=3)
+    host = harness.host(spots=[room.cls], application_lane_items=2)
+    host.spots.get_or_create("room", room.cls).submit_sync()
+    host.send_to_spot("room", Hold()).submit_sync()
+    assert room.entered.wait(WAIT)
+    host.send_to_spot("room", Note(0)).submit_sync()
+    waiting = [host.send_to_spot("room", Note(n)).submit() for n in (1, 2, 3)]
+    assert not any(c.done() for c in waiting)
+
+    fired: list[int] = []
+    all_fired = threading.Event()
+
+    def on_done(n: int) -> Callable[[Completion[None]], None]:
+        def done(completion: Completion[None]) -> None:
+            assert completion.result() is None
+            fired.append(n)
+            if len(fired) == 3:
+                all_fired.set()
+
+        return done
+
+    for n, completion in zip((1, 2, 3), waiting, strict=True):
+        completion.add_done_callback(on_done(n))
+    read: list[object] = []
+    reader = threading.Thread(target=lambda: read.append(waiting[2].result(WAIT)))
+    reader.start()
+
+    room.latch.set()
+    assert all_fired.wait(WAIT)
+    reader.join(WAIT)
+    assert not reader.is_alive()
+    assert read == [None]
+    assert sorted(fired) == [1, 2, 3]
+    assert room.saw_last.wait(WAIT)
+    assert host.request_to_spot("room", Probe()).submit_sync() == [0, 1, 2, 3]
+    # Each callback ran once: nothing fires twice after the fact.
+    assert host.request_to_spot("room", Probe()).submit_sync() == [0, 1, 2, 3]
+    assert sorted(fired) == [1, 2, 3]
