@@ -143,6 +143,8 @@ class Engine:
         self.spots: dict[str, Activation] = {}
         self.actors: dict[str, Activation] = {}
         self.channels: dict[str, Activation] = {}
+        #: The live-object table of each call target kind ("Spot", "Actor", "channel").
+        self.tables = {"Spot": self.spots, "Actor": self.actors, "channel": self.channels}
         self.generations = 0
         self.handler_failures = 0
         self.dropped_records = 0

@@ -60,12 +60,7 @@ class TargetKind:
 
 
 def _table(runtime: Runtime, kind: str) -> dict[str, Activation]:
-    engine = runtime.engine
-    if kind == TargetKind.SPOT:
-        return engine.spots
-    if kind == TargetKind.ACTOR:
-        return engine.actors
-    return engine.channels
+    return runtime.engine.tables[kind]
 
 
 #: `_target_handler` found no Spot, and the call carries instance intent.
@@ -429,4 +424,4 @@ class RequestCall(_MessageCall[T], Generic[T]):
         )
         if route not in pending._entries:
             req.fn = None
-        return Completion(cell, req.cancel)
+        return Completion(cell, req)

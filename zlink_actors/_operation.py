@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from ._cancellation import CancellationRegistration
-from ._completion import _Cell
+from ._completion import _Cell, _notify
 from ._errors import (
     CancelledError,
     DeadlineExceededError,
@@ -288,12 +288,18 @@ class Request(_SelfReplying, _Cell[Any]):
         self.fn = None  # disarm the deadline
         if self.registration is not None:
             self.registration.unregister()
-        self.try_set(value, exc)
+        with self._lock:
+            notify = self._publish(value, exc)  # the cell is pending: only the winner settles
+        if notify is not None:
+            _notify(notify)
 
     def cancel(self) -> bool:
         """Cancellation path (caller's token or `Completion.cancel()`): races the other
         terminals through the pending table; True if it won."""
         return self.table.finish(self.route_id, exc=CancelledError())
+
+    #: A request is its own `Completion`'s canceller (no bound method per call).
+    __call__ = cancel
 
     def fire(self) -> None:
         """The deadline passed (timer thread)."""

@@ -824,7 +824,7 @@ class AppPool:
                     or box.claimed
                     or box.closing
                     or now >= deadline
-                    or (others is not None and _others_waiting(others, box))
+                    or (others and (len(others) > 1 or others[0] is not box))
                 ):
                     stop = i
                     break
@@ -890,11 +890,6 @@ def _settle_admitted(admitted: list[Any]) -> None:
             _notify(item)
         else:
             item.try_set(None, None)
-
-
-def _others_waiting(boxes: list[Mailbox], box: Mailbox) -> bool:
-    """True if a mailbox other than `box` is listed as ready."""
-    return len(boxes) > 1 or (len(boxes) == 1 and boxes[0] is not box)
 
 
 def _lock_box(box: Mailbox) -> Gate:
