@@ -261,16 +261,7 @@ class RequestCall(_MessageCall[T], Generic[T]):
     ) -> None:
         if reply is not None and not isinstance(reply, type):
             raise TypeError(f"reply= takes a class, got {reply!r}")
-        # Flat on purpose (as `_MessageCall.__init__`): this runs once per request.
-        self._runtime = runtime
-        self._timeout: float | None = None
-        self._used = False
-        self._kind = kind
-        self._table = _table(runtime, kind)
-        self._target = target
-        self._payload = payload
-        self._metadata: dict[str, Any] | None = None
-        self._intent: Any = None
+        _MessageCall.__init__(self, runtime, kind, target, payload)
         self._reply = reply
 
     def submit(self, cancel: CancellationToken | None = None) -> Completion[T]:

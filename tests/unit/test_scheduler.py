@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Iterator
 
 import pytest
+from _polling import eventually
 
 from zlink_actors import _scheduler
 from zlink_actors._completion import _Cell
@@ -172,7 +173,7 @@ def test_a_thread_woken_for_a_stall_leaves_the_work_to_the_running_one_once_it_e
     assert pool.enqueue(boxes["c"], Record(APP, "c")) == ADMITTED
     release["a"].set()
     # The thread that ran "a" finishes it and goes idle, leaving "c" queued.
-    assert _eventually(lambda: pool.statistics().busy_threads == 1)
+    assert eventually(lambda: pool.statistics().busy_threads == 1)
     stats = pool.statistics()
     assert stats.ready_gates == 1
     assert not started["c"].is_set()
@@ -180,17 +181,6 @@ def test_a_thread_woken_for_a_stall_leaves_the_work_to_the_running_one_once_it_e
     release["b"].set()
     assert started["c"].wait(WAIT)
     assert threads["c"] == threads["b"]
-
-
-def _eventually(predicate: Callable[[], bool], within: float = WAIT) -> bool:
-    """Poll `predicate` until it holds or `within` seconds pass (bounded, asserted)."""
-    pause = threading.Event()
-    end = time.monotonic() + within
-    while not predicate():
-        if time.monotonic() >= end:
-            return False
-        pause.wait(0.002)
-    return True
 
 
 def test_a_contended_scheduler_lock_is_taken_once_its_holder_releases_it() -> None:
@@ -238,6 +228,6 @@ def test_a_send_waiting_for_a_mailbox_that_moved_gate_is_still_admitted(
 
     assert log.done.wait(WAIT)
     assert log.order == ["first", "second"]
-    assert _eventually(waiting.done)
+    assert eventually(waiting.done)
     assert waiting._value is None
     assert waiting._exc is None

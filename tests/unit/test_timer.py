@@ -12,9 +12,10 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
+from _polling import eventually
 
 from zlink_actors import Clock, Deadline, ManualClock, SystemClock
 from zlink_actors._timer import TimerService
@@ -372,17 +373,6 @@ def test_many_timers_each_fire_exactly_once_at_or_after_their_time(
 # -- real time: cancelled deadlines are swept, long deadlines are safe --------------------
 
 
-def _eventually(predicate: Callable[[], bool], within: float = WAIT) -> bool:
-    """Poll `predicate` until it holds or `within` seconds pass (bounded, asserted)."""
-    pause = threading.Event()
-    end = time.monotonic() + within
-    while not predicate():
-        if time.monotonic() >= end:
-            return False
-        pause.wait(0.005)
-    return True
-
-
 @pytest.fixture
 def real_service() -> Iterator[TimerService]:
     timers = TimerService(SystemClock(), name="test-real-timer")
@@ -408,7 +398,7 @@ def test_cancelled_deadlines_are_dropped_long_before_they_are_due(
     for handle in [first, *handles]:
         handle.cancel()
 
-    assert _eventually(lambda: _queued(real_service, 60.0) == 0)
+    assert eventually(lambda: _queued(real_service, 60.0) == 0)
     assert real_service.pending() == 0
 
 
@@ -419,13 +409,13 @@ def test_a_quiet_timer_thread_is_woken_to_sweep_new_deadlines(
     first.cancel()
     # Every FIFO is empty now: the thread may sleep for a whole delay (60 s) unless the
     # next append wakes it.
-    assert _eventually(lambda: _queued(real_service, 60.0) == 0 and real_service._quiet)
+    assert eventually(lambda: _queued(real_service, 60.0) == 0 and real_service._quiet)
 
     handles = [real_service.call_after(60.0, lambda: None) for _ in range(100)]
     for handle in handles:
         handle.cancel()
 
-    assert _eventually(lambda: _queued(real_service, 60.0) == 0, within=2.0)
+    assert eventually(lambda: _queued(real_service, 60.0) == 0, within=2.0)
 
 
 def test_a_live_deadline_behind_cancelled_ones_still_fires_on_time(
@@ -439,7 +429,7 @@ def test_a_live_deadline_behind_cancelled_ones_still_fires_on_time(
 
     assert fired.wait(WAIT)
     assert time.monotonic() - started >= 0.05
-    assert _eventually(lambda: _queued(real_service, 0.05) == 0)
+    assert eventually(lambda: _queued(real_service, 0.05) == 0)
 
 
 def test_a_deadline_beyond_the_longest_wait_does_not_stop_the_timer_thread(
