@@ -396,23 +396,29 @@ class RequestCall(_MessageCall[T], Generic[T]):
         req = Request(self._payload, self._metadata, info, runtime.engine, self._reply, pending)
         cell: _Cell[T] = req
         route = req.route_id  # registered (SC §10: before anything is submitted)
-        if runtime.state is not _SERVING:
-            # Shutdown sealed admission meanwhile.
-            pending.finish(route, exc=ShuttingDownError("the Host is shutting down"))
-            return Completion(cell)
-        if cancel is not None:
-            req.registration = cancel._register_internal(req.cancel)
-        status = runtime.pool.enqueue(act.box, req)  # type: ignore[arg-type]  # a record by shape
-        if status != ADMITTED:
-            pending.finish(route, exc=self._refusal(status))
-            return Completion(cell)
-        # The deadline is armed right after the record is queued (the pool thread is
-        # waking meanwhile); a reply that already won leaves nothing for it to do.
-        timeout = self._timeout
-        req.fn = True
-        runtime.timers.schedule_after(
-            runtime.default_request_timeout if timeout is None else timeout, req
-        )
-        if route not in pending._entries:
-            req.fn = None
+        try:
+            if runtime.state is not _SERVING:
+                # Shutdown sealed admission meanwhile.
+                pending.finish(route, exc=ShuttingDownError("the Host is shutting down"))
+                return Completion(cell)
+            if cancel is not None:
+                req.registration = cancel._register_internal(req.cancel)
+            status = runtime.pool.enqueue(act.box, req)  # type: ignore[arg-type]  # a record by shape
+            if status != ADMITTED:
+                pending.finish(route, exc=self._refusal(status))
+                return Completion(cell)
+            # The deadline is armed right after the record is queued (the pool thread is
+            # waking meanwhile); a reply that already won leaves nothing for it to do.
+            timeout = self._timeout
+            req.fn = True
+            runtime.timers.schedule_after(
+                runtime.default_request_timeout if timeout is None else timeout, req
+            )
+            if route not in pending._entries:
+                req.fn = None
+        except BaseException:
+            # Interrupted (KeyboardInterrupt) before the caller holds a handle: nobody
+            # could observe the result, so the entry must not stay pending.
+            pending.finish(route, exc=CancelledError())
+            raise
         return Completion(cell, req)

@@ -679,3 +679,25 @@ def test_cancelling_the_token_of_a_blocked_request_raises_cancelled(
     desk.latch.set()
     assert host.request_to_spot("room", Probe()).submit_sync() == ["late"]
     assert paths.fast == 1  # the probe only
+
+
+@pytest.mark.parametrize("terminator", ["submit", "submit_sync"])
+def test_an_interrupt_before_the_request_is_queued_leaves_nothing_pending(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch, terminator: str
+) -> None:
+    # KeyboardInterrupt can land between registration and queueing; the caller then
+    # holds no handle, so the entry must not stay pending (shutdown would wait for it).
+    host, _ = _room(harness)
+    pool = host._runtime.pool
+
+    def interrupted(*args: object, **kwargs: object) -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pool, "enqueue", interrupted)
+    call = host.request_to_spot("room", Ping(1))
+    with pytest.raises(KeyboardInterrupt):
+        getattr(call, terminator)()
+    monkeypatch.undo()
+
+    assert _pending(host) == 0
+    assert host.request_to_spot("room", Ping(2), reply=Pong).submit_sync() == Pong(2)
