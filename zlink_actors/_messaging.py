@@ -410,12 +410,7 @@ class RequestCall(_MessageCall[T], Generic[T]):
             # The deadline is armed right after the record is queued (the pool thread is
             # waking meanwhile); a reply that already won leaves nothing for it to do.
             timeout = self._timeout
-            req.fn = True
-            runtime.timers.schedule_after(
-                runtime.default_request_timeout if timeout is None else timeout, req
-            )
-            if route not in pending._entries:
-                req.fn = None
+            req.arm(runtime.timers, runtime.default_request_timeout if timeout is None else timeout)
         except BaseException:
             # Interrupted (KeyboardInterrupt) before the caller holds a handle: nobody
             # could observe the result, so the entry must not stay pending.

@@ -242,25 +242,42 @@ class _SelfReplying:
         raise NotImplementedError
 
 
+class _Deadline:
+    """A request's entry in a timer FIFO. Kept apart from the request and small: a
+    disarmed one may wait in the FIFO behind a live deadline, and then it must not keep
+    the request, its payload or its reply alive."""
+
+    __slots__ = ("fn", "when")
+
+    def __init__(self, req: Request) -> None:
+        self.fn: Request | None = req
+        self.when = 0.0
+
+    def fire(self) -> None:
+        req = self.fn
+        if req is not None:
+            self.fn = None
+            late = DeadlineExceededError("no result within the call's deadline")
+            req.table.finish(req.route_id, exc=late)
+
+
 class Request(_SelfReplying, _Cell[Any]):
-    """An asynchronous request in one object: its queued record, its pending entry, its
-    deadline timer and its result cell (observed through `Completion`s). As a timer,
-    `fn` is a marker that is None once the deadline is disarmed or fired.
+    """An asynchronous request in one object: its queued record, its pending entry and
+    its result cell (observed through `Completion`s); `deadline` is its timer entry.
     """
 
     __slots__ = (
         "a",
         "b",
         "c",
+        "deadline",
         "engine",
-        "fn",
         "kind",
         "registration",
         "reply_type",
         "reserved",
         "route_id",
         "table",
-        "when",
     )
 
     on_finish: Callable[[], None] | None = None
@@ -276,8 +293,7 @@ class Request(_SelfReplying, _Cell[Any]):
     ) -> None:
         _Cell.__init__(self)
         self.registration: CancellationRegistration | None = None
-        self.fn: object = None
-        self.when = 0.0
+        self.deadline: _Deadline | None = None
         _register(self, payload, metadata, info, engine, reply_type, table)
 
     @property
@@ -285,7 +301,9 @@ class Request(_SelfReplying, _Cell[Any]):
         return self
 
     def settle(self, value: Any, exc: BaseException | None) -> None:
-        self.fn = None  # disarm the deadline
+        deadline = self.deadline
+        if deadline is not None:
+            deadline.fn = None  # disarmed: what stays in the FIFO holds nothing
         if self.registration is not None:
             self.registration.unregister()
         with self._lock:
@@ -301,12 +319,13 @@ class Request(_SelfReplying, _Cell[Any]):
     #: A request is its own `Completion`'s canceller (no bound method per call).
     __call__ = cancel
 
-    def fire(self) -> None:
-        """The deadline passed (timer thread)."""
-        if self.fn is not None:
-            self.fn = None
-            late = DeadlineExceededError("no result within the call's deadline")
-            self.table.finish(self.route_id, exc=late)
+    def arm(self, timers: Any, timeout: float) -> None:
+        """Arm the deadline (right after the request is queued); disarmed at once if a
+        reply already won."""
+        deadline = self.deadline = _Deadline(self)
+        timers.schedule_after(timeout, deadline)
+        if self.route_id not in self.table._entries:
+            deadline.fn = None
 
 
 class SyncRequest(_SelfReplying, Record):

@@ -322,9 +322,9 @@ class AppPool:
 
     def _ready_append(self, gate: Gate, activate: bool) -> None:
         arm = False
-        if not self._mutex.acquire(False):
-            _contended(self._mutex)
-        try:
+        if self._mutex.locked():
+            _wait_free(self._mutex)
+        with self._mutex:
             if activate:
                 self._active += 1
             if not self._idle:
@@ -344,28 +344,25 @@ class AppPool:
                 slot = None
                 if not self._check_armed:
                     self._check_armed = arm = True
-        finally:
-            self._mutex.release()
         if slot is not None:
             slot[0].release()
         elif arm:
             self._watch.call_after(STALL_SECONDS, self._stall_check)
 
-    def _start_idle(self, gate: Gate, box: Mailbox, rec: Record) -> list[Any] | None:
+    def _start_idle(self, gate: Gate, box: Mailbox, rec: Record) -> None:
         """Work arrived for an IDLE gate: with one acquisition of the pool mutex, either
         hand `rec` straight to an idle thread, if no pool thread is running (the gate
         becomes RUNNING and the record never enters a lane), or queue it and put the gate
-        in the ready set. Returns the slot of a thread to wake (the caller releases its
-        wake lock after the gate lock), or None.
+        in the ready set. A thread is woken inside the critical section that chose it, so
+        that nothing (not even an interrupt) can come between the choice and the wake.
 
         Caller holds `gate.lock`; the gate is IDLE, so every lane under it is empty and
         running `rec` first keeps FIFO order. `box` is not claimed.
         """
         arm = False
-        slot: list[Any] | None
-        if not self._mutex.acquire(False):
-            _contended(self._mutex)
-        try:
+        if self._mutex.locked():
+            _wait_free(self._mutex)
+        with self._mutex:
             self._active += 1
             idle = self._idle
             if idle and not self._busy and not self._ready and not self._stopping:
@@ -373,36 +370,31 @@ class AppPool:
                 self._busy += 1
                 gate.state = RUNNING
                 slot[1:4] = gate, box, rec
-                return slot
+                slot[0].release()
+                return
             box._push(rec, False)  # the gate becomes READY
             self._ready.append(gate)
-            slot = None
             if idle:
                 if not self._busy:
-                    slot = idle.pop()  # woken with no gate: it takes the ready set's head
+                    idle.pop()[0].release()  # woken with no gate: it takes the ready head
                 elif not self._check_armed:
                     self._check_armed = arm = True
-        finally:
-            self._mutex.release()
         if arm:
             self._watch.call_after(STALL_SECONDS, self._stall_check)
-        return slot
 
     def _stall_check(self) -> None:
         """On the watch timer, while work waits: wake an idle thread if no record finished
         for `STALL_SECONDS` (every running thread is stuck in a handler)."""
         slot = None
-        if not self._mutex.acquire(False):
-            _contended(self._mutex)
-        try:
+        if self._mutex.locked():
+            _wait_free(self._mutex)
+        with self._mutex:
             self._check_armed = False
             if self._ready and self._idle:
                 if time.monotonic() - self._progress >= STALL_SECONDS or not self._busy:
                     slot = self._idle.pop()
                 else:
                     self._check_armed = True  # progress is being made: look again later
-        finally:
-            self._mutex.release()
         if slot is not None:
             slot[0].release()
         elif self._check_armed:
@@ -415,26 +407,21 @@ class AppPool:
 
     def park(self) -> None:
         """A continuation released its gate (`yield_()`) and waits for a result."""
-        if not self._mutex.acquire(False):
-            _contended(self._mutex)
-        try:
+        if self._mutex.locked():
+            _wait_free(self._mutex)
+        with self._mutex:
             self._parked += 1
-        finally:
-            self._mutex.release()
 
     def unpark(self) -> None:
-        if not self._mutex.acquire(False):
-            _contended(self._mutex)
-        try:
+        if self._mutex.locked():
+            _wait_free(self._mutex)
+        with self._mutex:
             self._parked -= 1
             self._note_quiet()
-        finally:
-            self._mutex.release()
 
     def enqueue(self, box: Mailbox, rec: Record, *, lifecycle: bool = False) -> int:
         """Admit a bounded application (or lifecycle) record; FULL or CLOSED otherwise."""
         gate = _lock_box(box)
-        slot = None
         started = False
         try:
             if box.closed:
@@ -452,13 +439,11 @@ class AppPool:
                 rec.reserved = True
                 if gate.state == IDLE and not box.claimed:
                     started = True
-                    slot = self._start_idle(gate, box, rec)
+                    self._start_idle(gate, box, rec)
             push = not started and box._push(rec, lifecycle)
         finally:
             gate.lock.release()
-        if slot is not None:
-            slot[0].release()
-        elif push:
+        if push:
             self.push(gate)
         return ADMITTED
 
@@ -472,7 +457,6 @@ class AppPool:
         shutdown sweep of waiters may have passed).
         """
         gate = _lock_box(box)
-        slot = None
         started = False
         try:
             if box.closed or box.closing:
@@ -490,13 +474,11 @@ class AppPool:
             rec.reserved = True
             if gate.state == IDLE and not box.claimed:
                 started = True
-                slot = self._start_idle(gate, box, rec)
+                self._start_idle(gate, box, rec)
             push = not started and box._push(rec, False)
         finally:
             gate.lock.release()
-        if slot is not None:
-            slot[0].release()
-        elif push:
+        if push:
             self.push(gate)
         return None
 
@@ -519,12 +501,10 @@ class AppPool:
 
     def resume(self, gate: Gate) -> None:
         """The result a SUSPENDED gate awaited has settled: run its continuation next."""
-        if not gate.lock.acquire(False):
-            _contended(gate.lock)
-        try:
+        if gate.lock.locked():
+            _wait_free(gate.lock)
+        with gate.lock:
             gate.state = READY
-        finally:
-            gate.lock.release()
         self.requeue(gate)
 
     def release_claim(self, box: Mailbox) -> None:
@@ -545,7 +525,7 @@ class AppPool:
         gate = _lock_box(box)
         try:
             box.app_reserved -= 1
-            push = self._admit_waiters(box, admitted)
+            push = self._admit_waiters(box, admitted, gate.lock)
         finally:
             gate.lock.release()
         if push:
@@ -607,9 +587,11 @@ class AppPool:
             cell.try_set(None, exc)
         return len(waiters or ())
 
-    def _admit_waiters(self, box: Mailbox, admitted: list[Any]) -> bool:
+    def _admit_waiters(self, box: Mailbox, admitted: list[Any], held: Any) -> bool:
         """Admit waiting sends FIFO into the room the lane has. Caller holds the gate
-        lock; afterwards it passes `admitted` to `_settle_admitted`."""
+        lock, `held` (normally `box`'s; the gate `box` had when its records were taken,
+        if a Join moved it since); afterwards it passes `admitted` to `_settle_admitted`.
+        Returns True if `box`'s gate must be pushed to the pool."""
         waiters = box.waiters
         if not waiters or box.closing:
             return False
@@ -621,12 +603,11 @@ class AppPool:
         if app is None:
             box.app = app = []
         popleft = waiters.popleft
-        lock = box.gate.lock
         for _ in range(room):
             rec, cell = popleft()
             rec.reserved = True
             app.append(rec)
-            if cell._lock is lock:
+            if cell._lock is held:
                 # Its lock is the one held here: settle it now (see `_Cell.__init__`).
                 if not cell._state:
                     notify = cell._publish(None, None)
@@ -657,9 +638,9 @@ class AppPool:
         arm = False
         while True:
             # One critical section a batch: account for the batch just run, take the next.
-            if not mutex.acquire(False):
-                _contended(mutex)
-            try:
+            if mutex.locked():
+                _wait_free(mutex)
+            with mutex:
                 if gate is not None:
                     self._busy -= 1
                     if ended == _WENT_IDLE:
@@ -679,8 +660,6 @@ class AppPool:
                     gate = None
                     if ready and not self._check_armed:
                         self._check_armed = arm = True
-            finally:
-                mutex.release()
             first_box = first = None
             if gate is None:
                 if arm:
@@ -737,13 +716,11 @@ class AppPool:
                 done = 1
                 done_box = first_box
         elif gate.frame is not None:
-            if not gate.lock.acquire(False):
-                _contended(gate.lock)
-            try:
+            if gate.lock.locked():
+                _wait_free(gate.lock)
+            with gate.lock:
                 gate.state = RUNNING
                 frame, gate.frame = gate.frame, None
-            finally:
-                gate.lock.release()
             if frame is not None:
                 turns += 1
                 slot[4] = now
@@ -756,12 +733,13 @@ class AppPool:
             gate.state = RUNNING
         while True:
             admitted: list[Any] | None = None
+            moved = False
             requeue = False
             box = None
             batch: list[Record] | None = None
-            if not gate.lock.acquire(False):
-                _contended(gate.lock)
-            try:
+            if gate.lock.locked():
+                _wait_free(gate.lock)
+            with gate.lock:
                 # Post-turn work of the records just run before anything else runs.
                 if done:
                     assert done_box is not None
@@ -769,7 +747,9 @@ class AppPool:
                     done = 0
                     if done_box.waiters:
                         admitted = []
-                        self._admit_waiters(done_box, admitted)
+                        # True only if a Join moved the mailbox to a gate that is idle
+                        # (this one is running): that gate needs a push.
+                        moved = self._admit_waiters(done_box, admitted, gate.lock)
                 boxes = gate.ready_boxes
                 if boxes and turns and monotonic() >= deadline:
                     # 10 ms used: back of the ready set, behind every other owner.
@@ -803,10 +783,11 @@ class AppPool:
                     if batch is None:
                         gate.state = IDLE
                         gate.ready_boxes = None
-            finally:
-                gate.lock.release()
             if admitted:
                 _settle_admitted(admitted)
+            if moved:
+                assert done_box is not None
+                self.push(done_box.gate)
             if batch is None:
                 self._turns += turns  # statistics only: a lost update is harmless
                 return _REQUEUE if requeue else _WENT_IDLE
@@ -852,9 +833,9 @@ class AppPool:
         the ones that did not to the front of their lane, in order."""
         admitted: list[Any] = []
         dropped: list[Record] = []
-        if not gate.lock.acquire(False):
-            _contended(gate.lock)
-        try:
+        if gate.lock.locked():
+            _wait_free(gate.lock)
+        with gate.lock:
             box.app_reserved -= done
             push = False
             if rest:
@@ -867,9 +848,7 @@ class AppPool:
                     app[0:0] = rest
                     push = gate._list(box)
             if box.waiters:
-                push = self._admit_waiters(box, admitted) or push
-        finally:
-            gate.lock.release()
+                push = self._admit_waiters(box, admitted, gate.lock) or push
         if push:
             self.push(gate)
         _settle_admitted(admitted)
@@ -897,15 +876,18 @@ def _lock_box(box: Mailbox) -> Gate:
     when it joins a Spot); returns that gate with its lock held."""
     while True:
         gate = box.gate
-        if not gate.lock.acquire(False):
-            _contended(gate.lock)
+        if gate.lock.locked():
+            _wait_free(gate.lock)
+        gate.lock.acquire()
         if box.gate is gate:
             return gate
         gate.lock.release()
 
 
-def _contended(lock: Any) -> None:
-    """Take a scheduler lock that another thread holds, without blocking on it in C.
+def _wait_free(lock: Any) -> None:
+    """Wait, without blocking in C, until a scheduler lock that another thread holds is
+    free; the caller then takes it with `with` (which an interrupt cannot split from the
+    release).
 
     A thread blocked in `acquire()` owns the lock the moment it is released and only
     then waits for the GIL; the releasing thread, still running Python, soon wants the
@@ -913,9 +895,9 @@ def _contended(lock: Any) -> None:
     a context switch (a lock convoy; measured: one switch per request on each thread
     when 10,000 requests go to 10,000 idle Spots). The holder of a scheduler lock is a
     thread inside a few lines of Python, so it can only be waiting for the GIL: hand the
-    GIL over (`sleep(0)`) and try again.
+    GIL over (`sleep(0)`) until the lock is free.
     """
-    while not lock.acquire(False):
+    while lock.locked():
         _sleep(0)
 
 

@@ -186,14 +186,18 @@ class TimerService:
 
     def _push_heap(self, handle: Timed) -> None:
         with self._cond:
-            if self._stopped:
-                handle.fn = None
-                return
-            heapq.heappush(self._heap, (handle.when, next(self._seq), handle))
-            if self._thread is None:
-                self._start()
-            elif self._heap[0][2] is handle:
-                self._cond.notify()
+            self._push_heap_locked(handle)
+
+    def _push_heap_locked(self, handle: Timed) -> None:
+        # Caller holds the condition's lock.
+        if self._stopped:
+            handle.fn = None
+            return
+        heapq.heappush(self._heap, (handle.when, next(self._seq), handle))
+        if self._thread is None:
+            self._start()
+        elif self._heap[0][2] is handle:
+            self._cond.notify()
 
     def call_after(self, delay: float, fn: Callable[[], object]) -> TimerHandle:
         """Run `fn()` on the timer thread `delay` seconds from now."""
@@ -211,7 +215,7 @@ class TimerService:
                 if fifo is None:
                     if len(self._fifos) >= self.MAX_FIFOS:
                         handle.when = self.clock.monotonic() + delay
-                        self._push_heap(handle)
+                        self._push_heap_locked(handle)
                         return
                     fifo = self._fifos[delay] = deque()
                     self._cond.notify()

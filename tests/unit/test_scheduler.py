@@ -183,24 +183,23 @@ def test_a_thread_woken_for_a_stall_leaves_the_work_to_the_running_one_once_it_e
     assert threads["c"] == threads["b"]
 
 
-def test_a_contended_scheduler_lock_is_taken_once_its_holder_releases_it() -> None:
+def test_a_held_scheduler_lock_is_waited_for_until_its_holder_releases_it() -> None:
     lock = threading.Lock()
     lock.acquire()
-    taken = threading.Event()
+    free = threading.Event()
 
-    def take() -> None:
-        _scheduler._contended(lock)
-        taken.set()
-        lock.release()
+    def wait() -> None:
+        _scheduler._wait_free(lock)
+        free.set()
 
-    thread = threading.Thread(target=take)
+    thread = threading.Thread(target=wait)
     thread.start()
-    assert not taken.wait(0.05)  # held: the taker keeps yielding, never gets it
+    assert not free.wait(0.05)  # held: the waiter keeps yielding the GIL
     lock.release()
-    assert taken.wait(WAIT)
+    assert free.wait(WAIT)
     thread.join(WAIT)
     assert not thread.is_alive()
-    assert lock.acquire(False)  # released by the taker
+    assert lock.acquire(False)  # waiting never took it
 
 
 def test_a_send_waiting_for_a_mailbox_that_moved_gate_is_still_admitted(

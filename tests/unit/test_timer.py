@@ -443,3 +443,17 @@ def test_a_deadline_beyond_the_longest_wait_does_not_stop_the_timer_thread(
     fired = threading.Event()
     real_service.call_at(time.monotonic() + 0.01, fired.set)
     assert fired.wait(WAIT)
+
+
+def test_more_distinct_delays_than_fifos_fall_back_to_the_heap(
+    service: TimerService, clock: ManualClock
+) -> None:
+    # Found by review: the 17th distinct delay re-took the service's own lock and hung.
+    recorders = []
+    for i in range(TimerService.MAX_FIFOS + 4):
+        recorder = Recorder(clock)
+        service.call_after(1.0 + i, recorder)
+        recorders.append(recorder)
+    clock.advance(1.0 + TimerService.MAX_FIFOS + 4)
+    for recorder in recorders:
+        assert recorder.fired.wait(WAIT)

@@ -319,3 +319,47 @@ def test_reply_cancel_and_timeout_racing_complete_a_request_exactly_once(
         assert len(callbacks) == 1
     assert host.statistics().pending_calls == 0
     assert outcomes <= {"Pong", "CancelledError", "DeadlineExceededError"}
+
+
+class Bulky:
+    """A reply that can be watched for collection."""
+
+
+def test_answered_requests_are_not_kept_alive_behind_a_pending_deadline(
+    harness: Harness,
+) -> None:
+    # Found by review: answered requests waited in the timer FIFO behind the live
+    # deadline of a slow one, keeping their replies alive until that deadline passed.
+    import weakref
+
+    latch = harness.latch()
+    entered = threading.Event()
+    replies: list[weakref.ref[Bulky]] = []
+
+    class Slow(Spot):
+        @handler
+        def hold(self, ctx: SpotContext, msg: Hold) -> None:
+            entered.set()
+            latch.wait(WAIT)
+
+    class Fast(Spot):
+        @handler
+        def ping(self, ctx: SpotContext, msg: Ping) -> Bulky:
+            reply = Bulky()
+            replies.append(weakref.ref(reply))
+            return reply
+
+    host = harness.host(spots=[Slow, Fast])
+    host.spots.get_or_create("slow", Slow).submit_sync()
+    host.spots.get_or_create("fast", Fast).submit_sync()
+    stuck = host.request_to_spot("slow", Hold()).timeout(60).submit()
+    assert entered.wait(WAIT)
+    # Same timeout, so the same timer FIFO, behind the stuck request's live deadline.
+    calls = [host.request_to_spot("fast", Ping(n)).timeout(60).submit() for n in range(50)]
+    assert all(isinstance(call.result(WAIT), Bulky) for call in calls)
+    del calls
+
+    assert len(replies) == 50
+    assert [ref for ref in replies if ref() is not None] == []
+    latch.set()
+    assert stuck.result(WAIT) is None
