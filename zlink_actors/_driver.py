@@ -109,6 +109,7 @@ class Frame:
                 with gate.lock:
                     gate.state = SUSPENDED
                     gate.frame = self
+                    self.pool.hand_back(gate)
                 yielded._add_inline(_Resume(self.pool, gate))
                 return True
             if isinstance(yielded, YieldAwaitable):

@@ -94,7 +94,7 @@ class Record:
 class Gate:
     """The right to run a turn, shared by the mailboxes attached to it."""
 
-    __slots__ = ("frame", "lock", "pool", "ready_boxes", "spotwide", "state")
+    __slots__ = ("frame", "lock", "pool", "pos", "ready_boxes", "run", "spotwide", "state")
 
     def __init__(self, pool: AppPool, spotwide: bool = False) -> None:
         self.lock = _thread.allocate_lock()
@@ -106,6 +106,10 @@ class Gate:
         self.frame: Any = None
         #: True for a SpotWide / Instance gate: `yield_()` may release it.
         self.spotwide = spotwide
+        #: The run of records a pool thread took, (mailbox, records), and the index of the
+        #: one running: a turn that suspends hands the rest back (`AppPool.hand_back`).
+        self.run: tuple[Mailbox, list[Record]] | None = None
+        self.pos = 0
 
     def _list(self, box: Mailbox) -> bool:
         """Make `box` runnable; return True if the gate must be pushed to the pool.
@@ -697,6 +701,7 @@ class AppPool:
         """
         run_record = self._run_record
         monotonic = time.monotonic
+        gate.run = None
         self._progress = now = monotonic()
         deadline = now + BATCH_SECONDS
         turns = 0
@@ -795,6 +800,7 @@ class AppPool:
             done_box = box
             handed = False
             stop = len(batch)
+            gate.run = (box, batch)
             for i, rec in enumerate(batch):
                 # Checked between records: 10 ms, other owners or lifecycle work waiting,
                 # or a claim taken by the previous turn end the run early. (Unlocked
@@ -811,6 +817,7 @@ class AppPool:
                     break
                 turns += 1
                 slot[4] = now
+                gate.pos = i
                 if run_record(box, rec):
                     # Handed off: the gate is SUSPENDED and no longer ours; the record's
                     # reservation went with its coroutine.
@@ -821,12 +828,34 @@ class AppPool:
                 if rec.reserved:
                     rec.reserved = False
                     done += 1
+            gate.run = None  # (already None if a turn suspended and handed the rest back)
             if stop < len(batch) or handed:
                 self._put_back(gate, box, batch[stop:], done)
                 done = 0
                 if handed:
                     self._turns += turns
                     return _HANDED_OFF
+
+    def hand_back(self, gate: Gate) -> None:
+        """A turn of `gate` suspends (`await`): return the records taken after it in the
+        same run to the front of their lane now, before the gate can be resumed (by
+        another thread, perhaps) and a record that arrived later could overtake them.
+        Caller holds `gate.lock`, on the thread running the gate."""
+        run = gate.run
+        if run is None:
+            return
+        gate.run = None
+        box, batch = run
+        start = gate.pos + 1
+        rest = batch[start:]
+        if not rest or box.closed:
+            return  # nothing to return, or `_put_back` drops them
+        del batch[start:]
+        app = box.app
+        if app is None:
+            box.app = app = []
+        app[0:0] = rest
+        gate._list(box)  # the gate is SUSPENDED: its resume finds the mailbox listed
 
     def _put_back(self, gate: Gate, box: Mailbox, rest: list[Record], done: int) -> None:
         """End a run early: release the reservations of the records that ran, and return

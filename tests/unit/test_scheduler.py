@@ -230,3 +230,50 @@ def test_a_send_waiting_for_a_mailbox_that_moved_gate_is_still_admitted(
     assert eventually(waiting.done)
     assert waiting._value is None
     assert waiting._exc is None
+
+
+def test_records_behind_a_turn_that_suspends_keep_their_place_in_the_lane(
+    pools: list[AppPool],
+) -> None:
+    # Found by review: the rest of a run was put back only after the suspending turn
+    # returned, so another pool thread resuming the gate first ran a later record ahead.
+    ran: list[str] = []
+    later_ran = threading.Event()
+    gate_box: list[tuple[Gate, Mailbox]] = []
+
+    class Continuation:
+        def resume(self) -> bool:
+            return False  # the awaited result arrived; the turn ends at once
+
+    def run(box: Mailbox, rec: Record) -> bool:
+        ran.append(rec.a)
+        if rec.a == "awaits":
+            gate, _ = gate_box[0]
+            with gate.lock:  # what the coroutine driver does when a turn awaits
+                gate.state = _scheduler.SUSPENDED
+                gate.frame = Continuation()
+                pool.hand_back(gate)
+
+            def elsewhere() -> None:
+                pool.enqueue(box, Record(APP, "later"))
+                pool.resume(gate)
+
+            threading.Thread(target=elsewhere).start()
+            # This thread is slow to get back; the stall check lets the other one resume.
+            later_ran.wait(1.0)
+            return True
+        if rec.a in ("second", "later"):
+            later_ran.set()
+        return False
+
+    pool = AppPool(2, run, "test-pool", 100)
+    pools.append(pool)
+    gate = Gate(pool)
+    box = Mailbox(None, gate)
+    gate_box.append((gate, box))
+    for label in ("awaits", "second", "third"):
+        assert pool.enqueue(box, Record(APP, label)) == ADMITTED
+    pool.start()
+
+    assert eventually(lambda: len(ran) == 4)
+    assert ran == ["awaits", "second", "third", "later"]
