@@ -456,9 +456,8 @@ class AppPool:
 
         Returns None when admitted now; when parked, the caller's new result cell (made by
         `make_cell(gate lock)` under that lock, which the cell then shares; it gets `None`
-        once a reservation frees a slot);
-        CLOSED; or SEALED (shutdown began: a send may no longer start waiting, since the
-        shutdown sweep of waiters may have passed).
+        once a reservation frees a slot); CLOSED; or SEALED (shutdown began: a send may no
+        longer start waiting, since the shutdown sweep of waiters may have passed).
         """
         gate = _lock_box(box)
         started = False
