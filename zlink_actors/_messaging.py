@@ -13,6 +13,7 @@ handler and reply; reply, timeout, cancellation and shutdown race for one termin
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
@@ -40,6 +41,7 @@ from ._state import HostState
 from ._turn import K_MESSAGE, TurnContext, current_turn, require_yield_turn
 
 _SERVING = HostState.SERVING
+_NEVER = math.inf
 #: The longest timed lock wait the platform accepts; a longer deadline takes the timer.
 _WAIT_MAX = threading.TIMEOUT_MAX
 
@@ -393,10 +395,22 @@ class RequestCall(_MessageCall[T], Generic[T]):
     ) -> Completion[T]:
         runtime = self._runtime
         pending = runtime.pending
-        req = Request(self._payload, self._metadata, info, runtime.engine, self._reply, pending)
+        timeout = self._timeout
+        default = runtime.default_request_timeout
+        if timeout is None or timeout == default:
+            # On the Host's default deadline: no timer entry of its own (`DeadlineScan`).
+            expires: float | None = runtime.timers._now() + default
+        else:
+            expires = None
+        req = Request(
+            self._payload, self._metadata, info, runtime.engine, self._reply, pending, expires
+        )
         cell: _Cell[T] = req
         route = req.route_id  # registered (SC §10: before anything is submitted)
         try:
+            if expires is not None and runtime.deadlines.at == _NEVER:
+                # Read after registering: the scan's invariant relies on the order.
+                runtime.deadlines.arm(expires)
             if runtime.state is not _SERVING:
                 # Shutdown sealed admission meanwhile.
                 pending.finish(route, exc=ShuttingDownError("the Host is shutting down"))
@@ -407,10 +421,10 @@ class RequestCall(_MessageCall[T], Generic[T]):
             if status != ADMITTED:
                 pending.finish(route, exc=self._refusal(status))
                 return Completion(cell)
-            # The deadline is armed right after the record is queued (the pool thread is
-            # waking meanwhile); a reply that already won leaves nothing for it to do.
-            timeout = self._timeout
-            req.arm(runtime.timers, runtime.default_request_timeout if timeout is None else timeout)
+            if expires is None:
+                # The deadline is armed right after the record is queued (the pool thread
+                # is waking meanwhile); a reply that already won leaves nothing to do.
+                req.arm(runtime.timers, timeout)  # type: ignore[arg-type]
         except BaseException:
             # Interrupted (KeyboardInterrupt) before the caller holds a handle: nobody
             # could observe the result, so the entry must not stay pending.

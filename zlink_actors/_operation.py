@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import _thread
 import itertools
+import math
 import secrets
 import threading
 from collections.abc import Callable
@@ -27,10 +28,11 @@ from ._errors import (
     ZlinkError,
 )
 from ._scheduler import Record
-from ._timer import TimerHandle
+from ._timer import TimerHandle, TimerService
 from ._turn import K_REQUEST
 
 __all__ = [
+    "DeadlineScan",
     "OperationId",
     "PendingEntry",
     "PendingTable",
@@ -117,6 +119,9 @@ class PendingEntry:
     """One call waiting for its terminal. Owned by a `PendingTable`."""
 
     __slots__ = ("_operation_id", "cell", "on_finish", "registration", "route_id", "table", "timer")
+
+    #: Not on the Host's default deadline (see `DeadlineScan`): its `timer` is its own.
+    expires: float | None = None
 
     def __init__(self, cell: _Cell[Any], operation_id: OperationId | None = None) -> None:
         self.cell = cell
@@ -225,6 +230,7 @@ class _SelfReplying:
     reply_type: type | None
     route_id: int
     table: PendingTable
+    expires: float | None
 
     def reply(self, value: Any, exc: BaseException | None) -> None:
         table, route = self.table, self.route_id
@@ -272,6 +278,7 @@ class Request(_SelfReplying, _Cell[Any]):
         "c",
         "deadline",
         "engine",
+        "expires",
         "kind",
         "registration",
         "reply_type",
@@ -290,10 +297,14 @@ class Request(_SelfReplying, _Cell[Any]):
         engine: Any,
         reply_type: type | None,
         table: PendingTable,
+        expires: float | None,
     ) -> None:
         _Cell.__init__(self)
         self.registration: CancellationRegistration | None = None
         self.deadline: _Deadline | None = None
+        #: When the Host's default deadline passes (`DeadlineScan`); None if the call
+        #: set a timeout of its own (then `arm` gives it a timer entry).
+        self.expires = expires
         _register(self, payload, metadata, info, engine, reply_type, table)
 
     @property
@@ -340,6 +351,8 @@ class SyncRequest(_SelfReplying, Record):
     __slots__ = ("engine", "exc", "reply_type", "route_id", "table", "value", "waiter")
 
     registration: CancellationRegistration | None = None
+    #: The blocked caller keeps the deadline in its own timed wait.
+    expires: float | None = None
 
     def __init__(
         self,
@@ -411,6 +424,36 @@ class PendingTable:
         entry.settle(value, exc)
         return True
 
+    def expire_due(self, now: float) -> float | None:
+        """Complete with `DeadlineExceededError` the entries on the default deadline that
+        are due at `now` (see `DeadlineScan`); return the deadline of the oldest one still
+        pending, or None if none is.
+
+        They are in registration order and share one timeout, so the first that is not
+        due ends the scan; entries with deadlines of their own are skipped.
+        """
+        entries = self._entries
+        # Copied in C, so other threads' registrations and removals cannot interleave.
+        head = list(itertools.islice(entries.values(), _SCAN_CHUNK))
+        found = self._expire_in(head, now)
+        if found is _ALL_SEEN and len(head) == _SCAN_CHUNK:
+            # Many entries with deadlines of their own in front (rare): look at them all.
+            found = self._expire_in(list(entries.values()), now)
+        return None if found is _ALL_SEEN else found
+
+    def _expire_in(self, entries: list[Pending], now: float) -> Any:
+        for entry in entries:
+            expires = entry.expires
+            if expires is None:
+                continue
+            if expires > now:
+                return expires
+            route = entry.route_id
+            if route is not None:
+                late = DeadlineExceededError("no result within the call's deadline")
+                self.finish(route, exc=late)
+        return _ALL_SEEN
+
     def pop_all(self) -> list[Pending]:
         """Remove every entry (shutdown); the caller completes each one."""
         entries = []
@@ -434,6 +477,55 @@ class PendingTable:
 
     def __contains__(self, route: object) -> bool:
         return route in self._entries
+
+
+#: Entries `expire_due` looks at before it copies the whole table.
+_SCAN_CHUNK: Final = 64
+_ALL_SEEN: Any = object()
+
+
+class DeadlineScan:
+    """The deadline of every request on the Host's default timeout, without a timer entry
+    each.
+
+    Those requests are registered in the pending table in the order of their deadlines
+    (one timeout, a clock that only moves forward), so one timer suffices: it is due when
+    the oldest of them is, expires what is due, and moves on to the next oldest
+    (`PendingTable.expire_due`). A request answered in time costs the timer nothing.
+
+    Invariant: while such a request is pending, a scan is scheduled at or before its
+    deadline. A request checks `at` after its entry is in the table; a scan resets `at`
+    before it reads the table; so either the scan sees the entry or the request arms.
+    """
+
+    __slots__ = ("_handle", "_lock", "_table", "_timers", "at")
+
+    def __init__(self, table: PendingTable, timers: TimerService) -> None:
+        self._table = table
+        self._timers = timers
+        self._lock = threading.Lock()
+        self._handle: TimerHandle | None = None
+        #: When the next scan runs; `math.inf` when none is scheduled.
+        self.at = math.inf
+
+    def arm(self, when: float) -> None:
+        """Make sure a scan runs by `when`."""
+        with self._lock:
+            if when >= self.at:
+                return
+            if self._handle is not None:
+                self._handle.cancel()
+            self.at = when
+            self._handle = self._timers.call_at(when, self._scan)
+
+    def _scan(self) -> None:
+        # On the timer thread.
+        with self._lock:
+            self.at = math.inf
+            self._handle = None
+        following = self._table.expire_due(self._timers.clock.monotonic())
+        if following is not None:
+            self.arm(following)
 
 
 def settle(entry: Pending, value: Any = None, exc: BaseException | None = None) -> None:

@@ -24,7 +24,7 @@ from ._errors import (
 from ._lifecycle import close_activation, drop_record
 from ._multicast import Publisher
 from ._objects import CloseReason
-from ._operation import PendingEntry, PendingTable, settle
+from ._operation import DeadlineScan, PendingEntry, PendingTable, settle
 from ._scheduler import AppPool
 from ._spot_timers import TimerSet
 from ._state import HostState, ShutdownOutcome, ShutdownResult
@@ -70,6 +70,8 @@ class Runtime:
         #: own deadline with a timed wait (an injected clock needs the timer thread).
         self.real_time = type(clock) is SystemClock
         self.pending = PendingTable()
+        #: The deadline of every request on `default_request_timeout`.
+        self.deadlines = DeadlineScan(self.pending, self.timers)
         self.cpu_pool = CpuPool(cpu_workers, name=f"{name}-cpu")
         self.io = IoExecutor(name=f"{name}-io")
         self.engine = Engine(self)

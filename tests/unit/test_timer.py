@@ -15,31 +15,10 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from _polling import eventually
+from _polling import WAIT, eventually, probe
 
 from zlink_actors import Clock, Deadline, ManualClock, SystemClock
 from zlink_actors._timer import TimerService
-
-WAIT = 5.0
-
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
-
-
-@pytest.fixture
-def service(clock: ManualClock) -> Iterator[TimerService]:
-    timers = TimerService(clock, name="test-timer")
-    yield timers
-    assert timers.stop(WAIT)
-
-
-def _probe(service: TimerService, clock: ManualClock) -> None:
-    """Return once the timer thread has run everything due at the clock's current time."""
-    reached = threading.Event()
-    service.call_at(clock.monotonic(), reached.set)
-    assert reached.wait(WAIT), "the timer thread did not reach the current time"
 
 
 class Recorder:
@@ -142,7 +121,7 @@ def test_timer_never_fires_before_its_time(service: TimerService, clock: ManualC
     handle = service.call_at(5.0, recorder)
 
     clock.advance(4.5)
-    _probe(service, clock)
+    probe(service, clock)
     assert recorder.fired_at == []
     assert handle.active
     assert service.pending() == 1
@@ -161,7 +140,7 @@ def test_call_after_is_relative_to_the_clocks_current_time(
     handle = service.call_after(5.0, recorder)
     assert handle.when == 105.0
     clock.advance(4.0)
-    _probe(service, clock)
+    probe(service, clock)
     assert recorder.fired_at == []
     clock.advance(1.0)
 
@@ -190,7 +169,7 @@ def test_due_timers_fire_in_time_order_and_ties_in_scheduling_order(
         service.call_at(when, lambda n=name: fired.append(n))
 
     clock.advance(3.0)
-    _probe(service, clock)
+    probe(service, clock)
 
     assert fired == ["a1", "a2", "b", "c", "d"]
 
@@ -204,7 +183,7 @@ def test_advancing_in_steps_fires_each_timer_once_in_order(
 
     for _ in range(25):
         clock.advance(0.4)
-        _probe(service, clock)
+        probe(service, clock)
         assert fired == sorted(fired)
         assert all(w / 10 <= clock.monotonic() for w in fired)
 
@@ -219,7 +198,7 @@ def test_timer_callbacks_run_on_one_timer_thread(service: TimerService, clock: M
 
     for _ in range(3):
         clock.advance(1.0)
-        _probe(service, clock)
+        probe(service, clock)
 
     assert len(recorder.threads) == 3
     assert len(set(recorder.threads)) == 1
@@ -267,7 +246,7 @@ def test_cancelled_timer_never_fires(service: TimerService, clock: ManualClock) 
     handle.cancel()
     assert not handle.active
     clock.advance(2.0)
-    _probe(service, clock)
+    probe(service, clock)
 
     assert recorder.fired_at == []
     assert service.pending() == 0
@@ -280,7 +259,7 @@ def test_cancelling_one_timer_leaves_the_others(service: TimerService, clock: Ma
 
     drop.cancel()
     clock.advance(1.0)
-    _probe(service, clock)
+    probe(service, clock)
 
     assert fired == ["kept"]
     assert not keep.active
@@ -362,9 +341,9 @@ def test_many_timers_each_fire_exactly_once_at_or_after_their_time(
         service.call_at(when, lambda i=index, w=when: fired[i].append(clock.monotonic() - w))
 
     clock.advance(5.0)
-    _probe(service, clock)
+    probe(service, clock)
     clock.advance(5.0)
-    _probe(service, clock)
+    probe(service, clock)
 
     assert all(len(lateness) == 1 for lateness in fired.values())
     assert all(lateness[0] >= 0 for lateness in fired.values())

@@ -225,6 +225,36 @@ def test_request_without_timeout_uses_the_hosts_default_request_timeout(
         defaulted.result(WAIT)
 
 
+def test_requests_on_the_default_deadline_each_time_out_at_their_own_time(
+    harness: Harness,
+) -> None:
+    clock = ManualClock()
+    host, desk = _room(harness, clock=clock, default_request_timeout=2.0)
+    first = host.request_to_spot("room", Hold()).submit()
+    assert desk.entered.wait(WAIT)
+    clock.advance(0.5)
+    # An explicit timeout equal to the default behaves the same.
+    second = host.request_to_spot("room", Ping()).timeout(2.0).submit()
+    clock.advance(0.5)
+    third = host.request_to_spot("room", Ping()).submit()
+
+    clock.advance(1.0)  # t = 2.0
+    with pytest.raises(DeadlineExceededError):
+        first.result(WAIT)
+    assert not second.done()
+    assert not third.done()
+
+    clock.advance(0.5)  # t = 2.5
+    with pytest.raises(DeadlineExceededError):
+        second.result(WAIT)
+    assert not third.done()
+
+    clock.advance(0.5)  # t = 3.0
+    with pytest.raises(DeadlineExceededError):
+        third.result(WAIT)
+    assert host.statistics().pending_calls == 0
+
+
 def test_request_with_an_already_cancelled_token_is_cancelled_and_never_handled(
     harness: Harness,
 ) -> None:

@@ -1,0 +1,24 @@
+"""Fixtures shared by the unit tests of the timer service and what runs on it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from _polling import WAIT
+
+from zlink_actors import ManualClock
+from zlink_actors._timer import TimerService
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def service(clock: ManualClock) -> Iterator[TimerService]:
+    """A timer service on `clock`, stopped (and checked stopped) at teardown."""
+    timers = TimerService(clock, name="test-timer")
+    yield timers
+    assert timers.stop(WAIT)
