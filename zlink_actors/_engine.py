@@ -75,6 +75,7 @@ class Activation:
         "members",
         "parked",
         "spare",
+        "spare_context",
         "spot",
         "subscriptions",
         "timers",
@@ -101,8 +102,10 @@ class Activation:
         self.spot: Activation = self
         self.timers: TimerSet | None = None
         self.closed = False
-        #: A pristine (TurnContext, Context) pair left by the last plain turn.
-        self.spare: Any = None
+        #: A pristine turn context, and the `Context` that holds it, left by the last
+        #: plain turn (reused by the next one; no tuple, since most Spots keep one).
+        self.spare: TurnContext | None = None
+        self.spare_context: Any = None
         #: Set once a close was queued; later closes observe the same result.
         self.closing: Any = None
         #: A Spot's member Actor ids (User Spots only).
@@ -264,16 +267,15 @@ class Engine:
         if kind <= K_REQUEST and rec.b is None and act.kind != ACTOR and not act.init_pending:
             # A plain turn: reuse the last turn's context objects if that turn left them
             # pristine (synchronous, no context variable of its own, no metadata).
-            spare = act.spare
+            ctx = act.spare
             fn = rec.c.fn
-            if spare is None:
+            if ctx is None:
                 ctx = act.ctx_type(self.runtime, act, box, None)
                 context = Context()
                 context.run(runtime_var.set, ctx)
-                spare = (ctx, context)
             else:
                 act.spare = None
-                ctx, context = spare
+                context = act.spare_context
             try:
                 result = context.run(fn, act.instance, ctx, rec.a)
             except BaseException as exc:
@@ -284,7 +286,8 @@ class Engine:
                 frame = Frame(result, ctx, context, rec, on_done, self.runtime.pool, act.resume_box)
                 return frame.resume()
             if len(context) == 1 and context.get(runtime_var) is ctx and ctx._box is box:
-                act.spare = spare
+                act.spare_context = context
+                act.spare = ctx
             if kind != K_MESSAGE:
                 rec.reply(result, None)  # a one-way message's success needs nothing
             return False

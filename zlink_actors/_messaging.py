@@ -61,29 +61,30 @@ class TargetKind:
     CHANNEL = "channel"
 
 
-def _table(runtime: Runtime, kind: str) -> dict[str, Activation]:
-    return runtime.engine.tables[kind]
-
-
 #: `_target_handler` found no Spot, and the call carries instance intent.
 _COLD: Any = object()
 _ANY_INSTANCE: Any = object()
 
 
 class _MessageCall(Call[T]):
-    __slots__ = ("_intent", "_kind", "_payload", "_table", "_target")
+    __slots__ = ("_intent", "_kind", "_payload", "_reply", "_table", "_target")
 
-    def __init__(self, runtime: Runtime, kind: str, target: str, payload: Any) -> None:
-        # Flat on purpose: this runs once per message.
+    def __init__(
+        self, runtime: Runtime, kind: str, target: str, payload: Any, reply: type | None = None
+    ) -> None:
+        # Flat on purpose: this runs once per message. `reply` is a request's reply type.
+        if reply is not None and not isinstance(reply, type):
+            raise TypeError(f"reply= takes a class, got {reply!r}")
         self._runtime = runtime
         self._timeout: float | None = None
         self._used = False
         self._kind = kind
-        self._table = _table(runtime, kind)
+        self._table = runtime.engine.tables[kind]
         self._target = target
         self._payload = payload
         self._metadata: dict[str, Any] | None = None
         self._intent: Any = None
+        self._reply = reply
 
     def activate(self, spot_type: type | None = None) -> Self:
         """Give the message instance intent: if Spot `spot_id` does not exist, activate an
@@ -256,15 +257,7 @@ class RequestCall(_MessageCall[T], Generic[T]):
     """A request that waits for one reply. Created by `request_to_*`; not constructed by
     users. Terminators: `submit()`, `submit_sync()`, `yield_()`."""
 
-    __slots__ = ("_reply",)
-
-    def __init__(
-        self, runtime: Runtime, kind: str, target: str, payload: Any, reply: type[T] | None
-    ) -> None:
-        if reply is not None and not isinstance(reply, type):
-            raise TypeError(f"reply= takes a class, got {reply!r}")
-        _MessageCall.__init__(self, runtime, kind, target, payload)
-        self._reply = reply
+    __slots__ = ()
 
     def submit(self, cancel: CancellationToken | None = None) -> Completion[T]:
         """Send the request and return its `Completion`.

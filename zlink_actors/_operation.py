@@ -299,7 +299,7 @@ class Request(_SelfReplying, _Cell[Any]):
         table: PendingTable,
         expires: float | None,
     ) -> None:
-        _Cell.__init__(self)
+        _Cell.__init__(self, table.cell_lock)
         self.registration: CancellationRegistration | None = None
         self.deadline: _Deadline | None = None
         #: When the Host's default deadline passes (`DeadlineScan`); None if the call
@@ -389,6 +389,10 @@ class PendingTable:
 
     def __init__(self) -> None:
         self._entries: dict[int, Pending] = {}
+        #: The result-cell lock of every `Request` in this table: no lock object per
+        #: request. Safe to share, since a cell never takes another lock while it holds
+        #: its own, and held only for a few field updates.
+        self.cell_lock = threading.Lock()
         self._lock = threading.Lock()
         self._emptied = threading.Condition(self._lock)
         self._watching = False

@@ -319,6 +319,46 @@ def test_handler_sees_the_metadata_the_call_was_built_with(harness: Harness) -> 
 
 
 @pytest.mark.stress
+def test_many_callers_waiting_cancelling_and_listening_each_see_their_own_request_once(
+    harness: Harness,
+) -> None:
+    # Requests' results share internals: several threads blocking on, cancelling and
+    # adding callbacks to their own requests while replies land must each see only
+    # their own outcome, once.
+    host, _ = _room(harness)
+    start = threading.Barrier(4)
+    seen: list[list[object]] = [[] for _ in range(4)]
+    callbacks: list[list[object]] = [[] for _ in range(4)]
+
+    def caller(index: int) -> None:
+        start.wait(WAIT)
+        for n in range(300):
+            call = host.request_to_spot("room", Ping(index * 1000 + n), reply=Pong).submit()
+            if n % 3 == 0:
+                call.add_done_callback(callbacks[index].append)
+            if n % 5 == 0 and call.cancel():
+                seen[index].append("cancelled")
+                continue
+            seen[index].append(call.result(WAIT).n)
+
+    threads = [threading.Thread(target=caller, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(WAIT * 4)
+
+    assert not any(thread.is_alive() for thread in threads)
+    assert completion_dispatcher().drain(WAIT)
+    for index in range(4):
+        assert len(seen[index]) == 300
+        replies = [n for n in seen[index] if n != "cancelled"]
+        expected = [index * 1000 + n for n in range(300)]
+        assert replies == [n for n in expected if n in replies]  # own replies, in order
+        assert len(callbacks[index]) == 100  # once each
+    assert host.statistics().pending_calls == 0
+
+
+@pytest.mark.stress
 def test_reply_cancel_and_timeout_racing_complete_a_request_exactly_once(
     harness: Harness,
 ) -> None:
