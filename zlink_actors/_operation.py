@@ -517,10 +517,13 @@ class DeadlineScan:
         with self._lock:
             if when >= self.at:
                 return
-            if self._handle is not None:
-                self._handle.cancel()
+            # In this order so that an interrupt between any two steps leaves at worst
+            # one scan too many, never `at` naming a scan that was not scheduled.
+            handle = self._timers.call_at(when, self._scan)
+            earlier, self._handle = self._handle, handle
             self.at = when
-            self._handle = self._timers.call_at(when, self._scan)
+            if earlier is not None:
+                earlier.cancel()
 
     def _scan(self) -> None:
         # On the timer thread.

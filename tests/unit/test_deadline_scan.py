@@ -212,3 +212,25 @@ def test_requests_registering_while_scans_run_are_never_left_without_a_deadline(
     assert len(submitted) == 4000
     assert all(isinstance(exc, DeadlineExceededError) for exc in deadline_passed)
     assert len(table) == 0
+
+
+def test_an_interrupted_arm_leaves_arming_to_the_next_request(
+    clock: ManualClock, service: TimerService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A KeyboardInterrupt inside `submit()` may land while a request arms the scan: what
+    # it leaves behind must never claim a scan that was not scheduled.
+    table = PendingTable()
+    scan = DeadlineScan(table, service)
+
+    def interrupted(when: float, fn: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(service, "call_at", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        scan.arm(1.0)
+    monkeypatch.undo()
+    assert scan.at == math.inf
+
+    req = _submit(table, scan, 1.0)
+    clock.advance(1.0)
+    assert isinstance(Completion(req).exception(WAIT), DeadlineExceededError)
