@@ -153,10 +153,12 @@ class TimerService:
 
     Two structures feed it. `call_at` uses a heap. `call_after` / `schedule_after` use a
     FIFO per distinct delay (up to `MAX_FIFOS` of them): calls with the same delay are due
-    in submission order, so appending is O(1) and takes no lock; that is the path of every
-    request deadline. Cancelling only clears the handle; while a FIFO holds anything the
-    thread drops cancelled handles from its front every `SWEEP_SECONDS`, so a steady
-    stream of answered requests keeps about 50 ms of them, not a whole timeout's worth.
+    in submission order, so appending is O(1) and takes no lock; that is the path of the
+    deadline of a request with a `timeout()` of its own (requests on the Host's default
+    share one heap entry: `DeadlineScan`). Cancelling only clears the handle; while a
+    FIFO holds anything the thread drops cancelled handles from its front every
+    `SWEEP_SECONDS`, so a steady stream of answered requests keeps about 50 ms of them,
+    not a whole timeout's worth.
     """
 
     MAX_FIFOS = 16
