@@ -27,10 +27,17 @@ class _TokenState:
     __slots__ = ("cancelled", "lock", "next_key", "registrations")
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
+        # Reentrant: `cancel()` is what a signal handler calls, and a handler can land on
+        # a thread inside this lock (registering a call on the same token).
+        self.lock = threading.RLock()
         self.cancelled = False
         self.next_key = 0
         self.registrations: dict[int, CancellationRegistration] = {}
+
+    def reentered(self) -> bool:
+        """Inside `lock`, after checking `cancelled` is False: True if a `cancel()` ran
+        since, on this thread (a signal handler that landed inside the section)."""
+        return self.cancelled
 
 
 class CancellationRegistration:
@@ -99,10 +106,17 @@ class CancellationToken:
         with state.lock:
             if not state.cancelled:
                 state.next_key += 1
-                reg = CancellationRegistration(state, state.next_key, fn, internal)
-                state.registrations[state.next_key] = reg
-                return reg
-        reg = CancellationRegistration(None, 0, fn, internal)
+                key = state.next_key
+                reg = CancellationRegistration(state, key, fn, internal)
+                state.registrations[key] = reg
+                if not state.reentered():
+                    return reg
+                # A `cancel()` reentered this section (a signal handler) and may have
+                # missed `reg`: run it here unless that cancel already did.
+                if state.registrations.pop(key, None) is None:
+                    return reg
+            else:
+                reg = CancellationRegistration(None, 0, fn, internal)
         reg._run()
         return reg
 

@@ -390,9 +390,11 @@ class PendingTable:
     def __init__(self) -> None:
         self._entries: dict[int, Pending] = {}
         #: The result-cell lock of every `Request` in this table: no lock object per
-        #: request. Safe to share, since a cell never takes another lock while it holds
-        #: its own, and held only for a few field updates.
-        self.cell_lock = threading.Lock()
+        #: request. Safe to share between threads, since a cell never takes another lock
+        #: while it holds its own. Reentrant, because code can run on a thread that holds
+        #: it and settle or cancel another request: a garbage-collector finalizer (a cell
+        #: allocates under it) or a signal handler.
+        self.cell_lock = threading.RLock()
         self._lock = threading.Lock()
         self._emptied = threading.Condition(self._lock)
         self._watching = False
@@ -507,7 +509,9 @@ class DeadlineScan:
     def __init__(self, table: PendingTable, timers: TimerService) -> None:
         self._table = table
         self._timers = timers
-        self._lock = threading.Lock()
+        # Reentrant: a signal handler or finalizer that submits a request may run while
+        # this thread is inside `arm`.
+        self._lock = threading.RLock()
         self._handle: TimerHandle | None = None
         #: When the next scan runs; `math.inf` when none is scheduled.
         self.at = math.inf

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import threading
+from collections.abc import Callable
 
 import pytest
 from _polling import WAIT, probe
@@ -16,7 +17,7 @@ from _polling import WAIT, probe
 from zlink_actors import DeadlineExceededError, ManualClock
 from zlink_actors._completion import Completion
 from zlink_actors._operation import DeadlineScan, PendingEntry, PendingTable, Request
-from zlink_actors._timer import TimerService
+from zlink_actors._timer import TimerHandle, TimerService
 
 
 def _request(table: PendingTable, expires: float | None) -> Request:
@@ -234,3 +235,55 @@ def test_an_interrupted_arm_leaves_arming_to_the_next_request(
     req = _submit(table, scan, 1.0)
     clock.advance(1.0)
     assert isinstance(Completion(req).exception(WAIT), DeadlineExceededError)
+
+
+def _finishes(fn: Callable[[], object]) -> bool:
+    """Run `fn` on a helper thread; False if it is still blocked after WAIT seconds (a
+    self-deadlock would otherwise hang the suite)."""
+    thread = threading.Thread(target=fn, daemon=True)
+    thread.start()
+    thread.join(WAIT)
+    return not thread.is_alive()
+
+
+def test_code_run_inside_a_results_critical_section_can_settle_another_request() -> None:
+    # A finalizer run by the collector while a result is being published, or a signal
+    # handler, runs on the thread that holds the lock the results share.
+    table = PendingTable()
+    held = _request(table, None)
+    other = _request(table, None)
+
+    def nested() -> None:
+        with held._lock:
+            assert other.cancel() is True
+
+    assert _finishes(nested)
+    assert other.done()
+    assert not held.done()
+
+
+def test_a_request_submitted_while_arm_runs_on_the_same_thread_arms_too(
+    clock: ManualClock, service: TimerService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A signal handler that submits a request can land inside `arm`.
+    table = PendingTable()
+    scan = DeadlineScan(table, service)
+    schedule = service.call_at
+    nested: list[Request] = []
+    landed: list[bool] = []
+
+    def call_at(when: float, fn: Callable[[], object]) -> TimerHandle:
+        if not landed:  # the "handler" runs once, inside the outer call
+            landed.append(True)
+            nested.append(_submit(table, scan, when + 0.5))
+        return schedule(when, fn)
+
+    monkeypatch.setattr(service, "call_at", call_at)
+    outer: list[Request] = []
+    assert _finishes(lambda: outer.append(_submit(table, scan, 1.0)))
+    monkeypatch.undo()
+    assert scan.at == 1.0
+
+    clock.advance(1.5)
+    assert isinstance(Completion(outer[0]).exception(WAIT), DeadlineExceededError)
+    assert isinstance(Completion(nested[0]).exception(WAIT), DeadlineExceededError)
