@@ -530,10 +530,14 @@ class DeadlineScan:
                 earlier.cancel()
 
     def _scan(self) -> None:
-        # On the timer thread.
+        # On the timer thread. The handle that fired has no `fn` any more; if `_handle`
+        # is another, live one (an earlier scan armed while this one was firing), that
+        # one stays the scheduled scan, so that no scan runs unaccounted for.
         with self._lock:
-            self.at = math.inf
-            self._handle = None
+            current = self._handle
+            if current is None or current.fn is None:
+                self.at = math.inf
+                self._handle = None
         following = self._table.expire_due(self._timers.clock.monotonic())
         if following is not None:
             self.arm(following)

@@ -287,3 +287,25 @@ def test_a_request_submitted_while_arm_runs_on_the_same_thread_arms_too(
     clock.advance(1.5)
     assert isinstance(Completion(outer[0]).exception(WAIT), DeadlineExceededError)
     assert isinstance(Completion(nested[0]).exception(WAIT), DeadlineExceededError)
+
+
+def test_a_scan_armed_while_another_fires_stays_the_one_scheduled(
+    clock: ManualClock, service: TimerService
+) -> None:
+    # The firing scan's handle has given up its `fn`; an earlier scan armed at that
+    # moment replaces it. The firing one must not forget the new one (that would let
+    # the next arm schedule a second scan, and the two would run side by side).
+    scan = DeadlineScan(PendingTable(), service)
+    scan.arm(1.0)
+    firing = scan._handle
+    assert firing is not None
+    firing.fn = None  # what `TimerHandle.fire` does before it calls back
+    scan.arm(0.5)
+    armed = scan._handle
+
+    scan._scan()  # the callback of the handle that fired
+
+    assert scan._handle is armed
+    assert scan.at == 0.5
+    scan.arm(0.7)
+    assert service.pending() == 1
