@@ -290,6 +290,8 @@ class Completion(Generic[T]):
                 self._waiters = []
             self._waiters.append(waiter)
             self._listen()
+        if cell._state == _DONE and not self._fired:
+            _settled_inside(self)
         if waiter.acquire(True, -1 if timeout is None else timeout):
             return True
         with cell._lock:
@@ -348,8 +350,12 @@ class Completion(Generic[T]):
                     self._callbacks = []
                 self._callbacks.append((fn, poster))
                 self._listen()
-                return False
-        return True
+                registered = True
+            else:
+                registered = False
+        if registered and cell._state == _DONE and not self._fired:
+            _settled_inside(self)
+        return not registered
 
     def __repr__(self) -> str:
         if not self.done():
@@ -363,6 +369,13 @@ class Completion(Generic[T]):
 
 
 _INLINE: Any = object()
+
+
+def _settled_inside(handle: Completion[Any]) -> None:
+    """The result was published while `handle` registered under the cell's (reentrant)
+    lock, by code that ran on this thread inside that section (a signal handler that
+    settled or cancelled the operation), so the publish did not see it: fire it now."""
+    handle._fire()
 
 
 def _run_inline(fn: Callable[[Any], object], arg: Any) -> None:

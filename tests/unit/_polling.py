@@ -32,3 +32,12 @@ def probe(service: TimerService, clock: ManualClock) -> None:
     reached = threading.Event()
     service.call_at(clock.monotonic(), reached.set)
     assert reached.wait(WAIT), "the timer thread did not reach the current time"
+
+
+def finishes(fn: Callable[[], object], within: float = WAIT) -> bool:
+    """Run `fn` on a helper thread; False if it is still running after `within` seconds
+    (a self-deadlock then fails the test instead of hanging the suite)."""
+    thread = threading.Thread(target=fn, daemon=True)
+    thread.start()
+    thread.join(within)
+    return not thread.is_alive()

@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable
 
 import pytest
-from _polling import WAIT, probe
+from _polling import WAIT, finishes, probe
 
 from zlink_actors import DeadlineExceededError, ManualClock
 from zlink_actors._completion import Completion
@@ -237,31 +237,6 @@ def test_an_interrupted_arm_leaves_arming_to_the_next_request(
     assert isinstance(Completion(req).exception(WAIT), DeadlineExceededError)
 
 
-def _finishes(fn: Callable[[], object]) -> bool:
-    """Run `fn` on a helper thread; False if it is still blocked after WAIT seconds (a
-    self-deadlock would otherwise hang the suite)."""
-    thread = threading.Thread(target=fn, daemon=True)
-    thread.start()
-    thread.join(WAIT)
-    return not thread.is_alive()
-
-
-def test_code_run_inside_a_results_critical_section_can_settle_another_request() -> None:
-    # A finalizer run by the collector while a result is being published, or a signal
-    # handler, runs on the thread that holds the lock the results share.
-    table = PendingTable()
-    held = _request(table, None)
-    other = _request(table, None)
-
-    def nested() -> None:
-        with held._lock:
-            assert other.cancel() is True
-
-    assert _finishes(nested)
-    assert other.done()
-    assert not held.done()
-
-
 def test_a_request_submitted_while_arm_runs_on_the_same_thread_arms_too(
     clock: ManualClock, service: TimerService, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -280,7 +255,7 @@ def test_a_request_submitted_while_arm_runs_on_the_same_thread_arms_too(
 
     monkeypatch.setattr(service, "call_at", call_at)
     outer: list[Request] = []
-    assert _finishes(lambda: outer.append(_submit(table, scan, 1.0)))
+    assert finishes(lambda: outer.append(_submit(table, scan, 1.0)))
     monkeypatch.undo()
     assert scan.at == 1.0
 
