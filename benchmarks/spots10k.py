@@ -124,14 +124,11 @@ def _in_subprocess(case: str, count: int) -> Metrics:
 
 def scenario(quick: bool) -> Scenario:
     count = 2_000 if quick else 10_000
-    notes = ["zlink: spots.close() for each Spot, 10,000 in flight; pykka: stop_all()"]
+    notes = [f"zlink: spots.close() for each Spot, {count:,} in flight; pykka: stop_all()"]
     if quick:
         # pykka's cost per actor grows with the number of threads, so a ratio measured
         # on 2,000 says nothing about the 10,000-object targets: they are not judged.
-        notes = [
-            f"zlink: spots.close() for each Spot, {count:,} in flight; pykka: stop_all()",
-            "quick run: the create and reach targets are for 10,000 Spots and not judged",
-        ]
+        notes.append("quick run: the create and reach targets are for 10,000 Spots and not judged")
     return Scenario(
         title=f"5. {count:,} Spots: create, one request each, close (fresh process per run)",
         zlink=lambda: _in_subprocess("zlink", count),

@@ -290,14 +290,21 @@ class Completion(Generic[T]):
                 self._waiters = []
             self._waiters.append(waiter)
             self._listen()
-        if cell._state == _DONE and not self._fired:
-            _settled_inside(self)
+        self._fire_if_missed()
         if waiter.acquire(True, -1 if timeout is None else timeout):
             return True
         with cell._lock:
             if self._waiters is not None and waiter in self._waiters:
                 self._waiters.remove(waiter)
         return self.done()
+
+    def _fire_if_missed(self) -> None:
+        """Right after this handle registered a waiter or callback: if the result was
+        published meanwhile by code that ran on this thread inside the cell's (reentrant)
+        lock (a signal handler that settled or cancelled the operation), that publish
+        could not see the handle, so fire it now. `_fire` runs once whoever calls it."""
+        if self._cell._state == _DONE and not self._fired:
+            self._fire()
 
     def _fire(self) -> None:
         """Wake waiters and post callbacks; runs once, outside the cell lock."""
@@ -353,8 +360,8 @@ class Completion(Generic[T]):
                 registered = True
             else:
                 registered = False
-        if registered and cell._state == _DONE and not self._fired:
-            _settled_inside(self)
+        if registered:
+            self._fire_if_missed()
         return not registered
 
     def __repr__(self) -> str:
@@ -369,13 +376,6 @@ class Completion(Generic[T]):
 
 
 _INLINE: Any = object()
-
-
-def _settled_inside(handle: Completion[Any]) -> None:
-    """The result was published while `handle` registered under the cell's (reentrant)
-    lock, by code that ran on this thread inside that section (a signal handler that
-    settled or cancelled the operation), so the publish did not see it: fire it now."""
-    handle._fire()
 
 
 def _run_inline(fn: Callable[[Any], object], arg: Any) -> None:
