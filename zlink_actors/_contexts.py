@@ -18,6 +18,8 @@ from ._membership import JoinCall, LeaveCall, join_call, leave_call
 from ._messaging import RequestCall, SendCall, TargetKind
 from ._multicast import PublishCall
 from ._objects import check_id
+from ._operation import turn_cancellation, turn_deadline
+from ._timer import Deadline
 from ._turn import TurnContext
 from ._workers import CpuWorkerCall, IoWorkerCall
 
@@ -127,6 +129,22 @@ class _HandlerContext(TurnContext, CallSurface):
         """The metadata the message was sent with (read-only; empty if none)."""
         meta = self._metadata
         return _EMPTY if meta is None else MappingProxyType(meta)
+
+    @property
+    def deadline(self) -> Deadline:
+        """The deadline of the call this turn handles: a request's (its `timeout()`, else
+        the Host default, fixed when it was submitted); for a one-way message and for
+        lifecycle, timer and callback turns, a deadline that never passes. Work the caller
+        can no longer use is wasted once it passed: check `deadline.remaining()`."""
+        return turn_deadline(self._rec, self._runtime.clock)
+
+    @property
+    def cancellation(self) -> CancellationToken:
+        """A token cancelled once the request this turn handles ended without this
+        handler's reply: its caller cancelled it, its deadline passed, or shutdown ended
+        it. Never cancelled for one-way messages and other turns. Pass it on as
+        `cancel=` to the calls the handler makes on the request's behalf."""
+        return turn_cancellation(self._rec)
 
     @property
     def timers(self) -> TimerSet:

@@ -19,14 +19,18 @@ from ._cancellation import CancellationToken
 from ._completion import Completion, _Cell
 from ._errors import (
     AlreadyExistsError,
+    CancelledError,
+    DeadlineExceededError,
     InvalidOperationError,
     NotConfiguredError,
     NotFoundError,
     TypeMismatchError,
     UnavailableError,
 )
-from ._lifecycle import Attempt, close_activation, create_now, has_hooks, start_attempt
+from ._lifecycle import Attempt, Closing, create_now, has_hooks, request_close, start_attempt
 from ._objects import CloseReason, Existing, InstanceSpot, check_id
+from ._operation import PendingEntry
+from ._turn import current_turn
 
 if TYPE_CHECKING:
     from ._engine import Activation, TypeInfo
@@ -124,7 +128,16 @@ class CreateCall(YieldableCall[Any]):
 class CloseCall(Call[bool]):
     """`spots.close(id)` / `actors.close(id)`. Created by the managers; not constructed by
     users. Completes with True once closed, or False for a User Spot that still has
-    members."""
+    members.
+
+    A close is a call like a request: its deadline (`timeout()`, else the Host's default
+    request timeout) and its caller's cancellation end it with `DeadlineExceededError` /
+    `CancelledError` if they win before `on_closing` began, and then the close does not
+    happen (unless another caller still waits for it); once `on_closing` began, the close
+    completes with True. A close of the object whose turn is running (or of anything
+    behind that turn's gate) completes with True as soon as it is accepted:
+    `on_closing` runs after the current turn ends, so awaiting it never deadlocks.
+    """
 
     __slots__ = ("_id", "_kind")
 
@@ -139,6 +152,7 @@ class CloseCall(Call[bool]):
         if early is not None:
             return early
         engine = runtime.engine
+        turn = current_turn()
         with engine.lock:
             table = engine.spots if self._kind == "spot" else engine.actors
             act = table.get(self._id)
@@ -146,9 +160,52 @@ class CloseCall(Call[bool]):
                 return failed(NotFoundError(f"no {self._kind} {self._id!r} to close"))
             if act.members:
                 return settled(False)
-            closing = close_activation(runtime, act, CloseReason.EXPLICIT_CLOSE)
-        assert closing is not None
-        return closing
+            # Inside the object's own turn the close cannot run before this turn ends.
+            own = turn is not None and turn._gate is act.box.gate
+            closing = request_close(runtime, act, CloseReason.EXPLICIT_CLOSE, hold=own)
+        if isinstance(closing, BaseException):
+            return failed(closing)
+        if own:
+            return settled(True)
+        cell: _Cell[bool] = _Cell()
+        entry = _CloseWait(cell, closing)
+        timeout = self._timeout if self._timeout is not None else runtime.default_request_timeout
+        if runtime.register(entry, cancel):
+            runtime.arm_deadline(entry, timeout)
+        else:
+            closing.give_up()
+        route = entry.route_id
+        assert route is not None
+        pending = runtime.pending
+        closing.cell.handle()._add_inline(
+            lambda done: pending.finish(route, done._cell._value, done._cell._exc)
+        )
+        return runtime.handle(entry)
+
+
+class _CloseWait(PendingEntry):
+    """One caller of a close: its deadline and cancellation end its wait only while
+    `on_closing` has not begun (`Closing.give_up`)."""
+
+    __slots__ = ("closing",)
+
+    def __init__(self, cell: _Cell[bool], closing: Closing) -> None:
+        super().__init__(cell)
+        self.closing = closing
+
+    def expire(self) -> None:
+        self._give_up(DeadlineExceededError("the close did not begin within its deadline"))
+
+    def cancel(self) -> bool:
+        return self._give_up(CancelledError())
+
+    def _give_up(self, exc: BaseException) -> bool:
+        table, route = self.table, self.route_id
+        if table is None or route is None or route not in table:
+            return False
+        if not self.closing.give_up():
+            return False  # on_closing began: the close completes
+        return table.finish(route, exc=exc)
 
 
 def _type_info(runtime: Runtime, cls: object, kind: str) -> TypeInfo:

@@ -261,6 +261,10 @@ class Engine:
         if kind == K_RESUME:
             frame: Frame = rec.a
             return frame.resume()
+        if kind == K_REQUEST and rec.route_id not in rec.table._entries:  # type: ignore[attr-defined]
+            # Already terminal (cancelled, expired, or shut down while queued): its caller
+            # has its result, so its handler never runs.
+            return False
         act: Activation = box.owner
         on_done: Callable[[Any, BaseException | None], None]
         args: tuple[Any, ...]
@@ -276,6 +280,7 @@ class Engine:
             else:
                 act.spare = None
                 context = act.spare_context
+            ctx._rec = rec
             try:
                 result = context.run(fn, act.instance, ctx, rec.a)
             except BaseException as exc:
@@ -286,6 +291,7 @@ class Engine:
                 frame = Frame(result, ctx, context, rec, on_done, self.runtime.pool, act.resume_box)
                 return frame.resume()
             if len(context) == 1 and context.get(runtime_var) is ctx and ctx._box is box:
+                ctx._rec = None  # a spare context keeps no request (nor its reply) alive
                 act.spare_context = context
                 act.spare = ctx
             if kind != K_MESSAGE:
@@ -294,10 +300,12 @@ class Engine:
         if kind == K_MESSAGE:
             info: HandlerInfo = rec.c
             ctx = act.ctx_type(self.runtime, act, box, rec.b)
+            ctx._rec = rec
             fn, args, on_done = info.fn, (act.instance, ctx, rec.a), self._message_done
         elif kind == K_REQUEST:
             info, on_done = rec.c, rec.reply
             ctx = act.ctx_type(self.runtime, act, box, rec.b)
+            ctx._rec = rec
             fn, args = info.fn, (act.instance, ctx, rec.a)
         elif kind == K_CALL:
             ctx = act.ctx_type(self.runtime, act, box, None)

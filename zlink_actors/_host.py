@@ -42,6 +42,7 @@ class HostStatistics:
     dropped_records: int
     pool: PoolStatistics
     dispatcher: DispatcherStatistics
+    internal_errors: int = 0
 
 
 def _classes(name: str, value: object) -> list[type]:
@@ -196,6 +197,7 @@ class Host(CallSurface):
             dropped_records=engine.dropped_records,
             pool=runtime.pool.statistics(),
             dispatcher=get_dispatcher().statistics(),
+            internal_errors=runtime.pool.internal_errors,
         )
 
     def __repr__(self) -> str:

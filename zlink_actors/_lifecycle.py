@@ -34,7 +34,15 @@ if TYPE_CHECKING:
     from ._engine import Activation, TypeInfo
     from ._runtime import Runtime
 
-__all__ = ["Attempt", "close_activation", "drop_record", "start_attempt"]
+__all__ = [
+    "Attempt",
+    "Closing",
+    "close_activation",
+    "drop_record",
+    "remove_activation",
+    "request_close",
+    "start_attempt",
+]
 
 log = logging.getLogger("zlink_actors")
 
@@ -134,31 +142,117 @@ async def _maybe_await(value: Any) -> Any:
     return value
 
 
+class Closing:
+    """One close of one object in progress; the callers that asked for it share `cell`.
+
+    A close is a call like a request: a caller whose deadline passes, or who cancels,
+    before `on_closing` began gives up, and when the last caller that could give up has
+    done so (and nobody holds the close: shutdown, or a close made from the object's own
+    turn), the close is withdrawn. The object then admits work again; the queued
+    `on_closing` record does nothing when its turn comes. Once `on_closing` began nobody
+    can give up: the close completes with True. Every state change happens under the
+    engine lock, where `close()`, `get_or_create()` and a Join look at `act.closing`.
+    """
+
+    __slots__ = ("act", "callers", "cell", "held", "runtime", "started", "withdrawn")
+
+    def __init__(self, runtime: Runtime, act: Activation) -> None:
+        self.runtime = runtime
+        self.act = act
+        self.cell: _Cell[bool] = _Cell()
+        #: Callers that may still give up (a deadline or a cancellation of their own).
+        self.callers = 0
+        #: Someone that never gives up asked for it (shutdown, the object's own turn).
+        self.held = False
+        self.started = False
+        self.withdrawn = False
+
+    def give_up(self) -> bool:
+        """A caller's deadline or cancellation: False once `on_closing` began (too late;
+        the caller waits for the close to complete). Withdraws the close when it was the
+        last caller that wanted it."""
+        runtime = self.runtime
+        with runtime.engine.lock:
+            if self.started:
+                return False
+            self.callers -= 1
+            if self.callers or self.held or self.withdrawn:
+                return True
+            self.withdrawn = True
+            act = self.act
+            if act.closing is self:
+                act.closing = None
+            settle = runtime.pool.unmark_closing(act.box)
+        settle()
+        return True
+
+    def begin(self) -> bool:
+        """`on_closing` is about to run: False if the close was withdrawn (skip it)."""
+        with self.runtime.engine.lock:
+            if self.withdrawn:
+                return False
+            self.started = True
+            return True
+
+    def __call__(self, value: Any, exc: BaseException | None) -> None:
+        """The post-turn work of the `on_closing` record (or its drop): take the object
+        out of service and complete the close."""
+        if value is _Skipped:
+            return
+        act = self.act
+        if exc is not None:
+            log.error("%r on_closing raised", act, exc_info=exc)
+        remove_activation(self.runtime, act)
+        self.cell.set_result(True)
+
+
+def request_close(
+    runtime: Runtime, act: Activation, reason: CloseReason, *, hold: bool
+) -> Closing | BaseException:
+    """Queue `on_closing` and the removal of `act`, or join the close already queued.
+
+    `hold`: the caller never gives up (see `Closing`); otherwise it counts as a caller
+    that may. Returns the close, or the error that refused it. Caller holds the engine
+    lock.
+    """
+    closing: Closing | None = act.closing
+    if closing is None:
+        closing = Closing(runtime, act)
+        rec = Record(K_CALL, _on_closing(closing, reason), closing)
+        status = runtime.pool.enqueue(act.box, rec, lifecycle=True)
+        if status != ADMITTED:
+            return CapacityExceededError(f"{act!r}: lifecycle lane is full")
+        runtime.pool.mark_closing(act.box)
+        act.closing = closing
+    if hold:
+        closing.held = True
+    else:
+        closing.callers += 1
+    return closing
+
+
 def close_activation(
     runtime: Runtime, act: Activation, reason: CloseReason
 ) -> Completion[bool] | None:
-    """Queue `on_closing` and the removal of `act`; None if it is already closing."""
-    if act.closing is not None:
-        return Completion(act.closing)
-    cell: _Cell[bool] = _Cell()
-    act.closing = cell
+    """Close `act` on the runtime's own behalf (shutdown): it never gives up."""
+    with runtime.engine.lock:
+        closing = request_close(runtime, act, reason, hold=True)
+    if isinstance(closing, BaseException):
+        return Completion(_Cell.settled(None, closing))
+    return Completion(closing.cell)
 
+
+class _Skipped:
+    """What a withdrawn close's `on_closing` record returns instead of running."""
+
+
+def _on_closing(closing: Closing, reason: CloseReason) -> Callable[[Any, Any], Any]:
     def on_closing(inst: Any, ctx: Any) -> Any:
+        if not closing.begin():
+            return _Skipped
         return inst.on_closing(ctx, reason)
 
-    def done(value: Any, exc: BaseException | None) -> None:
-        if exc is not None:
-            log.error("%r on_closing raised", act, exc_info=exc)
-        remove_activation(runtime, act)
-        cell.set_result(True)
-
-    status = runtime.pool.enqueue(act.box, Record(K_CALL, on_closing, done), lifecycle=True)
-    if status == ADMITTED:
-        runtime.pool.mark_closing(act.box)
-    else:
-        act.closing = None
-        cell.set_exception(CapacityExceededError(f"{act!r}: lifecycle lane is full"))
-    return Completion(cell)
+    return on_closing
 
 
 def remove_activation(runtime: Runtime, act: Activation) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Callable
+from time import monotonic as _monotonic
 from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 
 from ._call import Call, check_token, failed
@@ -301,7 +302,13 @@ class RequestCall(_MessageCall[T], Generic[T]):
         runtime = self._runtime
         pending = runtime.pending
         entry = SyncRequest(
-            self._payload, self._metadata, info, runtime.engine, self._reply, pending
+            self._payload,
+            self._metadata,
+            info,
+            runtime.engine,
+            self._reply,
+            pending,
+            _monotonic() + timeout,
         )
         route = entry.route_id
         waiter = entry.waiter
@@ -392,11 +399,13 @@ class RequestCall(_MessageCall[T], Generic[T]):
         default = runtime.default_request_timeout
         if timeout is None or timeout == default:
             # On the Host's default deadline: no timer entry of its own (`DeadlineScan`).
-            expires: float | None = runtime.timers._now() + default
+            due = runtime.timers._now() + default
+            expires: float | None = due
         else:
             expires = None
+            due = runtime.timers._now() + timeout
         req = Request(
-            self._payload, self._metadata, info, runtime.engine, self._reply, pending, expires
+            self._payload, self._metadata, info, runtime.engine, self._reply, pending, expires, due
         )
         cell: _Cell[T] = req
         route = req.route_id  # registered (SC §10: before anything is submitted)

@@ -18,8 +18,8 @@ import threading
 from collections.abc import Callable
 from typing import Any, Final
 
-from ._cancellation import CancellationRegistration
-from ._completion import _Cell, _notify
+from ._cancellation import CancellationRegistration, CancellationSource, CancellationToken
+from ._completion import Completion, _Cell, _notify
 from ._errors import (
     CancelledError,
     DeadlineExceededError,
@@ -28,7 +28,7 @@ from ._errors import (
     ZlinkError,
 )
 from ._scheduler import Record
-from ._timer import TimerHandle, TimerService
+from ._timer import Clock, Deadline, TimerHandle, TimerService
 from ._turn import K_REQUEST
 
 __all__ = [
@@ -40,6 +40,8 @@ __all__ = [
     "Request",
     "SyncRequest",
     "settle",
+    "turn_cancellation",
+    "turn_deadline",
 ]
 
 _U64: Final = (1 << 64) - 1
@@ -277,6 +279,7 @@ class Request(_SelfReplying, _Cell[Any]):
         "b",
         "c",
         "deadline",
+        "due",
         "engine",
         "expires",
         "kind",
@@ -284,6 +287,7 @@ class Request(_SelfReplying, _Cell[Any]):
         "reply_type",
         "reserved",
         "route_id",
+        "source",
         "table",
     )
 
@@ -298,6 +302,7 @@ class Request(_SelfReplying, _Cell[Any]):
         reply_type: type | None,
         table: PendingTable,
         expires: float | None,
+        due: float | None = None,
     ) -> None:
         _Cell.__init__(self, table.cell_lock)
         self.registration: CancellationRegistration | None = None
@@ -305,6 +310,10 @@ class Request(_SelfReplying, _Cell[Any]):
         #: When the Host's default deadline passes (`DeadlineScan`); None if the call
         #: set a timeout of its own (then `arm` gives it a timer entry).
         self.expires = expires
+        #: When the call's deadline passes, whichever timer keeps it (`ctx.deadline`).
+        self.due = due if due is not None else expires if expires is not None else math.inf
+        #: Made when the handler first asks for `ctx.cancellation`.
+        self.source: CancellationSource | None = None
         _register(self, payload, metadata, info, engine, reply_type, table)
 
     @property
@@ -348,7 +357,17 @@ class SyncRequest(_SelfReplying, Record):
     deadline in its own timed wait, so it needs no timer either.
     """
 
-    __slots__ = ("engine", "exc", "reply_type", "route_id", "table", "value", "waiter")
+    __slots__ = (
+        "due",
+        "engine",
+        "exc",
+        "reply_type",
+        "route_id",
+        "source",
+        "table",
+        "value",
+        "waiter",
+    )
 
     registration: CancellationRegistration | None = None
     #: The blocked caller keeps the deadline in its own timed wait.
@@ -362,9 +381,13 @@ class SyncRequest(_SelfReplying, Record):
         engine: Any,
         reply_type: type | None,
         table: PendingTable,
+        due: float = math.inf,
     ) -> None:
         self.value: Any = None
         self.exc: BaseException | None = None
+        #: When the caller's timed wait ends (`ctx.deadline`), on the real clock.
+        self.due = due
+        self.source: CancellationSource | None = None
         self.waiter = waiter = _thread.allocate_lock()
         waiter.acquire()
         _register(self, payload, metadata, info, engine, reply_type, table)
@@ -374,6 +397,10 @@ class SyncRequest(_SelfReplying, Record):
         self.value = value
         self.exc = exc
         self.waiter.release()
+        # Read after `exc` is set (see `turn_cancellation`).
+        source = self.source
+        if source is not None and exc is not None:
+            source.cancel()
 
 
 #: What a pending table holds: a general entry, or a request that is its own entry.
@@ -546,3 +573,40 @@ class DeadlineScan:
 def settle(entry: Pending, value: Any = None, exc: BaseException | None = None) -> None:
     """Complete an entry already removed from its table (by `pop` or `pop_all`)."""
     entry.settle(value, exc)
+
+
+#: The token of turns no caller can cancel (one-way messages, timers, callbacks).
+_NEVER_CANCELLED = CancellationSource().token
+
+
+def turn_deadline(rec: Any, clock: Clock) -> Deadline:
+    """The deadline of the call a turn handles: its request's; one that never passes for
+    a one-way message and for turns that are not calls."""
+    if rec is not None and rec.kind == K_REQUEST:
+        return Deadline(rec.due, clock)
+    return Deadline(math.inf, clock)
+
+
+def turn_cancellation(rec: Any) -> CancellationToken:
+    """A token cancelled once the request a turn handles ended without its reply (its
+    caller cancelled, its deadline passed, or shutdown ended it); never cancelled for
+    other turns. Made on first use, so a handler that never asks pays nothing."""
+    if rec is None or rec.kind != K_REQUEST:
+        return _NEVER_CANCELLED
+    source: CancellationSource | None = rec.source
+    if source is None:
+        source = rec.source = CancellationSource()
+        if isinstance(rec, Request):
+            Completion(rec)._add_inline(_cancel_on_failure(source))
+        elif rec.route_id not in rec.table._entries and rec.exc is not None:
+            # Settled before `source` was visible to it (`SyncRequest.settle`).
+            source.cancel()
+    return source.token
+
+
+def _cancel_on_failure(source: CancellationSource) -> Callable[[Completion[Any]], None]:
+    def check(done: Completion[Any]) -> None:
+        if done._cell._exc is not None:
+            source.cancel()
+
+    return check

@@ -262,6 +262,8 @@ class AppPool:
         self._watch = TimerService(SystemClock(), name=f"{name}-watch")
         #: Shutdown began: a one-way send may no longer start waiting.
         self.sealed = False
+        #: Errors inside the runtime's own work around a record (logged, survived).
+        self.internal_errors = 0
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -551,6 +553,21 @@ class AppPool:
         finally:
             gate.lock.release()
 
+    def unmark_closing(self, box: Mailbox) -> Callable[[], None]:
+        """A close was withdrawn (`Closing`): admit application work again, and the
+        sends that waited meanwhile as room allows. Returns what settles those sends,
+        for the caller to run once it holds no lock (it notifies their observers)."""
+        admitted: list[Any] = []
+        gate = _lock_box(box)
+        try:
+            box.closing = False
+            push = self._admit_waiters(box, admitted, gate.lock)
+        finally:
+            gate.lock.release()
+        if push:
+            self.push(gate)
+        return lambda: _settle_admitted(admitted)
+
     def close_box(self, box: Mailbox) -> list[Record]:
         """Close `box` to new work and take out the records still queued in it."""
         gate = _lock_box(box)
@@ -678,7 +695,8 @@ class AppPool:
                 ended = self._run_gate(gate, first_box, first, slot)
             except BaseException:  # pragma: no cover - the loop must survive anything
                 log.exception("scheduler error")
-                ended = _HANDED_OFF
+                self.internal_errors += 1
+                ended = self._recover(gate)
             slot[4] = 0.0
 
     def _others_stalled(self, mine: list[Any]) -> bool:
@@ -711,7 +729,11 @@ class AppPool:
             assert first_box is not None
             turns = 1
             slot[4] = now
-            if run_record(first_box, first):
+            try:
+                handed = run_record(first_box, first)
+            except BaseException:
+                handed = self._internal_error(gate)
+            if handed:
                 self._turns += turns
                 return _HANDED_OFF
             self._progress = now = monotonic()
@@ -728,7 +750,11 @@ class AppPool:
             if frame is not None:
                 turns += 1
                 slot[4] = now
-                if frame.resume():
+                try:
+                    handed = frame.resume()
+                except BaseException:
+                    handed = self._internal_error(gate)
+                if handed:
                     self._turns += turns
                     return _HANDED_OFF
                 self._progress = now = monotonic()
@@ -809,6 +835,7 @@ class AppPool:
                     box.life
                     or box.claimed
                     or box.closing
+                    or box.closed
                     or now >= deadline
                     or (others and (len(others) > 1 or others[0] is not box))
                 ):
@@ -817,7 +844,11 @@ class AppPool:
                 turns += 1
                 slot[4] = now
                 gate.pos = i
-                if run_record(box, rec):
+                try:
+                    handed = run_record(box, rec)
+                except BaseException:
+                    handed = self._internal_error(gate)
+                if handed:
                     # Handed off: the gate is SUSPENDED and no longer ours; the record's
                     # reservation went with its coroutine.
                     handed = True
@@ -834,6 +865,29 @@ class AppPool:
                 if handed:
                     self._turns += turns
                     return _HANDED_OFF
+
+    def _internal_error(self, gate: Gate) -> bool:
+        """A record's run raised past the runtime's own handling (a framework bug in its
+        post-turn work): log and count it, and tell the batch loop whether the turn was
+        handed off all the same (the gate SUSPENDED on a frame), so that the gate is never
+        left held by a thread that stopped looking after it."""
+        log.exception("internal error while running a record (the owner keeps serving)")
+        self.internal_errors += 1
+        return gate.state == SUSPENDED and gate.frame is not None
+
+    def _recover(self, gate: Gate) -> int:
+        """After an error in the batch loop itself: leave `gate` in a state another pool
+        thread can pick up (never RUNNING with nobody running it)."""
+        with gate.lock:
+            gate.run = None
+            if gate.state == SUSPENDED and gate.frame is not None:
+                return _HANDED_OFF
+            if gate.ready_boxes:
+                gate.state = READY
+                return _REQUEUE
+            gate.state = IDLE
+            gate.ready_boxes = None
+            return _WENT_IDLE
 
     def hand_back(self, gate: Gate) -> None:
         """A turn of `gate` suspends (`await`): return the records taken after it in the

@@ -43,7 +43,17 @@ K_CALL: Final = 5
 class TurnContext(RuntimeContext):
     """Base of the handler contexts. Created by the runtime for each record it runs."""
 
-    __slots__ = ("_act", "_box", "_defer", "_frame", "_gate", "_metadata", "_runtime", "_scope")
+    __slots__ = (
+        "_act",
+        "_box",
+        "_defer",
+        "_frame",
+        "_gate",
+        "_metadata",
+        "_rec",
+        "_runtime",
+        "_scope",
+    )
 
     def __init__(
         self, runtime: Runtime, act: Activation, box: Mailbox, metadata: dict[str, Any] | None
@@ -59,6 +69,9 @@ class TurnContext(RuntimeContext):
         self._scope = False
         #: The Join or Leave a handler deferred (runs after it ends normally).
         self._defer: Any = None
+        #: The message or request record this turn handles (None for other turns): where
+        #: `deadline` and `cancellation` come from.
+        self._rec: Any = None
 
     def callback_poster(self) -> CallbackPoster:
         box = self._box

@@ -342,6 +342,7 @@ def test_deadline_racing_the_reply_completes_each_blocking_request_exactly_once(
     host, desk = _room(harness)
     rounds = 200
     outcomes = {"reply": 0, "deadline": 0}
+    replied: set[int] = set()
 
     for n in range(rounds):
         # A 1 ms deadline, and replies that take from 0 to 1.9 ms: both sides win often.
@@ -353,11 +354,14 @@ def test_deadline_racing_the_reply_completes_each_blocking_request_exactly_once(
         else:
             assert reply == Pong(n)  # never an earlier round's late reply
             outcomes["reply"] += 1
+            replied.add(n)
         assert _pending(host) == 0
 
-    # Every handler ran once, in order; the late replies were dropped without a trace.
+    # Every handler ran at most once, in order, and every one that replied ran; a request
+    # whose deadline passed before its turn never ran; late replies were dropped.
     assert host.request_to_spot("room", Probe()).submit_sync() == []
-    assert desk.lagged == list(range(rounds))
+    assert desk.lagged == sorted(set(desk.lagged))
+    assert replied <= set(desk.lagged)
     assert outcomes["reply"] + outcomes["deadline"] == rounds
     assert outcomes["reply"] > 0
     assert outcomes["deadline"] > 0
@@ -435,7 +439,7 @@ def test_blocking_request_to_a_closing_spot_raises_not_found(
     with pytest.raises(NotFoundError):
         host.request_to_spot("room", Ping(1)).submit_sync()
     assert paths.fast == 1  # still registered: refused by its queue, not looked up
-    assert _pending(host) == 0
+    assert _pending(host) == 1  # the close itself (a pending call); the request left none
 
     desk.latch.set()
     assert closing.result(WAIT) is True

@@ -1,0 +1,97 @@
+"""An internal error in the runtime's own work around a record never wedges its owner
+(docs/turns.md, "When the runtime itself fails").
+
+The post-turn work of a record (a reply, a timer's re-arming, the failure log of a one-way
+handler) is the framework's code. If it raises, the error is logged and counted in
+`HostStatistics.internal_errors`, and the gate moves on: the owner keeps serving and
+shutdown still stops cleanly, instead of the gate staying held forever.
+
+The faults are planted by replacing one internal function with one that raises: the
+only way to make correct framework code fail on purpose.
+"""
+
+import logging
+import threading
+
+import pytest
+
+from zlink_actors import (
+    ManualClock,
+    ShutdownOutcome,
+    Spot,
+    SpotContext,
+    TimerTick,
+    _engine,
+    _spot_timers,
+    handler,
+)
+
+from ._support import WAIT, Note, Ping, Pong, settle_timer_heap
+from .conftest import Harness
+
+
+class _Planted(RuntimeError):
+    pass
+
+
+def _raise(*args: object) -> None:
+    raise _Planted("planted internal fault")
+
+
+def test_a_failing_timer_rearm_leaves_the_spot_serving(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    ticked = threading.Event()
+
+    class Ticking(Spot):
+        @handler
+        def start(self, ctx: SpotContext, msg: Note) -> None:
+            ctx.timers.start("t", 1.0, self.tick)
+
+        def tick(self, ctx: SpotContext, tick: TimerTick) -> None:
+            ticked.set()
+
+        @handler
+        def ping(self, ctx: SpotContext, msg: Ping) -> Pong:
+            return Pong(msg.n)
+
+    clock = ManualClock()
+    host = harness.host(spots=[Ticking], clock=clock)
+    host.spots.get_or_create("s", Ticking).submit_sync()
+    host.request_to_spot("s", Note()).submit_sync()
+    monkeypatch.setattr(_spot_timers._Timer, "tick_done", _raise)
+
+    with caplog.at_level(logging.ERROR, logger="zlink_actors"):
+        settle_timer_heap(host, clock, 1.0)
+        assert ticked.wait(WAIT)
+        assert host.request_to_spot("s", Ping(3)).timeout(60).submit_sync() == Pong(3)
+    assert host.statistics().internal_errors == 1
+    assert any(r.exc_info and r.exc_info[0] is _Planted for r in caplog.records)
+    assert host.shutdown(WAIT).outcome is ShutdownOutcome.STOPPED
+
+
+def test_a_failing_post_turn_step_of_a_one_way_message_leaves_the_spot_serving(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    handled = threading.Event()
+
+    class Room(Spot):
+        @handler
+        def note(self, ctx: SpotContext, msg: Note) -> None:
+            handled.set()
+            raise ValueError("the handler's own failure")
+
+        @handler
+        def ping(self, ctx: SpotContext, msg: Ping) -> Pong:
+            return Pong(msg.n)
+
+    host = harness.host(spots=[Room])
+    host.spots.get_or_create("r", Room).submit_sync()
+    monkeypatch.setattr(_engine.Engine, "_message_done", _raise)
+
+    for _ in range(3):
+        host.send_to_spot("r", Note()).submit_sync()
+    assert handled.wait(WAIT)
+    assert host.request_to_spot("r", Ping(1)).submit_sync() == Pong(1)
+    assert host.statistics().internal_errors == 3
+    assert host.shutdown(WAIT).outcome is ShutdownOutcome.STOPPED
