@@ -86,6 +86,13 @@ class CreateCall(YieldableCall[Any]):
                 return self._existing(act)
             attempt = runtime.creating.get(key)
             if attempt is not None:
+                turn = current_turn()
+                if turn is not None and turn._act.id == self._id and turn._act.kind == self._kind:
+                    # Its own creation hook: joining the attempt would wait for itself.
+                    raise InvalidOperationError(
+                        f"{self._kind} {self._id!r} is being created by the hook that runs "
+                        "now; it cannot get or create itself"
+                    )
                 if self._exclusive:
                     return failed(AlreadyExistsError(f"{self._kind} {self._id!r} is being created"))
                 if attempt.info is not self._info:

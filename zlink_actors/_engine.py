@@ -154,6 +154,8 @@ class Engine:
         #: (channel, topic) -> ids of the Ready Spots subscribed to it.
         self.subscribers: dict[tuple[str, str], set[str]] = {}
         self.entry: Activation = None  # type: ignore[assignment]  # made by setup()
+        #: Notified whenever a creation attempt leaves `runtime.creating` (shutdown waits).
+        self.attempt_ended = threading.Condition(self.lock)
 
     # -- registration ------------------------------------------------------------------
 
@@ -229,9 +231,19 @@ class Engine:
             table = self.spots if act.kind == SPOT else self.actors
             table[act.id] = act
             if attempt_key is not None:
-                self.runtime.creating.pop(attempt_key, None)
+                self.end_attempt(attempt_key)
             for key in act.subscriptions:
                 self.subscribers.setdefault(key, set()).add(act.id)
+
+    def end_attempt(self, key: tuple[str, str]) -> None:
+        """Take a creation attempt out of `runtime.creating`. Caller holds `lock`."""
+        self.runtime.creating.pop(key, None)
+        self.attempt_ended.notify_all()
+
+    def wait_no_attempts(self, timeout: float) -> bool:
+        """Wait until no creation attempt is in progress; False if `timeout` passed."""
+        with self.lock:
+            return self.attempt_ended.wait_for(lambda: not self.runtime.creating, timeout)
 
     def unregister(self, act: Activation) -> None:
         """Remove `act` from every table; it is unreachable from now on."""

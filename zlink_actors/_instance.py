@@ -88,7 +88,7 @@ def activate_instance(
             instance.configure(config)
         except Exception as exc:
             with engine.lock:
-                runtime.creating.pop(key, None)
+                engine.end_attempt(key)
             failure = InternalFailureError(f"{type_info.name}() raised {type(exc).__name__}")
             failure.__cause__ = exc
             return failed(failure)

@@ -125,7 +125,7 @@ def _abort(
 ) -> None:
     # The id stays free: the attempt leaves the table before its callers hear of it.
     with runtime.engine.lock:
-        runtime.creating.pop(attempt.key, None)
+        runtime.engine.end_attempt(attempt.key)
     attempt.terminal.try_set(value, exc)
 
 

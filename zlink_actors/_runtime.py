@@ -208,10 +208,13 @@ class Runtime:
         # Accepted work runs until the deadline; then every pending call completes once.
         clean = pool.wait_quiet(left()) and clean
         clean = self.pending.wait_empty(left()) and clean
+        # Creations accepted before the seal finish first: what they make is closed too.
+        clean = self.engine.wait_no_attempts(left()) and clean
+        live = self.engine.all_activations()
         # Then every Spot and Actor hears `on_closing(HOST_SHUTDOWN)` under its gate.
         closings = [
             close_activation(self, act, CloseReason.HOST_SHUTDOWN)
-            for act in activations
+            for act in live
             if act.kind != "channel" and act is not self.engine.entry and not act.closed
         ]
         for closing in closings:
@@ -221,9 +224,15 @@ class Runtime:
         forced = self.pending.pop_all()
         for entry in forced:
             settle(entry, exc=ShuttingDownError("the Host stopped before the call finished"))
-        for act in activations:
+        # What is still queued never runs: requests were just completed; one-way records
+        # are counted in `dropped_records` (a batch a stuck thread holds is counted when
+        # that thread returns and finds its mailbox closed).
+        stopped = ShuttingDownError("the Host stopped before this record ran")
+        for act in {id(a): a for a in (*activations, *live)}.values():
             act.closed = True
-            pool.close_box(act.box)
+            for box in (act.box, *act.timer_boxes()):
+                for rec in pool.close_box(box):
+                    drop_record(self, box, rec, stopped)
         # Teardown (running the callbacks of what was just completed, joining threads
         # that are not stuck in user code) gets a short grace even after the deadline.
         end = max(end, time.monotonic() + TEARDOWN_GRACE)

@@ -1,0 +1,172 @@
+"""Objects at Host shutdown (docs/completion.md, "Shutdown").
+
+A Spot or Actor whose creation was accepted before shutdown sealed admission is created
+and then closed like every other object: it hears `on_closing(HOST_SHUTDOWN)`. A forced
+stop counts exactly the one-way records it never ran, and none of them runs afterwards.
+"""
+
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from zlink_actors import (
+    CloseReason,
+    Created,
+    HostState,
+    InvalidOperationError,
+    ShutdownOutcome,
+    ShutdownResult,
+    Spot,
+    SpotContext,
+    handler,
+)
+
+from ._support import KINDS, WAIT, Hit, Hold, base_class, host_with, manager_of
+from .conftest import Harness
+
+
+def _eventually(predicate: Any, within: float = WAIT) -> bool:
+    end = time.monotonic() + within
+    pause = threading.Event()
+    while not predicate():
+        if time.monotonic() >= end:
+            return False
+        pause.wait(0.002)
+    return True
+
+
+class _Shutdown:
+    """`host.shutdown(deadline)` on a thread of its own."""
+
+    def __init__(self, host: Any, deadline: float) -> None:
+        self.result: ShutdownResult | None = None
+        self.done = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(host, deadline), daemon=True)
+        self._thread.start()
+
+    def _run(self, host: Any, deadline: float) -> None:
+        self.result = host.shutdown(deadline)
+        self.done.set()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_an_object_still_in_on_create_when_shutdown_starts_is_created_and_then_closed(
+    harness: Harness, kind: str
+) -> None:
+    entered = threading.Event()
+    latch = harness.latch()
+    closings: list[CloseReason] = []
+
+    class Slow(base_class(kind)):  # type: ignore[misc]
+        def on_create(self, ctx: Any, request: object) -> str:
+            entered.set()
+            assert latch.wait(WAIT)
+            return "made"
+
+        def on_closing(self, ctx: Any, reason: CloseReason) -> None:
+            closings.append(reason)
+
+    host = host_with(harness, kind, Slow)
+    creating = manager_of(host, kind).get_or_create("x", Slow).submit()
+    assert entered.wait(WAIT)
+    stopping = _Shutdown(host, WAIT)
+    assert _eventually(lambda: host.state is not HostState.SERVING)
+    latch.set()
+
+    created = creating.result(WAIT)
+    assert type(created) is Created
+    assert stopping.done.wait(WAIT + 2)
+    assert stopping.result is not None
+    assert stopping.result.outcome is ShutdownOutcome.STOPPED
+    assert closings == [CloseReason.HOST_SHUTDOWN]
+
+
+def test_a_forced_stop_counts_every_one_way_record_it_never_ran(harness: Harness) -> None:
+    entered = threading.Event()
+    latch = harness.latch()
+    handled: list[int] = []
+
+    class Room(Spot):
+        @handler
+        def hold(self, ctx: SpotContext, msg: Hold) -> None:
+            entered.set()
+            assert latch.wait(WAIT)
+
+        @handler
+        def hit(self, ctx: SpotContext, msg: Hit) -> None:
+            handled.append(msg.n)
+
+    host = harness.host(spots=[Room])
+    host.spots.get_or_create("r", Room).submit_sync()
+    host.send_to_spot("r", Hold()).submit_sync()
+    assert entered.wait(WAIT)
+    for n in range(21):
+        host.send_to_spot("r", Hit(n)).submit_sync()
+
+    result = host.shutdown(0.05)
+    assert result.outcome is ShutdownOutcome.FORCE_STOPPED
+    assert host.statistics().dropped_records == 21
+    latch.set()
+    assert _eventually(lambda: host.statistics().pool.busy_threads == 0)
+    assert handled == []
+    assert host.statistics().dropped_records == 21
+
+
+def test_a_forced_stop_counts_the_batch_a_stuck_thread_took_and_never_runs_it(
+    harness: Harness,
+) -> None:
+    entered = threading.Event()
+    gate_latch = harness.latch()
+    first_latch = harness.latch()
+    handled: list[int] = []
+
+    class Room(Spot):
+        @handler
+        def hold(self, ctx: SpotContext, msg: Hold) -> None:
+            assert gate_latch.wait(WAIT)
+
+        @handler
+        def hit(self, ctx: SpotContext, msg: Hit) -> None:
+            handled.append(msg.n)
+            if msg.n == 0:
+                entered.set()
+                assert first_latch.wait(WAIT)
+
+    host = harness.host(spots=[Room], app_threads=1)
+    host.spots.get_or_create("r", Room).submit_sync()
+    host.send_to_spot("r", Hold()).submit_sync()
+    for n in range(22):
+        host.send_to_spot("r", Hit(n)).submit_sync()
+    # The pool thread takes the queued Hits as one run; the first one gets stuck.
+    gate_latch.set()
+    assert entered.wait(WAIT)
+
+    result = host.shutdown(0.05)
+    assert result.outcome is ShutdownOutcome.FORCE_STOPPED
+    first_latch.set()
+    # Counted once the stuck thread returns and finds the mailbox closed; never run.
+    assert _eventually(lambda: host.statistics().dropped_records == 21)
+    assert handled == [0]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_get_or_create_of_its_own_id_inside_on_create_is_refused(
+    harness: Harness, kind: str
+) -> None:
+    refused: list[BaseException] = []
+
+    class Selfish(base_class(kind)):  # type: ignore[misc]
+        def on_create(self, ctx: Any, request: object) -> None:
+            manager = ctx.spots if kind == "spot" else ctx.actors
+            try:
+                manager.get_or_create("x", Selfish).submit()
+            except InvalidOperationError as exc:
+                refused.append(exc)
+
+    host = host_with(harness, kind, Selfish)
+    created = manager_of(host, kind).get_or_create("x", Selfish).timeout(WAIT).submit_sync()
+
+    assert type(created) is Created
+    assert len(refused) == 1
