@@ -137,14 +137,10 @@ def _move(runtime: Runtime, act: Activation, target: Activation) -> bool:
     with engine.lock:
         if target.closed or (target.closing is not None and target is not engine.entry):
             return False
-        old = act.spot
-        if old.members is not None:
-            old.members.discard(act.id)
+        act.spot.drop_member(act.id)
         act.spot = target
         if target is not engine.entry:  # the Entry Spot keeps no member list
-            if target.members is None:
-                target.members = set()  # allocated on first member: idle Spots stay small
-            target.members.add(act.id)
+            target.add_member(ActorRef(act.id, act.generation))
     gate = target.box.gate if target.box.gate.spotwide else Gate(runtime.pool)
     runtime.pool.move(act.box, gate)
     return True

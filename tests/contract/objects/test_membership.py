@@ -7,8 +7,10 @@ the Actor hears `on_join_completed(JoinResult)`. A member of a SpotWide Spot sha
 Spot's gate (never overlapping its handlers) and reaches its state through `ctx.spot`.
 """
 
+import itertools
 import queue
 import threading
+import time
 
 import msgspec
 import pytest
@@ -18,6 +20,7 @@ from zlink_actors import (
     ActorContext,
     ActorRef,
     Host,
+    InstanceSpot,
     InternalFailureError,
     InvalidOperationError,
     JoinCall,
@@ -569,3 +572,118 @@ def test_an_actor_in_the_entry_spot_reports_the_entry_spot_id(harness: Harness) 
 
     assert host.entry_spot_id
     assert _where(host) == host.entry_spot_id
+
+
+# -- ctx.members (issue 10) --------------------------------------------------------------
+
+
+class Roster(msgspec.Struct, frozen=True):
+    """Asks a Spot for `ctx.members`."""
+
+
+def _roster(host: Host, spot_id: str = "room") -> object:
+    return host.request_to_spot(spot_id, Roster()).submit_sync()
+
+
+def test_ctx_members_lists_members_in_join_order_across_leaves_joins_elsewhere_and_closes(
+    harness: Harness,
+) -> None:
+    book = Book()
+    room, player = classes(book)
+
+    class Hall(room):  # type: ignore[misc,valid-type]
+        @handler
+        def roster(self, ctx: SpotContext, msg: Roster) -> tuple[ActorRef, ...]:
+            return ctx.members
+
+    host = harness.host(spots=[Hall], actors=[player])
+    for spot_id in ("room", "other"):
+        host.spots.get_or_create(spot_id, Hall).submit_sync()
+    refs = {n: host.actors.get_or_create(n, player).submit_sync().ref for n in ("a", "b", "c")}
+    assert _roster(host) == ()
+
+    for name in ("c", "a", "b"):
+        _joined(host, book, actor_id=name)
+    assert _roster(host) == (refs["c"], refs["a"], refs["b"])
+
+    host.send_to_actor("a", Leave()).submit_sync()
+    assert book.next_result() == JoinResult(host.entry_spot_id, True, None)
+    assert _roster(host) == (refs["c"], refs["b"])
+
+    _joined(host, book, "other", actor_id="c")
+    assert _roster(host) == (refs["b"],)
+    assert _roster(host, "other") == (refs["c"],)
+
+    _joined(host, book, actor_id="a")  # a member again: the newest one
+    assert _roster(host) == (refs["b"], refs["a"])
+
+    assert host.actors.close("b").submit_sync() is True
+    assert _roster(host) == (refs["a"],)
+    again = host.actors.get_or_create("b", player).submit_sync().ref
+    assert again.generation != refs["b"].generation
+    _joined(host, book, actor_id="b")
+    assert _roster(host) == (refs["a"], again)
+    assert _roster(host, "other") == (refs["c"],)
+
+
+def test_ctx_members_of_an_instance_spot_is_empty_and_the_entry_spot_has_none(
+    harness: Harness,
+) -> None:
+    class Match(InstanceSpot):
+        @handler
+        def roster(self, ctx: SpotContext, msg: Roster) -> tuple[ActorRef, ...]:
+            return ctx.members
+
+    host = harness.host(spots=[Match])
+    assert host.request_to_spot("m1", Roster()).activate().submit_sync() == ()
+
+    # No user code runs in the Entry Spot; its context (internal) still refuses.
+    runtime = host._runtime
+    entry = runtime.engine.entry
+    with pytest.raises(InvalidOperationError):
+        SpotContext(runtime, entry, entry.box, None).members  # noqa: B018
+
+
+@pytest.mark.stress
+def test_ctx_members_is_a_consistent_snapshot_while_members_leave_on_other_threads(
+    harness: Harness,
+) -> None:
+    book = Book()
+    room, player = classes(book)
+    count = 40
+    watching = threading.Event()
+
+    class Lounge(room):  # type: ignore[misc,valid-type]
+        mode = SpotMode.PER_ACTOR  # members run on gates of their own, beside the Spot
+
+        @handler
+        def roster(self, ctx: SpotContext, msg: Roster) -> list[tuple[ActorRef, ...]]:
+            seen = [ctx.members]
+            watching.set()
+            end = time.monotonic() + WAIT
+            while seen[-1] and time.monotonic() < end:
+                now = ctx.members
+                if now != seen[-1]:
+                    seen.append(now)
+            return seen
+
+    host = harness.host(spots=[Lounge], actors=[player])
+    host.spots.get_or_create("room", Lounge).submit_sync()
+    names = [f"p{i}" for i in range(count)]
+    joined = [host.actors.get_or_create(n, player).submit_sync().ref for n in names]
+    for name in names:
+        _joined(host, book, actor_id=name)
+
+    watch = host.request_to_spot("room", Roster()).timeout(WAIT * 2).submit()
+    assert watching.wait(WAIT)
+    for name in names:
+        host.send_to_actor(name, Leave()).submit_sync()
+    snapshots = watch.result(WAIT * 2)
+
+    assert snapshots[0] == tuple(joined)  # no Leave was sent before the first read
+    assert snapshots[-1] == ()
+    for earlier, later in itertools.pairwise(snapshots):
+        assert len(later) < len(earlier)
+        assert later == tuple(ref for ref in earlier if ref in later)  # order kept
+    for _ in names:
+        assert book.next_result().approved
