@@ -259,8 +259,9 @@ class Engine:
             for key in act.subscriptions:
                 self.subscribers.setdefault(key, set()).add(act.id)
 
-    def unregister(self, act: Activation) -> None:
-        """Remove `act` from every table; it is unreachable from now on."""
+    def unregister(self, act: Activation) -> ActorRef | None:
+        """Remove `act` from every table; it is unreachable from now on. Returns the ref
+        of an Actor that was a User Spot's member (that Spot is still `act.spot`)."""
         with self.lock:
             act.closed = True
             table = self.spots if act.kind == SPOT else self.actors
@@ -272,8 +273,7 @@ class Engine:
                     ids.discard(act.id)
                     if not ids:
                         del self.subscribers[key]
-            if act.kind == ACTOR:
-                act.spot.drop_member(act.id)
+            return act.spot.drop_member(act.id) if act.kind == ACTOR else None
 
     def all_activations(self) -> list[Activation]:
         with self.lock:

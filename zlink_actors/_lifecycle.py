@@ -164,7 +164,7 @@ def close_activation(
 def remove_activation(runtime: Runtime, act: Activation) -> None:
     """Take `act` out of service (see the module docstring for what happens to its work)."""
     engine = runtime.engine
-    engine.unregister(act)
+    left = engine.unregister(act)
     pool = runtime.pool
     closed = UnavailableError(f"{act.kind} {act.id!r} closed")
     boxes = [act.box, *(act.timer_boxes())]
@@ -177,6 +177,10 @@ def remove_activation(runtime: Runtime, act: Activation) -> None:
         frame.discard(closed)
     if act.timers is not None:
         act.timers.cancel_all()
+    if left is not None:
+        from ._membership import tell_left
+
+        tell_left(runtime, act.spot, left)
 
 
 def drop_record(runtime: Runtime, box: Any, rec: Record, exc: BaseException) -> None:

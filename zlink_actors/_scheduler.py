@@ -485,9 +485,11 @@ class AppPool:
             self.push(gate)
         return None
 
-    def force(self, box: Mailbox, rec: Record, *, reserve: bool = False) -> bool:
-        """Append already-admitted work (resume, callback, tick, self-send), ignoring the
-        limit. Returns False if the mailbox is closed."""
+    def force(
+        self, box: Mailbox, rec: Record, *, reserve: bool = False, lifecycle: bool = False
+    ) -> bool:
+        """Append already-admitted work (resume, callback, tick, self-send; a leave notice
+        to the lifecycle lane), ignoring the limit. Returns False if the mailbox is closed."""
         gate = _lock_box(box)
         try:
             if box.closed:
@@ -495,7 +497,7 @@ class AppPool:
             if reserve:
                 box.app_reserved += 1
                 rec.reserved = True
-            push = box._push(rec, False)
+            push = box._push(rec, lifecycle)
         finally:
             gate.lock.release()
         if push:
