@@ -17,7 +17,7 @@ from ._errors import InvalidOperationError
 from ._membership import JoinCall, LeaveCall, join_call, leave_call
 from ._messaging import RequestCall, SendCall, TargetKind
 from ._multicast import PublishCall
-from ._objects import check_id
+from ._objects import ActorRef, check_id
 from ._operation import turn_cancellation, turn_deadline
 from ._timer import Deadline
 from ._turn import TurnContext
@@ -180,6 +180,30 @@ class SpotContext(_HandlerContext):
     def spot_id(self) -> str:
         """This Spot's id."""
         return self._act.id
+
+    @property
+    def members(self) -> tuple[ActorRef, ...]:
+        """This Spot's member Actors, in join order: a snapshot taken now.
+
+        An Actor is a member from the approval of its Join (so not yet in `on_actor_join`)
+        until it leaves, joins another Spot or closes. An Instance Spot has none.
+
+        Raises:
+            InvalidOperationError: the Entry Spot, which keeps no member list.
+        """
+        act = self._act
+        refs = act.member_refs
+        if refs is None:
+            engine = self._runtime.engine
+            if act is engine.entry:
+                raise InvalidOperationError("the Entry Spot keeps no member list")
+            # Members change under the engine lock, on the threads of the Actors moving.
+            with engine.lock:
+                refs = act.member_refs
+                if refs is None:
+                    members = act.members
+                    act.member_refs = refs = () if members is None else tuple(members.values())
+        return refs
 
 
 class ActorContext(_HandlerContext):

@@ -72,6 +72,7 @@ class Activation:
         "init_pending",
         "instance",
         "kind",
+        "member_refs",
         "members",
         "parked",
         "spare",
@@ -108,8 +109,12 @@ class Activation:
         self.spare_context: Any = None
         #: Set once a close was queued; later closes observe the same result.
         self.closing: Any = None
-        #: A Spot's member Actor ids (User Spots only).
-        self.members: set[str] | None = None
+        #: A User Spot's members in join order, Actor id -> ref; allocated on first
+        #: member, dropped when the last one leaves. Changed under the engine lock.
+        self.members: dict[str, ActorRef] | None = None
+        #: `members` as a tuple (`SpotContext.members`): built on the first read after a
+        #: change, under the engine lock, so every read is a consistent snapshot.
+        self.member_refs: tuple[ActorRef, ...] | None = None
         #: (channel, topic) pairs from `configure`, live while the Spot is Ready.
         self.subscriptions: list[tuple[str, str]] | tuple[()] = ()
         #: An Instance Spot runs `on_initialize` at the start of its first record.
@@ -125,6 +130,27 @@ class Activation:
     def timer_boxes(self) -> list[Mailbox]:
         """Mailboxes of timers with gates of their own (PerActor Spots)."""
         return [] if self.timers is None else self.timers.own_boxes()
+
+    def add_member(self, ref: ActorRef) -> None:
+        """Make `ref` this Spot's newest member. Caller holds the engine lock."""
+        members = self.members
+        if members is None:
+            self.members = members = {}  # allocated on first member: idle Spots stay small
+        members[ref.actor_id] = ref
+        self.member_refs = None
+
+    def drop_member(self, actor_id: str) -> ActorRef | None:
+        """Remove a member; returns its ref, or None if it was none. Caller holds the
+        engine lock."""
+        members = self.members
+        if members is None:
+            return None
+        ref = members.pop(actor_id, None)
+        if ref is not None:
+            self.member_refs = None
+            if not members:
+                self.members = None
+        return ref
 
     def ref(self) -> SpotRef | ActorRef:
         if self.kind == ACTOR:
@@ -245,8 +271,9 @@ class Engine:
         with self.lock:
             return self.attempt_ended.wait_for(lambda: not self.runtime.creating, timeout)
 
-    def unregister(self, act: Activation) -> None:
-        """Remove `act` from every table; it is unreachable from now on."""
+    def unregister(self, act: Activation) -> ActorRef | None:
+        """Remove `act` from every table; it is unreachable from now on. Returns the ref
+        of an Actor that was a User Spot's member (that Spot is still `act.spot`)."""
         with self.lock:
             act.closed = True
             table = self.spots if act.kind == SPOT else self.actors
@@ -258,8 +285,7 @@ class Engine:
                     ids.discard(act.id)
                     if not ids:
                         del self.subscribers[key]
-            if act.kind == ACTOR and act.spot.members is not None:
-                act.spot.members.discard(act.id)
+            return act.spot.drop_member(act.id) if act.kind == ACTOR else None
 
     def all_activations(self) -> list[Activation]:
         with self.lock:

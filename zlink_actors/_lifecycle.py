@@ -258,7 +258,7 @@ def _on_closing(closing: Closing, reason: CloseReason) -> Callable[[Any, Any], A
 def remove_activation(runtime: Runtime, act: Activation) -> None:
     """Take `act` out of service (see the module docstring for what happens to its work)."""
     engine = runtime.engine
-    engine.unregister(act)
+    left = engine.unregister(act)
     pool = runtime.pool
     closed = UnavailableError(f"{act.kind} {act.id!r} closed")
     boxes = [act.box, *(act.timer_boxes())]
@@ -271,6 +271,10 @@ def remove_activation(runtime: Runtime, act: Activation) -> None:
         frame.discard(closed)
     if act.timers is not None:
         act.timers.cancel_all()
+    if left is not None:
+        from ._membership import tell_left
+
+        tell_left(runtime, act.spot, left)
 
 
 def drop_record(runtime: Runtime, box: Any, rec: Record, exc: BaseException) -> None:

@@ -6,7 +6,8 @@ Actor's queue claim is held, so its next records wait and keep their order. The 
 Spot approves in `on_actor_join` (a lifecycle record under its gate); on approval the
 Actor's mailbox moves under the Spot's gate (SpotWide) or a gate of its own (PerActor,
 Entry). Either way the Actor then hears `on_join_completed(ctx, JoinResult)`, as a
-lifecycle record that runs before its queued messages.
+lifecycle record that runs before its queued messages. The Spot it left (by a Leave, a
+Join elsewhere or its close) hears `on_actor_leave(ctx, ActorRef)` in its own turn.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 from ._errors import InvalidOperationError, NotFoundError
 from ._lifecycle import _maybe_await
-from ._objects import ActorRef, InstanceSpot, JoinResult, check_id
+from ._objects import ActorRef, InstanceSpot, JoinResult, Spot, check_id
 from ._scheduler import ADMITTED, Gate, Record
+from ._state import HostState
 from ._turn import K_CALL, current_turn
 
 if TYPE_CHECKING:
@@ -25,7 +27,7 @@ if TYPE_CHECKING:
     from ._runtime import Runtime
     from ._turn import TurnContext
 
-__all__ = ["JoinCall", "LeaveCall", "start_move"]
+__all__ = ["JoinCall", "LeaveCall", "start_move", "tell_left"]
 
 log = logging.getLogger("zlink_actors")
 
@@ -138,16 +140,45 @@ def _move(runtime: Runtime, act: Activation, target: Activation) -> bool:
         if target.closed or (target.closing is not None and target is not engine.entry):
             return False
         old = act.spot
-        if old.members is not None:
-            old.members.discard(act.id)
+        left = old.drop_member(act.id)
         act.spot = target
         if target is not engine.entry:  # the Entry Spot keeps no member list
-            if target.members is None:
-                target.members = set()  # allocated on first member: idle Spots stay small
-            target.members.add(act.id)
+            target.add_member(ActorRef(act.id, act.generation))
     gate = target.box.gate if target.box.gate.spotwide else Gate(runtime.pool)
     runtime.pool.move(act.box, gate)
+    if left is not None:
+        tell_left(runtime, old, left)
     return True
+
+
+def tell_left(runtime: Runtime, spot: Activation, ref: ActorRef) -> None:
+    """`ref` is no longer a member of `spot`: queue `spot.on_actor_leave(ctx, ref)`, a
+    lifecycle record under the Spot's gate, unless the Spot's own close has begun.
+
+    Leaves during shutdown are not reported (object-model.md, "Members"): every Spot
+    hears `on_closing(HOST_SHUTDOWN)`, whatever its members did meanwhile.
+    """
+    if spot.type.cls.on_actor_leave is Spot.on_actor_leave:  # type: ignore[attr-defined]
+        return  # not overridden: nothing to run, no record
+    if spot.closing is not None or runtime.state is not HostState.SERVING:
+        return
+    ran = False
+
+    def tell(inst: Any, ctx: Any) -> Any:
+        nonlocal ran
+        if spot.closing is not None:  # a close accepted after the Actor left
+            return None
+        ran = True
+        return inst.on_actor_leave(ctx, ref)
+
+    def told(value: Any, exc: BaseException | None) -> None:
+        if exc is not None and ran:  # not ran: dropped because the Spot closed
+            runtime.engine.handler_failures += 1
+            log.error("%r on_actor_leave raised", spot, exc_info=exc)
+
+    # Past the lifecycle lane's limit: one notice per member that left, so bounded by
+    # the Joins this Spot approved, and a leave must never be lost to a full lane.
+    runtime.pool.force(spot.box, Record(K_CALL, tell, told), lifecycle=True)
 
 
 def _finish(runtime: Runtime, act: Activation, result: JoinResult) -> None:

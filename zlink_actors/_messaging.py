@@ -190,7 +190,8 @@ class SendCall(_MessageCall[None]):
         Turn: `await` keeps the turn. A send to a target behind your own gate never waits.
         Raises (in the Completion): `NotFoundError` (no such target, or no handler for the
         payload type), `UnavailableError` (target closed while waiting),
-        `ShuttingDownError`.
+        `ShuttingDownError`. A waiting send that fails while nothing observes its
+        Completion is logged at debug level (logger `zlink_actors`).
         """
         if cancel is None and not self._used and self._intent is None:
             found = self._fast_target()

@@ -122,6 +122,17 @@ class Spot(_Lifecycle):
         """Approve (True, the default) or decline an Actor's Join."""
         return True
 
+    def on_actor_leave(self, ctx: Any, actor: ActorRef) -> Any:
+        """Runs after `actor` stopped being a member of this Spot: it left
+        (`leave_spot().defer()`), joined another Spot, or closed.
+
+        A lifecycle record under this Spot's gate, once per leave; `ctx.members` no longer
+        lists `actor`. Not called once this Spot's own close has begun, nor for leaves
+        after Host shutdown began. Plain or `async def`. An exception is logged and
+        counted as a handler failure; it changes nothing else.
+        """
+        return None
+
 
 class InstanceSpot(Spot):
     """A Spot with no Actors, cold-activated by the first direct message that carries

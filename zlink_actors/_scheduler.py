@@ -487,9 +487,11 @@ class AppPool:
             self.push(gate)
         return None
 
-    def force(self, box: Mailbox, rec: Record, *, reserve: bool = False) -> bool:
-        """Append already-admitted work (resume, callback, tick, self-send), ignoring the
-        limit. Returns False if the mailbox is closed."""
+    def force(
+        self, box: Mailbox, rec: Record, *, reserve: bool = False, lifecycle: bool = False
+    ) -> bool:
+        """Append already-admitted work (resume, callback, tick, self-send; a leave notice
+        to the lifecycle lane), ignoring the limit. Returns False if the mailbox is closed."""
         gate = _lock_box(box)
         try:
             if box.closed:
@@ -497,7 +499,7 @@ class AppPool:
             if reserve:
                 box.app_reserved += 1
                 rec.reserved = True
-            push = box._push(rec, False)
+            push = box._push(rec, lifecycle)
         finally:
             gate.lock.release()
         if push:
@@ -597,14 +599,34 @@ class AppPool:
         self.sealed = True
 
     def fail_waiters(self, box: Mailbox, exc: BaseException) -> int:
-        """End every send waiting for `box` with `exc` (close, shutdown)."""
+        """End every send waiting for `box` with `exc` (close, shutdown).
+
+        A send whose result has no listener now (no callback, no blocked reader) is
+        logged at debug level: its `submit()` returned long ago, and nothing else would
+        tell that the message never arrived.
+        """
         gate = _lock_box(box)
         try:
             waiters, box.waiters = box.waiters, None
         finally:
             gate.lock.release()
-        for _, cell in waiters or ():
-            cell.try_set(None, exc)
+        for rec, cell in waiters or ():
+            with cell._lock:
+                if cell._state:
+                    continue
+                notify = cell._publish(None, exc)
+            if notify is not None and (notify[0] or notify[1]):
+                _notify(notify)
+            else:
+                owner = box.owner
+                log.debug(
+                    "a one-way send of %s to %s %r ended with %s after submit() returned, "
+                    "and nothing observes its Completion",
+                    type(rec.a).__qualname__,
+                    owner.kind,
+                    owner.id,
+                    type(exc).__name__,
+                )
         return len(waiters or ())
 
     def _admit_waiters(self, box: Mailbox, admitted: list[Any], held: Any) -> bool:

@@ -24,6 +24,7 @@ from zlink_actors import (
     ShuttingDownError,
     Spot,
     SpotContext,
+    UnavailableError,
     handler,
 )
 
@@ -359,3 +360,85 @@ def test_observers_of_waiting_sends_hear_of_their_admission_once(harness: Harnes
     # Each callback ran once: nothing fires twice after the fact.
     assert host.request_to_spot("room", Probe()).submit_sync() == [0, 1, 2, 3]
     assert sorted(fired) == [1, 2, 3]
+
+
+def _unobserved_logs(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "zlink_actors"
+        and r.levelno == logging.DEBUG
+        and "nothing observes its Completion" in r.getMessage()
+    ]
+
+
+@pytest.mark.parametrize("observer", ["none", "timed_out_read", "callback"])
+def test_a_waiting_send_that_fails_on_close_is_logged_at_debug_only_when_nothing_observes_it(
+    harness: Harness, caplog: pytest.LogCaptureFixture, observer: str
+) -> None:
+    room = Mailroom(harness)
+    host = harness.host(spots=[room.cls], application_lane_items=1)
+    host.spots.get_or_create("room", room.cls).submit_sync()
+    host.send_to_spot("room", Hold()).submit_sync()
+    assert room.entered.wait(WAIT)
+    waiting = host.send_to_spot("room", Note(7)).submit()
+    heard: list[Completion[None]] = []
+    called = threading.Event()
+    if observer == "timed_out_read":
+        assert not waiting.wait(0)  # looked once; nothing is waiting when the send fails
+    elif observer == "callback":
+        waiting.add_done_callback(lambda c: (heard.append(c), called.set()))
+
+    with caplog.at_level(logging.DEBUG, logger="zlink_actors"):
+        closing = host.spots.close("room").submit()
+        room.latch.set()
+        assert closing.result(WAIT) is True  # the waiting send was failed on the way
+
+    assert isinstance(waiting.exception(0), UnavailableError)
+    if observer == "callback":
+        assert called.wait(WAIT)
+        assert heard == [waiting]
+        assert _unobserved_logs(caplog) == []
+    else:
+        assert _unobserved_logs(caplog) == [
+            "a one-way send of Note to spot 'room' ended with UnavailableError after "
+            "submit() returned, and nothing observes its Completion"
+        ]
+
+
+def test_a_waiting_send_ended_by_shutdown_that_nothing_observes_is_logged_at_debug(
+    harness: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    room = Mailroom(harness)
+    host = harness.host(spots=[room.cls], application_lane_items=1)
+    host.spots.get_or_create("room", room.cls).submit_sync()
+    host.send_to_spot("room", Hold()).submit_sync()
+    assert room.entered.wait(WAIT)
+    waiting = host.send_to_spot("room", Note(7)).submit()
+    logged = threading.Event()
+
+    class Watch(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "nothing observes its Completion" in record.getMessage():
+                logged.set()
+
+    watch = Watch(logging.DEBUG)
+    logging.getLogger("zlink_actors").addHandler(watch)
+    results: list[ShutdownResult] = []
+    try:
+        with caplog.at_level(logging.DEBUG, logger="zlink_actors"):
+            stopper = threading.Thread(target=lambda: results.append(host.shutdown(WAIT)))
+            stopper.start()
+            assert logged.wait(WAIT)  # the log is the only sign: nothing observes the send
+            room.latch.set()
+            stopper.join(WAIT * 2)
+            assert not stopper.is_alive()
+    finally:
+        logging.getLogger("zlink_actors").removeHandler(watch)
+
+    assert results[0].outcome is ShutdownOutcome.STOPPED
+    assert isinstance(waiting.exception(0), ShuttingDownError)
+    assert _unobserved_logs(caplog) == [
+        "a one-way send of Note to spot 'room' ended with ShuttingDownError after "
+        "submit() returned, and nothing observes its Completion"
+    ]

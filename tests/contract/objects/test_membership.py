@@ -7,8 +7,11 @@ the Actor hears `on_join_completed(JoinResult)`. A member of a SpotWide Spot sha
 Spot's gate (never overlapping its handlers) and reaches its state through `ctx.spot`.
 """
 
+import itertools
+import logging
 import queue
 import threading
+import time
 
 import msgspec
 import pytest
@@ -18,11 +21,13 @@ from zlink_actors import (
     ActorContext,
     ActorRef,
     Host,
+    InstanceSpot,
     InternalFailureError,
     InvalidOperationError,
     JoinCall,
     JoinResult,
     NotFoundError,
+    ShutdownOutcome,
     Spot,
     SpotContext,
     SpotMode,
@@ -569,3 +574,277 @@ def test_an_actor_in_the_entry_spot_reports_the_entry_spot_id(harness: Harness) 
 
     assert host.entry_spot_id
     assert _where(host) == host.entry_spot_id
+
+
+# -- ctx.members (issue 10) --------------------------------------------------------------
+
+
+class Roster(msgspec.Struct, frozen=True):
+    """Asks a Spot for `ctx.members`."""
+
+
+def _roster(host: Host, spot_id: str = "room") -> object:
+    return host.request_to_spot(spot_id, Roster()).submit_sync()
+
+
+def test_ctx_members_lists_members_in_join_order_across_leaves_joins_elsewhere_and_closes(
+    harness: Harness,
+) -> None:
+    book = Book()
+    room, player = classes(book)
+
+    class Hall(room):  # type: ignore[misc,valid-type]
+        @handler
+        def roster(self, ctx: SpotContext, msg: Roster) -> tuple[ActorRef, ...]:
+            return ctx.members
+
+    host = harness.host(spots=[Hall], actors=[player])
+    for spot_id in ("room", "other"):
+        host.spots.get_or_create(spot_id, Hall).submit_sync()
+    refs = {n: host.actors.get_or_create(n, player).submit_sync().ref for n in ("a", "b", "c")}
+    assert _roster(host) == ()
+
+    for name in ("c", "a", "b"):
+        _joined(host, book, actor_id=name)
+    assert _roster(host) == (refs["c"], refs["a"], refs["b"])
+
+    host.send_to_actor("a", Leave()).submit_sync()
+    assert book.next_result() == JoinResult(host.entry_spot_id, True, None)
+    assert _roster(host) == (refs["c"], refs["b"])
+
+    _joined(host, book, "other", actor_id="c")
+    assert _roster(host) == (refs["b"],)
+    assert _roster(host, "other") == (refs["c"],)
+
+    _joined(host, book, actor_id="a")  # a member again: the newest one
+    assert _roster(host) == (refs["b"], refs["a"])
+
+    assert host.actors.close("b").submit_sync() is True
+    assert _roster(host) == (refs["a"],)
+    again = host.actors.get_or_create("b", player).submit_sync().ref
+    assert again.generation != refs["b"].generation
+    _joined(host, book, actor_id="b")
+    assert _roster(host) == (refs["a"], again)
+    assert _roster(host, "other") == (refs["c"],)
+
+
+def test_ctx_members_of_an_instance_spot_is_empty_and_the_entry_spot_has_none(
+    harness: Harness,
+) -> None:
+    class Match(InstanceSpot):
+        @handler
+        def roster(self, ctx: SpotContext, msg: Roster) -> tuple[ActorRef, ...]:
+            return ctx.members
+
+    host = harness.host(spots=[Match])
+    assert host.request_to_spot("m1", Roster()).activate().submit_sync() == ()
+
+    # No user code runs in the Entry Spot; its context (internal) still refuses.
+    runtime = host._runtime
+    entry = runtime.engine.entry
+    with pytest.raises(InvalidOperationError):
+        SpotContext(runtime, entry, entry.box, None).members  # noqa: B018
+
+
+@pytest.mark.stress
+def test_ctx_members_is_a_consistent_snapshot_while_members_leave_on_other_threads(
+    harness: Harness,
+) -> None:
+    book = Book()
+    room, player = classes(book)
+    count = 40
+    watching = threading.Event()
+
+    class Lounge(room):  # type: ignore[misc,valid-type]
+        mode = SpotMode.PER_ACTOR  # members run on gates of their own, beside the Spot
+
+        @handler
+        def roster(self, ctx: SpotContext, msg: Roster) -> list[tuple[ActorRef, ...]]:
+            seen = [ctx.members]
+            watching.set()
+            end = time.monotonic() + WAIT
+            while seen[-1] and time.monotonic() < end:
+                now = ctx.members
+                if now != seen[-1]:
+                    seen.append(now)
+            return seen
+
+    host = harness.host(spots=[Lounge], actors=[player])
+    host.spots.get_or_create("room", Lounge).submit_sync()
+    names = [f"p{i}" for i in range(count)]
+    joined = [host.actors.get_or_create(n, player).submit_sync().ref for n in names]
+    for name in names:
+        _joined(host, book, actor_id=name)
+
+    watch = host.request_to_spot("room", Roster()).timeout(WAIT * 2).submit()
+    assert watching.wait(WAIT)
+    for name in names:
+        host.send_to_actor(name, Leave()).submit_sync()
+    snapshots = watch.result(WAIT * 2)
+
+    assert snapshots[0] == tuple(joined)  # no Leave was sent before the first read
+    assert snapshots[-1] == ()
+    for earlier, later in itertools.pairwise(snapshots):
+        assert len(later) < len(earlier)
+        assert later == tuple(ref for ref in earlier if ref in later)  # order kept
+    for _ in names:
+        assert book.next_result().approved
+
+
+# -- Spot.on_actor_leave (issue 10) ------------------------------------------------------
+
+
+def leaving_classes(
+    book: Book, heard: queue.Queue[tuple[str, ActorRef, tuple[ActorRef, ...]]], asynchronous: bool
+) -> tuple[type[Spot], type[Actor]]:
+    """`classes(book)` with a Room that reports each `on_actor_leave` and `ctx.members`."""
+    room, player = classes(book)
+
+    class Hall(room):  # type: ignore[misc,valid-type]
+        @handler
+        def roster(self, ctx: SpotContext, msg: Roster) -> tuple[ActorRef, ...]:
+            return ctx.members
+
+    if asynchronous:
+
+        class Told(Hall):  # type: ignore[misc,valid-type]
+            async def on_actor_leave(self, ctx: SpotContext, actor: ActorRef) -> None:
+                heard.put((ctx.spot_id, actor, ctx.members))
+
+    else:
+
+        class Told(Hall):  # type: ignore[misc,valid-type,no-redef]
+            def on_actor_leave(self, ctx: SpotContext, actor: ActorRef) -> None:
+                heard.put((ctx.spot_id, actor, ctx.members))
+
+    return Told, player
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["plain", "async"])
+def test_on_actor_leave_runs_once_per_leave_with_its_ref_after_ctx_members_dropped_it(
+    harness: Harness, asynchronous: bool
+) -> None:
+    book = Book()
+    heard: queue.Queue[tuple[str, ActorRef, tuple[ActorRef, ...]]] = queue.Queue()
+    room, player = leaving_classes(book, heard, asynchronous)
+    host = harness.host(spots=[room], actors=[player])
+    for spot_id in ("room", "other"):
+        host.spots.get_or_create(spot_id, room).submit_sync()
+    a, b, c = (host.actors.get_or_create(n, player).submit_sync().ref for n in "abc")
+    for name in "abc":
+        _joined(host, book, actor_id=name)
+
+    host.send_to_actor("a", Leave()).submit_sync()
+    assert book.next_result().approved
+    assert heard.get(timeout=WAIT) == ("room", a, (b, c))
+
+    _joined(host, book, "other", actor_id="b")
+    assert heard.get(timeout=WAIT) == ("room", b, (c,))
+
+    assert host.actors.close("c").submit_sync() is True
+    assert heard.get(timeout=WAIT) == ("room", c, ())
+
+    # Not leaves: a declined Join (b stays in "other"), a Join of the Spot one is in.
+    book.approve = False
+    host.send_to_actor("b", Join("room")).submit_sync()
+    assert book.next_result() == JoinResult("room", False, None)
+    _joined(host, book, "other", actor_id="b")
+    # Leave notices are lifecycle records queued before the Actor hears its result, so
+    # they run before these probes: any extra one would be in `heard` by now.
+    assert _roster(host) == ()
+    assert _roster(host, "other") == (b,)
+    assert heard.empty()
+
+
+def test_on_actor_leave_is_not_called_once_the_spot_is_closing(harness: Harness) -> None:
+    book = Book()
+    heard: queue.Queue[tuple[str, ActorRef, tuple[ActorRef, ...]]] = queue.Queue()
+    room, player = leaving_classes(book, heard, asynchronous=False)
+    entered = threading.Event()
+    latch = harness.latch()
+    closing: list[str] = []
+
+    class Lounge(room):  # type: ignore[misc,valid-type]
+        mode = SpotMode.PER_ACTOR  # the member leaves while the Spot's own gate is held
+
+        @handler
+        def hold(self, ctx: SpotContext, msg: Hold) -> None:
+            entered.set()
+            assert latch.wait(WAIT)
+
+        def on_closing(self, ctx: SpotContext, reason: object) -> None:
+            closing.append(ctx.spot_id)
+
+    host = harness.host(spots=[Lounge], actors=[player])
+    host.spots.get_or_create("room", Lounge).submit_sync()
+    host.actors.get_or_create("p", player).submit_sync()
+    _joined(host, book)
+    held = host.request_to_spot("room", Hold()).submit()
+    assert entered.wait(WAIT)
+
+    host.send_to_actor("p", Leave()).submit_sync()
+    assert book.next_result().approved  # its leave notice is queued behind the Hold
+    closed = host.spots.close("room").submit()  # no members left: accepted
+    latch.set()
+
+    assert held.result(WAIT) is None
+    assert closed.result(WAIT) is True
+    assert closing == ["room"]
+    assert heard.empty()
+
+
+def test_at_shutdown_a_spot_hears_no_leave_for_members_the_shutdown_closes(
+    harness: Harness,
+) -> None:
+    book = Book()
+    heard: queue.Queue[tuple[str, ActorRef, tuple[ActorRef, ...]]] = queue.Queue()
+    room, player = leaving_classes(book, heard, asynchronous=False)
+    closing: list[str] = []
+
+    class Closer(player):  # type: ignore[misc,valid-type]
+        def on_closing(self, ctx: ActorContext, reason: object) -> None:
+            closing.append(ctx.actor_id)
+
+    host = harness.host(spots=[room], actors=[Closer])
+    host.spots.get_or_create("room", room).submit_sync()
+    for name in "ab":
+        host.actors.get_or_create(name, Closer).submit_sync()
+        _joined(host, book, actor_id=name)
+
+    result = host.shutdown(deadline=WAIT)
+
+    assert result.outcome is ShutdownOutcome.STOPPED
+    assert sorted(closing) == ["a", "b"]
+    assert heard.empty()
+
+
+def test_an_exception_in_on_actor_leave_is_logged_and_counted_and_changes_nothing_else(
+    harness: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    book = Book()
+    room, player = classes(book)
+
+    class Touchy(room):  # type: ignore[misc,valid-type]
+        def on_actor_leave(self, ctx: SpotContext, actor: ActorRef) -> None:
+            raise ValueError(f"{actor.actor_id} left")
+
+        @handler
+        def roster(self, ctx: SpotContext, msg: Roster) -> tuple[ActorRef, ...]:
+            return ctx.members
+
+    host = harness.host(spots=[Touchy], actors=[player])
+    host.spots.get_or_create("room", Touchy).submit_sync()
+    host.actors.get_or_create("p", player).submit_sync()
+    _joined(host, book)
+    before = host.statistics().handler_failures
+
+    with caplog.at_level(logging.ERROR, logger="zlink_actors"):
+        host.send_to_actor("p", Leave()).submit_sync()
+        assert book.next_result() == JoinResult(host.entry_spot_id, True, None)
+        assert _roster(host) == ()  # runs after the leave notice
+
+    assert host.statistics().handler_failures == before + 1
+    assert [str(r.exc_info[1]) for r in caplog.records if r.exc_info] == ["p left"]
+    assert _where(host) == host.entry_spot_id
+    _joined(host, book)  # the Spot and the Actor go on as before
+    assert host.spots.close("room").submit_sync() is False
