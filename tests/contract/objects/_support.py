@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from zlink_actors import Actor, ActorManager, Host, RequestCall, Spot, SpotManager
+from zlink_actors import Actor, ActorManager, Host, RequestCall, Spot, SpotContext, SpotManager
 
 __all__ = [
     "KINDS",
@@ -21,6 +21,7 @@ __all__ = [
     "base_class",
     "host_with",
     "manager_of",
+    "own_id",
     "request_to",
     "Hit",
     "Hold",
@@ -109,6 +110,11 @@ def host_with(harness: Any, kind: str, *types: type, **options: object) -> Host:
 
 def manager_of(host: Host, kind: str) -> SpotManager | ActorManager:
     return host.spots if kind == "spot" else host.actors
+
+
+def own_id(ctx: Any) -> str:
+    """The id of the Spot or Actor whose handler context `ctx` is."""
+    return ctx.spot_id if isinstance(ctx, SpotContext) else ctx.actor_id
 
 
 def request_to(host: Host, kind: str, obj_id: str, payload: object) -> RequestCall[Any]:

@@ -35,13 +35,10 @@ from ._support import (
     base_class,
     host_with,
     manager_of,
+    own_id,
     request_to,
 )
 from .conftest import Harness
-
-
-def _own_id(ctx: Any) -> str:
-    return ctx.spot_id if isinstance(ctx, SpotContext) else ctx.actor_id
 
 
 def _own_manager(ctx: Any) -> Any:
@@ -59,7 +56,7 @@ def test_awaiting_a_close_of_your_own_object_completes_when_accepted(
         @handler
         async def quit(self, ctx: Any, msg: Ping) -> bool:
             # Even with a deadline of its own the close must not wait for this turn.
-            done: bool = await _own_manager(ctx).close(_own_id(ctx)).timeout(1).submit()
+            done: bool = await _own_manager(ctx).close(own_id(ctx)).timeout(1).submit()
             log.append(("closed?", done))
             return done
 
@@ -88,7 +85,7 @@ def test_a_close_of_your_own_object_that_is_not_awaited_still_closes(
     class SelfClosing(base_class(kind)):  # type: ignore[misc]
         @handler
         def quit(self, ctx: Any, msg: Ping) -> None:
-            _own_manager(ctx).close(_own_id(ctx)).submit()
+            _own_manager(ctx).close(own_id(ctx)).submit()
 
         def on_closing(self, ctx: Any, reason: CloseReason) -> None:
             closed.set()

@@ -41,6 +41,7 @@ from ._support import (
     base_class,
     host_with,
     manager_of,
+    own_id,
     request_to,
 )
 from .conftest import Harness
@@ -50,10 +51,6 @@ def _send(host: Host, kind: str, obj_id: str, payload: object) -> SendCall:
     if kind == "spot":
         return host.send_to_spot(obj_id, payload)
     return host.send_to_actor(obj_id, payload)
-
-
-def _own_id(ctx: Any) -> str:
-    return ctx.spot_id if isinstance(ctx, SpotContext) else ctx.actor_id
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -74,7 +71,7 @@ def test_on_initialize_runs_after_on_create_and_before_the_object_is_ready(
             return "made"
 
         def on_initialize(self, ctx: Any) -> None:
-            log.append(f"on_initialize {_own_id(ctx)}")
+            log.append(f"on_initialize {own_id(ctx)}")
             entered.set()
             assert latch.wait(WAIT)
 
@@ -122,7 +119,7 @@ def test_close_returns_true_and_runs_on_closing_with_explicit_close_under_the_ga
 
         def on_closing(self, ctx: Any, reason: CloseReason) -> None:
             closing_started.set()
-            log.append(("on_closing", _own_id(ctx), reason, inside.is_set()))
+            log.append(("on_closing", own_id(ctx), reason, inside.is_set()))
 
     host = host_with(harness, kind, Closable)
     manager_of(host, kind).get_or_create("x", Closable).submit_sync()
