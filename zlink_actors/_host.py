@@ -29,7 +29,29 @@ log = logging.getLogger("zlink_actors")
 
 @dataclass(frozen=True, slots=True)
 class HostStatistics:
-    """A snapshot of one Host (see `Host.statistics()`)."""
+    """A snapshot of one Host (see `Host.statistics()`). The runtime makes it; do not
+    construct it yourself.
+
+    Attributes:
+        state: the Host's lifecycle state when the snapshot was taken.
+        spots: the User Spots and Instance Spots registered now (Ready and not yet
+            removed by a close). The Entry Spot is not counted.
+        actors: the Actors registered now, whatever Spot they are members of.
+        channels: the channel handlers, one per channel name.
+        queued_records: records waiting in the lanes of those Spots, Actors and channel
+            handlers (both lanes), not counting records that run or are suspended.
+        waiting_sends: one-way sends waiting for an application-lane slot, all owners.
+        pending_calls: calls started and not yet completed: requests waiting for their
+            reply, CPU and I/O worker calls, and create calls. A shutdown completes what
+            is still pending at its deadline with `ShuttingDownError`.
+        handler_failures: since the Host was made: every handler, timer callback and
+            completion callback that raised, a `ZlinkError` included.
+        dropped_records: since the Host was made: one-way messages (and other records no
+            caller waits for) discarded unrun because their owner closed first.
+        pool: the application pool's `PoolStatistics`.
+        dispatcher: the `DispatcherStatistics` of the completion dispatcher, which is
+            shared by every Host in the process.
+    """
 
     state: HostState
     spots: int
@@ -181,13 +203,17 @@ class Host(CallSurface):
         return self._runtime.engine.entry.id
 
     def statistics(self) -> HostStatistics:
-        """A snapshot of owners, queued records, pool occupancy and pending calls."""
+        """A snapshot of owners, queued records, pool occupancy and pending calls.
+
+        Counts only what the application made: the Entry Spot is not among `spots`.
+        """
         runtime = self._runtime
         engine = runtime.engine
         acts = engine.all_activations()
+        entry = engine.entry
         return HostStatistics(
             state=runtime.state,
-            spots=sum(1 for a in acts if a.kind == "spot"),
+            spots=sum(1 for a in acts if a.kind == "spot" and a is not entry),
             actors=sum(1 for a in acts if a.kind == "actor"),
             channels=sum(1 for a in acts if a.kind == "channel"),
             queued_records=sum(a.box.queued() for a in acts),

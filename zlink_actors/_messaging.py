@@ -169,7 +169,7 @@ class SendCall(_MessageCall[None]):
     __slots__ = ()
 
     def timeout(self, seconds: float) -> Self:
-        """Not offered: a one-way send has no time limit (SC §7).
+        """Not offered: a one-way send has no time limit (docs/backpressure.md).
 
         Raises:
             InvalidOperationError: always. Use a request when the caller needs to know

@@ -154,7 +154,7 @@ class PublishCall(Call[None]):
         self._payload = payload
 
     def timeout(self, seconds: float) -> Self:
-        """Not offered: a publish waits for a slot with no time limit (SC §6)."""
+        """Not offered: a publish waits for a slot with no time limit (docs/object-model.md)."""
         raise InvalidOperationError("publish has no timeout: it waits untimed for a slot")
 
     def submit(self, cancel: CancellationToken | None = None) -> Completion[None]:

@@ -29,14 +29,21 @@ class ShutdownOutcome(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class ShutdownResult:
-    """What `Host.shutdown()` returns.
+    """What `Host.shutdown()` returns. The runtime makes it; do not construct it yourself.
 
     Attributes:
-        outcome: `STOPPED` or `FORCE_STOPPED`.
-        forced_operations: pending calls completed with `ShuttingDownError` at the deadline.
-        abandoned_threads: runtime threads still inside user code when shutdown returned.
-        callbacks_pending: completion callbacks that had not run when shutdown returned
-            (the process-shared dispatcher was busy past the deadline).
+        outcome: `STOPPED` if accepted work, every pending call and every `on_closing`
+            finished within the deadline, the completion dispatcher drained and the
+            Host's threads ended; otherwise `FORCE_STOPPED`.
+        forced_operations: calls still pending at the deadline, which the shutdown
+            completed with `ShuttingDownError`.
+        abandoned_threads: Host threads (application pool, CPU pool, I/O loop) still
+            alive when `shutdown()` returned, normally because they are inside user code.
+            They are daemon threads; each ends when its user code returns.
+        callbacks_pending: completion callbacks still queued on the process-shared
+            dispatcher when `shutdown()` returned, because it did not drain in time
+            (0 when it drained). They may belong to other Hosts, and they still run: the
+            dispatcher outlives the Host.
     """
 
     outcome: ShutdownOutcome

@@ -8,9 +8,12 @@ type, not message), digest §9 Tier 1 *Errors*.
 from __future__ import annotations
 
 import concurrent.futures
+import logging
 import threading
 from collections.abc import Callable
+from typing import NoReturn
 
+import msgspec
 import pytest
 
 import zlink_actors
@@ -18,11 +21,13 @@ from zlink_actors import (
     AlreadyExistsError,
     CancelledError,
     CapacityExceededError,
+    CompletionSource,
     ConfigurationError,
     DataLostError,
     DeadlineExceededError,
     ErrorKind,
     Host,
+    HostState,
     InternalFailureError,
     InvalidOperationError,
     ManualClock,
@@ -31,9 +36,13 @@ from zlink_actors import (
     ProtocolError,
     RejectedError,
     ShuttingDownError,
+    Spot,
+    SpotContext,
+    TimerTick,
     TypeMismatchError,
     UnavailableError,
     ZlinkError,
+    handler,
 )
 from zlink_actors._errors import error_for_kind
 
@@ -234,3 +243,139 @@ def test_usage_errors_are_distinguishable_from_operational_failures(host: Host) 
     error = operational.exception(timeout=WAIT)
     assert not isinstance(error, InvalidOperationError)
     assert isinstance(error, InternalFailureError)
+
+
+# -- BaseExceptions raised in handlers (docs/errors.md) ----------------------------------
+
+BASE_EXCEPTIONS: dict[str, Callable[[], BaseException]] = {
+    "SystemExit": lambda: SystemExit(3),
+    "KeyboardInterrupt": KeyboardInterrupt,
+}
+
+
+class Bomb:
+    """Raises a fresh exception of one `BASE_EXCEPTIONS` kind per call and keeps it."""
+
+    def __init__(self, name: str) -> None:
+        self._make = BASE_EXCEPTIONS[name]
+        self.raised: list[BaseException] = []
+
+    def __call__(self, *args: object) -> NoReturn:
+        exc = self._make()
+        self.raised.append(exc)
+        raise exc
+
+
+class Explode(msgspec.Struct, frozen=True):
+    """Asks a plain handler to raise."""
+
+
+class ExplodeAfterAwait(msgspec.Struct, frozen=True):
+    """Asks an `async def` handler to raise after an `await`."""
+
+
+class ArmBomb(msgspec.Struct, frozen=True):
+    """Asks a handler to arm a timer callback or a done-callback that raises."""
+
+    where: str
+
+
+class Ask(msgspec.Struct, frozen=True):
+    """Answered only by a Host that still serves the Spot."""
+
+
+def exploder(bomb: Bomb) -> type[Spot]:
+    class Exploder(Spot):
+        @handler
+        def explode(self, ctx: SpotContext, msg: Explode) -> None:
+            bomb()
+
+        @handler
+        async def explode_after_await(self, ctx: SpotContext, msg: ExplodeAfterAwait) -> None:
+            await ctx.run_cpu_worker(sum, [1]).submit()
+            bomb()
+
+        @handler
+        def arm(self, ctx: SpotContext, msg: ArmBomb) -> None:
+            if msg.where == "timer callback":
+
+                def tick(ctx: SpotContext, tick: TimerTick) -> None:
+                    ctx.timers.cancel("bomb")
+                    bomb()
+
+                ctx.timers.start("bomb", 0.001, tick)
+            else:
+                ctx.run_cpu_worker(sum, [1]).submit().add_done_callback(bomb)
+
+        @handler
+        def ask(self, ctx: SpotContext, msg: Ask) -> str:
+            return "serving"
+
+    return Exploder
+
+
+class LogWatch(logging.Handler):
+    """Keeps the records that carry one of `bomb`'s exceptions and signals the first."""
+
+    def __init__(self, bomb: Bomb) -> None:
+        super().__init__(logging.DEBUG)
+        self._bomb = bomb
+        self.records: list[logging.LogRecord] = []
+        self.logged = threading.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.exc_info and record.exc_info[1] in self._bomb.raised:
+            self.records.append(record)
+            self.logged.set()
+
+
+@pytest.mark.parametrize("payload", [Explode(), ExplodeAfterAwait()], ids=["plain", "async"])
+@pytest.mark.parametrize("name", sorted(BASE_EXCEPTIONS))
+def test_a_base_exception_raised_in_a_request_handler_reaches_the_caller_as_internal_failure(
+    make_host: Callable[..., Host], name: str, payload: object
+) -> None:
+    bomb = Bomb(name)
+    room = exploder(bomb)
+    host = make_host(spots=[room])
+    host.spots.get_or_create("room", room).submit_sync()
+
+    error = host.request_to_spot("room", payload).submit().exception(timeout=WAIT)
+
+    assert type(error) is InternalFailureError
+    assert len(bomb.raised) == 1
+    assert error.__cause__ is bomb.raised[0]
+    assert host.state is HostState.SERVING
+    assert host.request_to_spot("room", Ask(), reply=str).submit_sync() == "serving"
+
+
+@pytest.mark.parametrize(
+    "where", ["one-way handler", "timer callback", "done-callback in a turn", "dispatcher"]
+)
+@pytest.mark.parametrize("name", sorted(BASE_EXCEPTIONS))
+def test_a_base_exception_raised_where_no_caller_waits_is_logged_and_the_host_keeps_serving(
+    make_host: Callable[..., Host], name: str, where: str
+) -> None:
+    bomb = Bomb(name)
+    room = exploder(bomb)
+    host = make_host(spots=[room])
+    host.spots.get_or_create("room", room).submit_sync()
+    watch = LogWatch(bomb)
+    logger = logging.getLogger("zlink_actors")
+    logger.addHandler(watch)
+    try:
+        if where == "one-way handler":
+            host.send_to_spot("room", Explode()).submit_sync()
+        elif where == "dispatcher":  # a done-callback added outside any turn
+            source = CompletionSource[None]()
+            source.completion.add_done_callback(bomb)
+            source.set_result(None)
+        else:
+            host.send_to_spot("room", ArmBomb(where)).submit_sync()
+        assert watch.logged.wait(WAIT)
+    finally:
+        logger.removeHandler(watch)
+
+    assert len(bomb.raised) == 1
+    assert [record.levelno for record in watch.records] == [logging.ERROR]
+    assert host.state is HostState.SERVING
+    assert host.request_to_spot("room", Ask(), reply=str).submit_sync() == "serving"

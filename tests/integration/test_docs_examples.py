@@ -1,4 +1,10 @@
-"""Every example in docs/ that shows its output still prints exactly that output."""
+"""Every example in README.md and docs/ that shows its output still prints exactly that
+output.
+
+An example is a ```python block followed by a plain (or ```text) block, with the word
+"output" in the prose between them; the python block is run as a script and its stdout
+compared with the second block.
+"""
 
 from __future__ import annotations
 
@@ -10,14 +16,15 @@ from pathlib import Path
 
 import pytest
 
-DOCS = Path(__file__).resolve().parents[2] / "docs"
+ROOT = Path(__file__).resolve().parents[2]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```\s*$", re.S | re.M)
 
 
 def examples() -> list[tuple[str, str, str]]:
     """(id, code, expected output) for each python block followed by an output block."""
     found = []
-    for path in sorted(DOCS.glob("*.md")):
+    for path in PAGES:
         text = path.read_text()
         blocks = list(FENCE.finditer(text))
         for block, after in itertools.pairwise(blocks):
@@ -44,3 +51,7 @@ def test_documented_example_prints_its_documented_output(
 
 def test_the_docs_have_examples_to_check() -> None:
     assert len(examples()) >= 10
+
+
+def test_the_readme_example_is_checked_too() -> None:
+    assert [where for where, _, _ in examples() if where.startswith("README.md:")]

@@ -563,7 +563,7 @@ def test_an_id_that_is_not_a_str_of_1_to_255_utf8_bytes_is_refused_at_the_builde
     with pytest.raises(error):
         BUILDERS[builder](host, bad)
 
-    assert host.statistics().spots == 1  # only the Entry Spot
+    assert host.statistics().spots == 0
     assert host.statistics().actors == 0
 
 

@@ -199,7 +199,7 @@ def test_activation_with_no_instance_type_registered_raises_not_found(
         host.send_to_spot("m", Hit()).activate().submit_sync()
     with pytest.raises(NotFoundError):
         host.request_to_spot("m", Hit()).activate().submit_sync()
-    assert host.statistics().spots == 1  # only the Entry Spot
+    assert host.statistics().spots == 0
 
 
 def test_activation_of_an_id_held_by_a_user_spot_raises_type_mismatch(
