@@ -47,10 +47,13 @@ class HostStatistics:
         handler_failures: since the Host was made: every handler, timer callback and
             completion callback that raised, a `ZlinkError` included.
         dropped_records: since the Host was made: one-way messages (and other records no
-            caller waits for) discarded unrun because their owner closed first.
+            caller waits for) discarded unrun because their owner closed first, or
+            because a shutdown stopped the Host before they ran.
         pool: the application pool's `PoolStatistics`.
         dispatcher: the `DispatcherStatistics` of the completion dispatcher, which is
             shared by every Host in the process.
+        internal_errors: since the Host was made: errors raised by the runtime's own
+            work around a record (logged; the owner kept serving). Always a bug to report.
     """
 
     state: HostState
