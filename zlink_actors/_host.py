@@ -44,8 +44,12 @@ class HostStatistics:
         pending_calls: calls started and not yet completed: requests waiting for their
             reply, CPU and I/O worker calls, and create calls. A shutdown completes what
             is still pending at its deadline with `ShuttingDownError`.
-        handler_failures: since the Host was made: every handler, timer callback and
-            completion callback that raised, a `ZlinkError` included.
+        handler_failures: since the Host was made: every handler, lifecycle hook after
+            creation (`on_closing`, `on_actor_join`, `on_actor_leave`,
+            `on_join_completed`), timer callback and done-callback run in one of its
+            turns that raised, a `ZlinkError`
+            included (done-callbacks on the process-shared dispatcher belong to no Host
+            and are only logged).
         dropped_records: since the Host was made: one-way messages (and other records no
             caller waits for) discarded unrun because their owner closed first, or
             because a shutdown stopped the Host before they ran.

@@ -200,7 +200,8 @@ class Closing:
         if value is _Skipped:
             return
         act = self.act
-        if exc is not None:
+        if exc is not None and self.started:  # not started: dropped unrun (shutdown)
+            self.runtime.engine.handler_failures += 1
             log.error("%r on_closing raised", act, exc_info=exc)
         remove_activation(self.runtime, act)
         self.cell.set_result(True)

@@ -113,7 +113,11 @@ def start_move(runtime: Runtime, act: Activation, spot_id: str | None) -> None:
         return
     ref = ActorRef(act.id, act.generation)
 
+    asked = False
+
     def ask(inst: Any, ctx: Any) -> Any:
+        nonlocal asked
+        asked = True
         return inst.on_actor_join(ctx, ref)
 
     def decided(value: Any, exc: BaseException | None) -> None:
@@ -121,7 +125,8 @@ def start_move(runtime: Runtime, act: Activation, spot_id: str | None) -> None:
         if approved and not act.closed and _move(runtime, act, target):
             _finish(runtime, act, JoinResult(wanted, True))
         else:
-            if exc is not None:
+            if exc is not None and asked:  # not asked: dropped unrun (the Spot closed)
+                engine.handler_failures += 1
                 log.error("%r on_actor_join raised", target, exc_info=exc)
             _finish(runtime, act, JoinResult(wanted, False, exc))
 
@@ -182,11 +187,16 @@ def tell_left(runtime: Runtime, spot: Activation, ref: ActorRef) -> None:
 
 
 def _finish(runtime: Runtime, act: Activation, result: JoinResult) -> None:
+    told_it = False
+
     def tell(inst: Any, ctx: Any) -> Any:
+        nonlocal told_it
+        told_it = True
         return _maybe_await(inst.on_join_completed(ctx, result))
 
     def told(value: Any, exc: BaseException | None) -> None:
-        if exc is not None:
+        if exc is not None and told_it:  # not told: dropped unrun (the Actor closed)
+            runtime.engine.handler_failures += 1
             log.error("%r on_join_completed raised", act, exc_info=exc)
 
     # Lifecycle first: the outcome runs before the messages that waited for the move.

@@ -118,6 +118,7 @@ class _Timer:
     def tick_done(self, value: Any, exc: BaseException | None) -> None:
         """Post-turn work of a tick: log a failure, arm the next tick by policy."""
         if exc is not None:
+            self.owner.runtime.engine.handler_failures += 1
             log.error("timer %r callback raised", self.key, exc_info=exc)
         if self.cancelled:
             return

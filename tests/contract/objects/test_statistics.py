@@ -4,18 +4,23 @@ The Entry Spot is the framework's own: a new Host reports no Spots, and each Use
 Instance Spot counts from Ready until it is removed.
 """
 
+import threading
+
 from zlink_actors import (
     Actor,
     ActorContext,
     ChannelContext,
     ChannelHandler,
+    CloseReason,
     InstanceSpot,
+    ManualClock,
     Spot,
     SpotContext,
+    TimerTick,
     handler,
 )
 
-from ._support import Probe
+from ._support import WAIT, Note, Probe
 from .conftest import Harness
 
 
@@ -63,3 +68,38 @@ def test_statistics_count_the_spots_actors_and_channels_the_application_made(
     assert host.actors.close("ana").submit_sync() is True
     closed = host.statistics()
     assert (closed.spots, closed.actors, closed.channels) == (2, 0, 2)
+
+
+def test_handler_failures_counts_timer_callbacks_and_lifecycle_hooks_that_raised(
+    harness: Harness,
+) -> None:
+    ticked = threading.Event()
+
+    class Faulty(Spot):
+        @handler
+        def start(self, ctx: SpotContext, msg: Note) -> None:
+            ctx.timers.start("t", 1.0, self.tick)
+
+        def tick(self, ctx: SpotContext, tick: TimerTick) -> None:
+            ticked.set()
+            raise ValueError("tick failed")
+
+        @handler
+        def probe(self, ctx: SpotContext, msg: Probe) -> str:
+            return ctx.spot_id
+
+        def on_closing(self, ctx: SpotContext, reason: CloseReason) -> None:
+            raise ValueError("on_closing failed")
+
+    clock = ManualClock()
+    host = harness.host(spots=[Faulty], clock=clock)
+    host.spots.get_or_create("f", Faulty).submit_sync()
+    host.request_to_spot("f", Note()).submit_sync()
+    clock.advance(1.0)
+    assert ticked.wait(WAIT)
+    # FIFO: once the probe is answered the tick's post-turn work is done.
+    assert host.request_to_spot("f", Probe()).timeout(60).submit_sync() == "f"
+    assert host.statistics().handler_failures == 1
+
+    assert host.spots.close("f").timeout(60).submit_sync() is True
+    assert host.statistics().handler_failures == 2
