@@ -1,0 +1,93 @@
+"""One rule for the arguments every entry point checks (docs/validation.md).
+
+Time arguments: every number of seconds the package takes (a call's `timeout()`, an
+observation timeout, a Host option, a deadline, a timer interval, a manual clock's step)
+goes through `check_seconds`, so one mistake is refused alike everywhere:
+
+- not a real number, or a `bool`: `TypeError` naming the argument;
+- NaN, below the argument's minimum, infinite, or above `threading.TIMEOUT_MAX` (the
+  longest timed wait the platform accepts): `ValueError`, never a raw `OverflowError`.
+
+`None` ("no limit") is accepted only where a limit is optional (`check_optional_seconds`).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import threading
+from typing import Final
+
+__all__ = [
+    "MAX_SECONDS",
+    "MIN_INTERVAL",
+    "check_optional_seconds",
+    "check_seconds",
+]
+
+#: The longest number of seconds any argument takes: the platform's longest timed wait.
+MAX_SECONDS: Final = threading.TIMEOUT_MAX
+#: The shortest timer interval (1 ms): a shorter one would only spin the timer thread.
+MIN_INTERVAL: Final = 0.001
+
+
+def check_seconds(
+    name: str, value: object, *, minimum: float = 0.0, inclusive: bool = False
+) -> float:
+    """Validate a number of seconds and return it as a `float`.
+
+    The default is a budget: more than 0 (a call's `timeout()`, a Host's default request
+    timeout, a shutdown deadline). Observation timeouts and clock steps take
+    `inclusive=True` (0 polls); timer intervals take `minimum=MIN_INTERVAL, inclusive=True`.
+
+    Args:
+        name: the argument's name, for the message.
+        value: what the caller passed: an `int`, a `float` or another `numbers.Real`.
+        minimum: the lower bound.
+        inclusive: accept `minimum` itself.
+
+    Returns:
+        The value as a float, above `minimum` (or equal to it when `inclusive`) and at
+        most `MAX_SECONDS`.
+
+    Raises:
+        TypeError: `value` is not a real number, or is a `bool`.
+        ValueError: `value` is NaN, below the bound, infinite, or above `MAX_SECONDS`.
+    """
+    kind = type(value)
+    if (
+        kind is not float
+        and kind is not int
+        and (kind is bool or not isinstance(value, numbers.Real))
+    ):
+        raise TypeError(f"{name} must be a real number (seconds), got {_type_of(value)}")
+    try:
+        seconds = float(value)  # type: ignore[arg-type]  # a numbers.Real
+    except OverflowError:  # an int (or a fraction) too large for a float
+        seconds = math.inf if value > 0 else -math.inf  # type: ignore[operator]
+    if (seconds >= minimum if inclusive else seconds > minimum) and seconds <= MAX_SECONDS:
+        return seconds
+    if math.isnan(seconds):
+        raise ValueError(f"{name} must be a number, not NaN")
+    if seconds > MAX_SECONDS:
+        bound = f"finite and at most threading.TIMEOUT_MAX ({MAX_SECONDS:.0f} s)"
+    else:
+        bound = f"{'>=' if inclusive else '>'} {minimum:g} seconds"
+    raise ValueError(f"{name} must be {bound}, got {_shown(value)}")
+
+
+def check_optional_seconds(name: str, value: object) -> float | None:
+    """`None` (no limit), or a number of seconds >= 0 (0 polls): see `check_seconds`."""
+    if value is None:
+        return None
+    return check_seconds(name, value, inclusive=True)
+
+
+def _type_of(value: object) -> str:
+    return "None" if value is None else type(value).__name__
+
+
+def _shown(value: object) -> str:
+    if isinstance(value, int) and value.bit_length() > 64:
+        return f"an int of {value.bit_length()} bits"
+    return repr(value)
