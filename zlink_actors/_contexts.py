@@ -17,8 +17,8 @@ from ._errors import InvalidOperationError
 from ._membership import JoinCall, LeaveCall, join_call, leave_call
 from ._messaging import RequestCall, SendCall, TargetKind
 from ._multicast import PublishCall
-from ._objects import check_id
 from ._turn import TurnContext
+from ._validation import check_id
 from ._workers import CpuWorkerCall, IoWorkerCall
 
 if TYPE_CHECKING:
@@ -33,11 +33,8 @@ _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
 def _check_channel(name: object) -> str:
-    if not isinstance(name, str):
-        raise TypeError(f"a channel name is a str, got {type(name).__name__}")
-    if not name:
-        raise ValueError("a channel name is never empty")
-    return name
+    # A ChannelName follows the id rule: 1-255 bytes of strict UTF-8.
+    return check_id("channel", name)
 
 
 class CallSurface:

@@ -33,6 +33,7 @@ from ._objects import (
 )
 from ._scheduler import Gate, Mailbox, Record
 from ._turn import K_CALL, K_CALLBACK, K_MESSAGE, K_REQUEST, K_RESUME, K_TICK, TurnContext
+from ._validation import check_id
 
 if TYPE_CHECKING:
     from ._runtime import Runtime
@@ -181,8 +182,10 @@ class Engine:
         self.entry = self._activate(SPOT, entry_id, entry_info, _EntrySpot(), SpotContext)
         self.spots[entry_id] = self.entry
         for name, cls in channels.items():
-            if not isinstance(name, str) or not name:
-                raise ConfigurationError("channel names must be non-empty str")
+            try:
+                check_id("channel name", name)
+            except (TypeError, ValueError) as exc:
+                raise ConfigurationError(f"Host(channels=...): {exc}") from None
             # One handler class may serve several names: one instance (and gate) each.
             info = self.by_class.get(cls) or self.register(cls, CHANNEL)
             try:

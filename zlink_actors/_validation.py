@@ -9,6 +9,9 @@ goes through `check_seconds`, so one mistake is refused alike everywhere:
   longest timed wait the platform accepts): `ValueError`, never a raw `OverflowError`.
 
 `None` ("no limit") is accepted only where a limit is optional (`check_optional_seconds`).
+
+Names: a Spot or Actor id and a ChannelName are a `str` of 1-255 bytes in strict UTF-8
+(`check_id`), so that every id this process accepts can go on the wire as it is.
 """
 
 from __future__ import annotations
@@ -19,8 +22,10 @@ import threading
 from typing import Final
 
 __all__ = [
+    "MAX_NAME_BYTES",
     "MAX_SECONDS",
     "MIN_INTERVAL",
+    "check_id",
     "check_optional_seconds",
     "check_seconds",
 ]
@@ -29,6 +34,8 @@ __all__ = [
 MAX_SECONDS: Final = threading.TIMEOUT_MAX
 #: The shortest timer interval (1 ms): a shorter one would only spin the timer thread.
 MIN_INTERVAL: Final = 0.001
+#: The longest Spot or Actor id and ChannelName, in UTF-8 bytes.
+MAX_NAME_BYTES: Final = 255
 
 
 def check_seconds(
@@ -81,6 +88,35 @@ def check_optional_seconds(name: str, value: object) -> float | None:
     if value is None:
         return None
     return check_seconds(name, value, inclusive=True)
+
+
+def check_id(what: str, value: object) -> str:
+    """Validate a Spot or Actor id, or a ChannelName, and return it as is.
+
+    Args:
+        what: the argument's name, for the message.
+        value: a `str` of 1-255 bytes once encoded as strict UTF-8 (a lone surrogate,
+            which has no UTF-8 encoding, is refused).
+
+    Raises:
+        TypeError: `value` is not a str.
+        ValueError: `value` is empty, longer than 255 UTF-8 bytes, or not encodable.
+    """
+    # The common case, in O(1): an ASCII character is one UTF-8 byte.
+    if type(value) is str and 0 < len(value) <= MAX_NAME_BYTES and value.isascii():
+        return value
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a str, got {_type_of(value)}")
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"{what} has no UTF-8 encoding: {value[exc.start]!r} at index {exc.start} is a "
+            "lone surrogate"
+        ) from None
+    if not 1 <= size <= MAX_NAME_BYTES:
+        raise ValueError(f"{what} must be 1-{MAX_NAME_BYTES} UTF-8 bytes, got {size}")
+    return value
 
 
 def _type_of(value: object) -> str:

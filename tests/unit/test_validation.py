@@ -30,7 +30,7 @@ from zlink_actors import (
     TimerTick,
     handler,
 )
-from zlink_actors._validation import MAX_SECONDS, MIN_INTERVAL, check_seconds
+from zlink_actors._validation import MAX_SECONDS, MIN_INTERVAL, check_id, check_seconds
 
 WAIT = 5.0
 MAX = threading.TIMEOUT_MAX
@@ -269,3 +269,45 @@ def test_other_real_numbers_are_seconds_too() -> None:
     assert check_seconds("timeout", MAX_SECONDS) == MAX_SECONDS
     with pytest.raises(ValueError, match="> 0"):
         check_seconds("timeout", -(10**400))
+
+
+# -- ids and channel names -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["a", "a" * 255, "€" * 85, "😀" * 63 + "abc", "é" * 127, "\u0000"],
+    ids=["1-byte", "255-ascii", "255-3-byte", "255-4-byte", "254-2-byte", "nul"],
+)
+def test_an_id_of_1_to_255_strict_utf8_bytes_is_taken_as_is(value: str) -> None:
+    assert check_id("spot_id", value) is value
+
+
+@pytest.mark.parametrize(
+    ("value", "error", "message"),
+    [
+        ("", ValueError, "1-255 UTF-8 bytes, got 0"),
+        ("a" * 256, ValueError, "got 256"),
+        ("é" * 128, ValueError, "got 256"),
+        ("\ud800", ValueError, "lone surrogate"),  # one character, no UTF-8 encoding
+        ("ab\udfff", ValueError, "at index 2"),
+        (5, TypeError, "must be a str, got int"),
+        (None, TypeError, "got None"),
+    ],
+)
+def test_an_id_outside_the_rule_is_refused(
+    value: object, error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match="spot_id") as caught:
+        check_id("spot_id", value)
+
+    assert message in str(caught.value)
+
+
+def test_a_str_subclass_id_is_checked_by_its_encoding() -> None:
+    class Name(str):
+        __slots__ = ()
+
+    assert check_id("actor_id", Name("ana")) == "ana"
+    with pytest.raises(ValueError, match="surrogate"):
+        check_id("actor_id", Name("\ud800"))

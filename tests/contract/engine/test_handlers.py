@@ -129,3 +129,54 @@ def test_get_or_create_creates_once_and_then_finds_the_existing_object(
     assert isinstance(created.ref, SpotRef)
     assert created.ref.spot_id == "room"
     assert existing == Existing(created.ref)
+
+
+class Echo(ChannelHandler):
+    @handler
+    def ping(self, ctx: ChannelContext, msg: Ping) -> str:
+        return ctx.channel
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["", "a" * 256, "€" * 85 + "a", "\ud800", "lobby-\udfff", 5, b"lobby"],
+    ids=["empty", "256-ascii", "256-bytes", "lone-surrogate", "surrogate", "int", "bytes"],
+)
+def test_a_channel_name_that_is_not_1_to_255_utf8_bytes_is_a_configuration_error(
+    name: object,
+) -> None:
+    with pytest.raises(ConfigurationError, match="channel name"):
+        Host(channels={name: Echo})  # type: ignore[dict-item]
+
+
+@pytest.mark.parametrize(
+    ("name", "error"),
+    [
+        ("", ValueError),
+        ("a" * 256, ValueError),
+        ("€" * 85 + "a", ValueError),
+        ("\ud800", ValueError),
+        (5, TypeError),
+        (None, TypeError),
+    ],
+    ids=["empty", "256-ascii", "256-bytes", "lone-surrogate", "int", "none"],
+)
+def test_a_bad_channel_name_is_refused_at_the_builder(
+    harness: Harness, name: object, error: type[Exception]
+) -> None:
+    host = harness.host(channels={"echo": Echo})
+
+    with pytest.raises(error, match="channel"):
+        host.send_to_channel(name, Ping())  # type: ignore[arg-type]
+    with pytest.raises(error, match="channel"):
+        host.request_to_channel(name, Ping())  # type: ignore[arg-type]
+
+
+def test_a_channel_name_of_exactly_255_utf8_bytes_is_registered_and_reachable(
+    harness: Harness,
+) -> None:
+    name = "€" * 85
+    assert len(name.encode("utf-8")) == 255
+    host = harness.host(channels={name: Echo})
+
+    assert host.request_to_channel(name, Ping(), reply=str).submit_sync() == name
