@@ -96,13 +96,22 @@ class CallSurface:
         return PublishCall(self._runtime, channel, topic, payload)
 
     def run_cpu_worker(self, fn: Callable[..., T], *args: Any) -> CpuWorkerCall[T]:
-        """A call that runs `fn(*args)` on the CPU pool (a slot is held only while it runs)."""
+        """A call that runs `fn(*args)` on the CPU pool (a slot is held only while it runs).
+
+        Raises:
+            TypeError: `fn` is not callable, or is async (use `run_io_worker`).
+        """
         return CpuWorkerCall(self._runtime, fn, args)
 
     def run_io_worker(
         self, async_fn: Callable[[CancellationToken], Awaitable[T]]
     ) -> IoWorkerCall[T]:
-        """A call that runs `await async_fn(token)` on the I/O executor's event loop."""
+        """A call that runs `await async_fn(token)` on the I/O executor's event loop.
+
+        Raises:
+            TypeError: `async_fn` is not a coroutine function, a `functools.partial` of
+                one, or an object with an `async def __call__` (use `run_cpu_worker`).
+        """
         return IoWorkerCall(self._runtime, async_fn)
 
     @property
