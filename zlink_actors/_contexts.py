@@ -51,10 +51,19 @@ class CallSurface:
     def request_to_spot(self, spot_id: str, payload: Any) -> RequestCall[Any]: ...
     @overload
     def request_to_spot(self, spot_id: str, payload: Any, reply: type[T]) -> RequestCall[T]: ...
-    def request_to_spot(
-        self, spot_id: str, payload: Any, reply: type[T] | None = None
-    ) -> RequestCall[Any]:
-        """A request to a Spot; the reply must be an instance of `reply` when given."""
+    @overload
+    def request_to_spot(self, spot_id: str, payload: Any, reply: object) -> RequestCall[Any]: ...
+    def request_to_spot(self, spot_id: str, payload: Any, reply: object = None) -> RequestCall[Any]:
+        """A request to a Spot; when `reply` is given the reply must conform to it.
+
+        `reply` is a class (the reply must be an instance) or any type msgspec can
+        validate (`int | None`, `list[int]`, ...: the reply must already conform, and is
+        delivered as is); a mismatch completes the call with `ProtocolError`.
+
+        Raises:
+            TypeError: `spot_id` is not a str, or `reply` is not a type msgspec can handle.
+            ValueError: `spot_id` is not 1-255 bytes of strict UTF-8.
+        """
         return RequestCall(
             self._runtime, TargetKind.SPOT, check_id("spot_id", spot_id), payload, reply
         )
@@ -67,10 +76,12 @@ class CallSurface:
     def request_to_actor(self, actor_id: str, payload: Any) -> RequestCall[Any]: ...
     @overload
     def request_to_actor(self, actor_id: str, payload: Any, reply: type[T]) -> RequestCall[T]: ...
+    @overload
+    def request_to_actor(self, actor_id: str, payload: Any, reply: object) -> RequestCall[Any]: ...
     def request_to_actor(
-        self, actor_id: str, payload: Any, reply: type[T] | None = None
+        self, actor_id: str, payload: Any, reply: object = None
     ) -> RequestCall[Any]:
-        """A request to an Actor; the reply must be an instance of `reply` when given."""
+        """A request to an Actor; `reply` as for `request_to_spot`."""
         return RequestCall(
             self._runtime, TargetKind.ACTOR, check_id("actor_id", actor_id), payload, reply
         )
@@ -83,10 +94,13 @@ class CallSurface:
     def request_to_channel(self, channel: str, payload: Any) -> RequestCall[Any]: ...
     @overload
     def request_to_channel(self, channel: str, payload: Any, reply: type[T]) -> RequestCall[T]: ...
+    @overload
+    def request_to_channel(self, channel: str, payload: Any, reply: object) -> RequestCall[Any]: ...
     def request_to_channel(
-        self, channel: str, payload: Any, reply: type[T] | None = None
+        self, channel: str, payload: Any, reply: object = None
     ) -> RequestCall[Any]:
-        """A request to the handler registered under `channel`."""
+        """A request to the handler registered under `channel`; `reply` as for
+        `request_to_spot`."""
         return RequestCall(
             self._runtime, TargetKind.CHANNEL, _check_channel(channel), payload, reply
         )

@@ -30,6 +30,7 @@ from ._errors import (
 from ._scheduler import Record
 from ._timer import TimerHandle, TimerService
 from ._turn import K_REQUEST
+from ._validation import reply_mismatch
 
 __all__ = [
     "DeadlineScan",
@@ -181,7 +182,7 @@ def _reply(
         if expected is None or isinstance(value, expected):
             table.finish(route, value)
             return
-        exc = ProtocolError(f"the reply is a {type(value).__name__}, expected {expected.__name__}")
+        exc = ProtocolError(reply_mismatch(expected, value))
     elif not isinstance(exc, ZlinkError):
         engine.handler_failures += 1
         failure = InternalFailureError(f"the handler raised {type(exc).__name__}: {exc}")

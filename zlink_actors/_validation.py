@@ -12,6 +12,11 @@ goes through `check_seconds`, so one mistake is refused alike everywhere:
 
 Names: a Spot or Actor id and a ChannelName are a `str` of 1-255 bytes in strict UTF-8
 (`check_id`), so that every id this process accepts can go on the wire as it is.
+
+Reply types: a request's `reply=` is a class (checked with `isinstance`, as cheap as
+ever) or any other type msgspec can validate (`int | None`, `list[int]`,
+`dict[str, Point]`, `Literal[...]`, `Annotated[...]`); `reply_rule` turns the latter into
+a class whose `isinstance` asks msgspec, so the reply path is the same for both.
 """
 
 from __future__ import annotations
@@ -19,15 +24,21 @@ from __future__ import annotations
 import math
 import numbers
 import threading
-from typing import Final
+import typing
+from typing import Any, Final
+
+import msgspec
 
 __all__ = [
     "MAX_NAME_BYTES",
     "MAX_SECONDS",
     "MIN_INTERVAL",
+    "STRUCT_META",
     "check_id",
     "check_optional_seconds",
     "check_seconds",
+    "reply_mismatch",
+    "reply_rule",
 ]
 
 #: The longest number of seconds any argument takes: the platform's longest timed wait.
@@ -117,6 +128,88 @@ def check_id(what: str, value: object) -> str:
     if not 1 <= size <= MAX_NAME_BYTES:
         raise ValueError(f"{what} must be 1-{MAX_NAME_BYTES} UTF-8 bytes, got {size}")
     return value
+
+
+class _ConformsMeta(type):
+    """The metaclass of the class `reply_rule` makes for a type that is not a class."""
+
+    reply_type: Any
+
+    def __instancecheck__(cls, value: object) -> bool:
+        # Conforms: msgspec validates it strictly and that changes nothing (so the value
+        # is delivered as is; a dict is not a Struct, a tuple not a list, 3 not 3.0).
+        try:
+            converted = msgspec.convert(value, cls.reply_type, strict=True)
+            return converted is value or (
+                type(converted) is type(value) and bool(converted == value)
+            )
+        except Exception:  # a ValidationError, or a value whose == raised: no match
+            return False
+
+
+#: The metaclass of msgspec Structs: like `type`'s classes, theirs are their own rules.
+STRUCT_META: Final = type(msgspec.Struct)
+#: Reply rules already made, by `reply=` type (types are few; the cache stays small).
+_RULES: dict[object, type | None] = {}
+_MAX_RULES: Final = 1024
+
+
+def reply_rule(reply: object) -> type | None:
+    """What a request checks its reply against, for a `reply=` that is not `None`.
+
+    A class is its own rule (the reply must be an instance of it). `typing.Any` checks
+    nothing (None). Any other type msgspec can validate gets a class, made once per type,
+    whose `isinstance` is true for a value that already conforms: one msgspec validates
+    strictly (`msgspec.convert(value, reply, strict=True)`) without changing it. So an
+    `int` conforms to `int | None`, while `"3"` does not conform to `list[int]`'s items,
+    nor a `dict` to `Point | None`.
+
+    Raises:
+        TypeError: `reply` is a class that `isinstance` refuses (a protocol that is not
+            `@runtime_checkable`), or not a type msgspec can handle at all.
+    """
+    try:
+        return _RULES[reply]
+    except KeyError:
+        pass
+    except TypeError:  # unhashable: check it, and do not cache it
+        return _make_rule(reply)
+    rule = _make_rule(reply)
+    if len(_RULES) < _MAX_RULES:
+        _RULES[reply] = rule
+    return rule
+
+
+def _make_rule(reply: object) -> type | None:
+    if reply is typing.Any:
+        return None
+    if isinstance(reply, type):
+        try:
+            isinstance(None, reply)
+        except TypeError as exc:
+            raise TypeError(f"reply={reply.__qualname__} cannot be checked: {exc}") from None
+        return reply
+    try:
+        msgspec.msgpack.Decoder(reply)  # the network tiers' codec: refuses what it cannot do
+    except TypeError as exc:
+        raise TypeError(
+            f"reply= takes a class or a type msgspec can validate, got {reply!r}: {exc}"
+        ) from None
+    return _ConformsMeta(repr(reply), (), {"__slots__": (), "reply_type": reply})
+
+
+def reply_mismatch(expected: type, value: object) -> str:
+    """Why `value` is not a reply of `expected` (a `reply_rule`), for `ProtocolError`."""
+    message = f"the reply is a {type(value).__name__}, expected {expected.__name__}"
+    if type(expected) is not _ConformsMeta:
+        return message
+    try:
+        msgspec.convert(value, expected.reply_type, strict=True)
+    except msgspec.ValidationError as exc:
+        return f"{message}: {exc}"
+    except Exception as exc:  # a value msgspec cannot even look at
+        return f"{message}: {type(exc).__name__}: {exc}"
+    return f"{message}: it would have to be converted"
 
 
 def _type_of(value: object) -> str:

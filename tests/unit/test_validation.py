@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import math
 import threading
+import typing
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 import pytest
@@ -30,7 +31,14 @@ from zlink_actors import (
     TimerTick,
     handler,
 )
-from zlink_actors._validation import MAX_SECONDS, MIN_INTERVAL, check_id, check_seconds
+from zlink_actors._validation import (
+    MAX_SECONDS,
+    MIN_INTERVAL,
+    check_id,
+    check_seconds,
+    reply_mismatch,
+    reply_rule,
+)
 
 WAIT = 5.0
 MAX = threading.TIMEOUT_MAX
@@ -311,3 +319,66 @@ def test_a_str_subclass_id_is_checked_by_its_encoding() -> None:
     assert check_id("actor_id", Name("ana")) == "ana"
     with pytest.raises(ValueError, match="surrogate"):
         check_id("actor_id", Name("\ud800"))
+
+
+# -- reply types -----------------------------------------------------------------------
+
+
+def test_a_class_is_its_own_reply_rule_and_any_checks_nothing() -> None:
+    class Plain:
+        pass
+
+    assert reply_rule(Plain) is Plain
+    assert reply_rule(Ping) is Ping
+    assert reply_rule(typing.Any) is None
+
+
+def test_a_reply_rule_is_made_once_per_type_and_named_after_it() -> None:
+    rule = reply_rule(int | None)
+
+    assert rule is not None
+    assert reply_rule(int | None) is rule
+    assert rule.__name__ == "int | None"
+    assert isinstance(3, rule)
+    assert isinstance(None, rule)
+    assert not isinstance("3", rule)
+    assert not isinstance(3.0, rule)
+
+
+def test_a_reply_rule_for_an_unhashable_type_still_works() -> None:
+    unhashable = Annotated[list[int], {"doc": "not hashable"}]  # dict metadata
+    with pytest.raises(TypeError):
+        hash(unhashable)
+
+    rule = reply_rule(unhashable)
+
+    assert rule is not None
+    assert isinstance([1], rule)
+    assert not isinstance([1.5], rule)
+
+
+def test_a_value_that_msgspec_would_convert_does_not_conform() -> None:
+    class Items(list[int]):
+        pass
+
+    rule = reply_rule(list[int])
+
+    assert rule is not None
+    assert isinstance([1, 2], rule)
+    assert not isinstance(Items([1]), rule)  # msgspec would make a list of it
+    assert not isinstance((1, 2), rule)
+
+
+def test_a_mismatch_message_says_why() -> None:
+    rule = reply_rule(list[int])
+
+    assert rule is not None
+    assert "it would have to be converted" in reply_mismatch(rule, (1, 2))
+    assert "Expected `int`, got `str` - at `$[0]`" in reply_mismatch(rule, ["x"])
+    assert reply_mismatch(int, "x") == "the reply is a str, expected int"
+
+
+@pytest.mark.parametrize("reply", [5, "int", threading.Lock])
+def test_a_reply_type_msgspec_cannot_handle_is_a_type_error(reply: object) -> None:
+    with pytest.raises(TypeError, match="reply= takes a class or a type msgspec can validate"):
+        reply_rule(reply)
