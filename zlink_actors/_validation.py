@@ -88,7 +88,7 @@ def check_seconds(
     if math.isnan(seconds):
         raise ValueError(f"{name} must be a number, not NaN")
     if seconds > MAX_SECONDS:
-        bound = f"finite and at most threading.TIMEOUT_MAX ({MAX_SECONDS:.0f} s)"
+        bound = "finite and at most threading.TIMEOUT_MAX"
     else:
         bound = f"{'>=' if inclusive else '>'} {minimum:g} seconds"
     raise ValueError(f"{name} must be {bound}, got {_shown(value)}")
