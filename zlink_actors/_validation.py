@@ -161,8 +161,8 @@ def reply_rule(reply: object) -> type | None:
     nothing (None). Any other type msgspec can validate gets a class, made once per type,
     whose `isinstance` is true for a value that already conforms: one msgspec validates
     strictly (`msgspec.convert(value, reply, strict=True)`) without changing it. So an
-    `int` conforms to `int | None`, while `"3"` does not conform to `list[int]`'s items,
-    nor a `dict` to `Point | None`.
+    `int` conforms to `int | None`, while `"3"` does not, nor a `dict` to `Point | None`,
+    nor a `tuple` to `list[int]`.
 
     Raises:
         TypeError: `reply` is a class that `isinstance` refuses (a protocol that is not
