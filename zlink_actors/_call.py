@@ -11,7 +11,6 @@ builder unused; operational failures complete the returned `Completion` exceptio
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 
@@ -21,23 +20,14 @@ from ._completion import Completion, _Cell
 from ._driver import YieldAwaitable
 from ._errors import CancelledError, InvalidOperationError
 from ._turn import require_yield_turn
+from ._validation import check_seconds
 
 if TYPE_CHECKING:
     from ._runtime import Runtime
 
-__all__ = ["Call", "YieldableCall", "check_seconds", "check_token", "failed", "settled"]
+__all__ = ["Call", "YieldableCall", "check_token", "failed", "settled"]
 
 T = TypeVar("T")
-
-
-def check_seconds(name: str, seconds: object) -> float:
-    """Validate a positive, finite number of seconds (`TypeError` / `ValueError`)."""
-    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
-        raise TypeError(f"{name} must be a number of seconds, got {type(seconds).__name__}")
-    value = float(seconds)
-    if not (value > 0 and math.isfinite(value)):
-        raise ValueError(f"{name} must be a positive, finite number of seconds, got {seconds!r}")
-    return value
 
 
 def check_token(cancel: object) -> CancellationToken | None:
@@ -71,9 +61,14 @@ class Call(Generic[T]):
     def timeout(self, seconds: float) -> Self:
         """Set the end-to-end budget, fixed when the terminator starts.
 
+        Args:
+            seconds: more than 0 and at most `threading.TIMEOUT_MAX` (docs/validation.md).
+
         Raises:
             InvalidOperationError: the option was already set, or the call was submitted.
-            TypeError, ValueError: `seconds` is not a positive, finite number.
+            TypeError: `seconds` is not a real number, or is a bool.
+            ValueError: `seconds` is 0, negative, NaN, infinite or above
+                `threading.TIMEOUT_MAX`.
         """
         self._check_open("timeout()")
         if self._timeout is not None:

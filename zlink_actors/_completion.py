@@ -23,6 +23,7 @@ from typing import Any, Generic, TypeVar
 from . import _context
 from ._dispatcher import get_dispatcher
 from ._errors import CancelledError
+from ._validation import check_optional_seconds
 
 __all__ = ["Completion", "CompletionSource"]
 
@@ -140,6 +141,10 @@ class Completion(Generic[T]):
     application threads only; inside a handler, timer, worker or callback it raises
     `InvalidOperationError` at once (use `await`). An observation timeout raises the
     builtin `TimeoutError` and neither completes nor cancels the result.
+
+    An observation `timeout` is `None` (wait as long as it takes), or seconds from 0 (poll)
+    to `threading.TIMEOUT_MAX`; anything else raises `TypeError` (not a number, a bool)
+    or `ValueError` (negative, NaN, infinite, too large) at once, settled or not.
     """
 
     __slots__ = (
@@ -200,7 +205,14 @@ class Completion(Generic[T]):
     # -- observation -------------------------------------------------------------------
 
     def wait(self, timeout: float | None = None) -> bool:
-        """Block until done; return `False` if `timeout` seconds passed first."""
+        """Block until done; return `False` if `timeout` seconds passed first.
+
+        Raises:
+            TypeError, ValueError: a bad `timeout` (see the class docstring).
+            InvalidOperationError: unsettled, and called inside a runtime context.
+        """
+        if timeout is not None:
+            timeout = check_optional_seconds("timeout", timeout)
         if self.done():
             return True
         _context.forbid_blocking("Completion.wait()")
@@ -211,8 +223,11 @@ class Completion(Generic[T]):
 
         Raises:
             TimeoutError: `timeout` passed first (the builtin, not `DeadlineExceededError`).
+            TypeError, ValueError: a bad `timeout` (see the class docstring).
             InvalidOperationError: unsettled, and called inside a runtime context.
         """
+        if timeout is not None:
+            timeout = check_optional_seconds("timeout", timeout)
         cell = self._cell
         if cell._state != _DONE and not self._cancelled:
             _context.forbid_blocking("Completion.result()")
@@ -228,9 +243,11 @@ class Completion(Generic[T]):
     def exception(self, timeout: float | None = None) -> BaseException | None:
         """Return the operation's error, or `None` if it succeeded.
 
-        Raises `CancelledError` if cancelled, and the same `TimeoutError` and
-        `InvalidOperationError` as `result()`.
+        Raises `CancelledError` if cancelled, and the same `TimeoutError`, `TypeError`,
+        `ValueError` and `InvalidOperationError` as `result()`.
         """
+        if timeout is not None:
+            timeout = check_optional_seconds("timeout", timeout)
         if not self.done():
             _context.forbid_blocking("Completion.exception()")
             if not self._block(timeout):
@@ -278,8 +295,7 @@ class Completion(Generic[T]):
             listeners.append(self)
 
     def _block(self, timeout: float | None) -> bool:
-        if timeout is not None and timeout < 0:
-            raise ValueError("timeout must be >= 0 or None")
+        # `timeout` was validated by the caller: None, or 0 <= timeout <= TIMEOUT_MAX.
         waiter = _thread.allocate_lock()
         waiter.acquire()
         cell = self._cell

@@ -17,10 +17,11 @@ from ._errors import InvalidOperationError
 from ._membership import JoinCall, LeaveCall, join_call, leave_call
 from ._messaging import RequestCall, SendCall, TargetKind
 from ._multicast import PublishCall
-from ._objects import ActorRef, check_id
+from ._objects import ActorRef
 from ._operation import turn_cancellation, turn_deadline
 from ._timer import Deadline
 from ._turn import TurnContext
+from ._validation import check_id
 from ._workers import CpuWorkerCall, IoWorkerCall
 
 if TYPE_CHECKING:
@@ -35,11 +36,8 @@ _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
 def _check_channel(name: object) -> str:
-    if not isinstance(name, str):
-        raise TypeError(f"a channel name is a str, got {type(name).__name__}")
-    if not name:
-        raise ValueError("a channel name is never empty")
-    return name
+    # A ChannelName follows the id rule: 1-255 bytes of strict UTF-8.
+    return check_id("channel", name)
 
 
 class CallSurface:
@@ -56,10 +54,19 @@ class CallSurface:
     def request_to_spot(self, spot_id: str, payload: Any) -> RequestCall[Any]: ...
     @overload
     def request_to_spot(self, spot_id: str, payload: Any, reply: type[T]) -> RequestCall[T]: ...
-    def request_to_spot(
-        self, spot_id: str, payload: Any, reply: type[T] | None = None
-    ) -> RequestCall[Any]:
-        """A request to a Spot; the reply must be an instance of `reply` when given."""
+    @overload
+    def request_to_spot(self, spot_id: str, payload: Any, reply: object) -> RequestCall[Any]: ...
+    def request_to_spot(self, spot_id: str, payload: Any, reply: object = None) -> RequestCall[Any]:
+        """A request to a Spot; when `reply` is given the reply must conform to it.
+
+        `reply` is a class (the reply must be an instance) or any type msgspec can
+        validate (`int | None`, `list[int]`, ...: the reply must already conform, and is
+        delivered as is); a mismatch completes the call with `ProtocolError`.
+
+        Raises:
+            TypeError: `spot_id` is not a str, or `reply` is not a type msgspec can handle.
+            ValueError: `spot_id` is not 1-255 bytes of strict UTF-8.
+        """
         return RequestCall(
             self._runtime, TargetKind.SPOT, check_id("spot_id", spot_id), payload, reply
         )
@@ -72,10 +79,12 @@ class CallSurface:
     def request_to_actor(self, actor_id: str, payload: Any) -> RequestCall[Any]: ...
     @overload
     def request_to_actor(self, actor_id: str, payload: Any, reply: type[T]) -> RequestCall[T]: ...
+    @overload
+    def request_to_actor(self, actor_id: str, payload: Any, reply: object) -> RequestCall[Any]: ...
     def request_to_actor(
-        self, actor_id: str, payload: Any, reply: type[T] | None = None
+        self, actor_id: str, payload: Any, reply: object = None
     ) -> RequestCall[Any]:
-        """A request to an Actor; the reply must be an instance of `reply` when given."""
+        """A request to an Actor; `reply` as for `request_to_spot`."""
         return RequestCall(
             self._runtime, TargetKind.ACTOR, check_id("actor_id", actor_id), payload, reply
         )
@@ -88,10 +97,13 @@ class CallSurface:
     def request_to_channel(self, channel: str, payload: Any) -> RequestCall[Any]: ...
     @overload
     def request_to_channel(self, channel: str, payload: Any, reply: type[T]) -> RequestCall[T]: ...
+    @overload
+    def request_to_channel(self, channel: str, payload: Any, reply: object) -> RequestCall[Any]: ...
     def request_to_channel(
-        self, channel: str, payload: Any, reply: type[T] | None = None
+        self, channel: str, payload: Any, reply: object = None
     ) -> RequestCall[Any]:
-        """A request to the handler registered under `channel`."""
+        """A request to the handler registered under `channel`; `reply` as for
+        `request_to_spot`."""
         return RequestCall(
             self._runtime, TargetKind.CHANNEL, _check_channel(channel), payload, reply
         )
@@ -101,13 +113,22 @@ class CallSurface:
         return PublishCall(self._runtime, channel, topic, payload)
 
     def run_cpu_worker(self, fn: Callable[..., T], *args: Any) -> CpuWorkerCall[T]:
-        """A call that runs `fn(*args)` on the CPU pool (a slot is held only while it runs)."""
+        """A call that runs `fn(*args)` on the CPU pool (a slot is held only while it runs).
+
+        Raises:
+            TypeError: `fn` is not callable, or is async (use `run_io_worker`).
+        """
         return CpuWorkerCall(self._runtime, fn, args)
 
     def run_io_worker(
         self, async_fn: Callable[[CancellationToken], Awaitable[T]]
     ) -> IoWorkerCall[T]:
-        """A call that runs `await async_fn(token)` on the I/O executor's event loop."""
+        """A call that runs `await async_fn(token)` on the I/O executor's event loop.
+
+        Raises:
+            TypeError: `async_fn` is not a coroutine function, a `functools.partial` of
+                one, or an object with an `async def __call__` (use `run_cpu_worker`).
+        """
         return IoWorkerCall(self._runtime, async_fn)
 
     @property

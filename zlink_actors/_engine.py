@@ -9,6 +9,7 @@ the failure count) before the gate moves on.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import threading
 import uuid
@@ -27,12 +28,14 @@ from ._objects import (
     Actor,
     ActorRef,
     ChannelHandler,
+    InstanceSpot,
     Spot,
     SpotMode,
     SpotRef,
 )
 from ._scheduler import Gate, Mailbox, Record
 from ._turn import K_CALL, K_CALLBACK, K_MESSAGE, K_REQUEST, K_RESUME, K_TICK, TurnContext
+from ._validation import check_id
 
 if TYPE_CHECKING:
     from ._runtime import Runtime
@@ -186,16 +189,39 @@ class Engine:
     # -- registration ------------------------------------------------------------------
 
     def register(self, cls: type, kind: str) -> TypeInfo:
+        """Register a user class; every mistake that would only fail later is refused
+        here (docs/validation.md, "Registration").
+
+        Raises:
+            ConfigurationError: not a proper subclass of the kind's base class, a bad
+                `type_name` or `mode`, a constructor that needs arguments, or a handler
+                declared wrongly (`HandlerTable.build`).
+        """
         base = {SPOT: Spot, ACTOR: Actor, CHANNEL: ChannelHandler}[kind]
         if not (isinstance(cls, type) and issubclass(cls, base)):
             raise ConfigurationError(f"{cls!r} is not a subclass of {base.__name__}")
-        name = getattr(cls, "type_name", None) or cls.__qualname__
+        if cls in _BASES:
+            raise ConfigurationError(
+                f"{cls.__qualname__} is a base class: register a subclass of it"
+            )
+        name = getattr(cls, "type_name", None)
+        if name is None:
+            name = cls.__qualname__
         if not isinstance(name, str) or not name:
-            raise ConfigurationError(f"{cls.__qualname__}.type_name must be a non-empty str")
+            raise ConfigurationError(
+                f"{cls.__qualname__}.type_name must be a non-empty str, got {name!r}"
+            )
         if name in self.types:
             raise ConfigurationError(f"type name {name!r} is registered twice in one Host")
-        if kind == SPOT and not isinstance(getattr(cls, "mode", None), SpotMode):
+        mode = getattr(cls, "mode", None)
+        if kind == SPOT and not isinstance(mode, SpotMode):
             raise ConfigurationError(f"{cls.__qualname__}.mode must be a SpotMode")
+        if issubclass(cls, InstanceSpot) and mode is not SpotMode.SPOT_WIDE:
+            raise ConfigurationError(
+                f"{cls.__qualname__} is an InstanceSpot: it is serialised as a whole, so "
+                f"its mode is SpotMode.SPOT_WIDE, not {mode}"
+            )
+        _check_constructor(cls)
         info = TypeInfo(cls, kind, name)
         self.types[name] = info
         self.by_class[cls] = info
@@ -209,8 +235,10 @@ class Engine:
         self.entry = self._activate(SPOT, entry_id, entry_info, _EntrySpot(), SpotContext)
         self.spots[entry_id] = self.entry
         for name, cls in channels.items():
-            if not isinstance(name, str) or not name:
-                raise ConfigurationError("channel names must be non-empty str")
+            try:
+                check_id("channel name", name)
+            except (TypeError, ValueError) as exc:
+                raise ConfigurationError(f"Host(channels=...): {exc}") from None
             # One handler class may serve several names: one instance (and gate) each.
             info = self.by_class.get(cls) or self.register(cls, CHANNEL)
             try:
@@ -393,6 +421,25 @@ class Engine:
         if exc is not None:
             self.handler_failures += 1
             log.error("completion callback raised", exc_info=exc)
+
+
+#: The framework's base classes: only their subclasses are registered.
+_BASES: Final = (Spot, Actor, InstanceSpot, ChannelHandler)
+
+
+def _check_constructor(cls: type) -> None:
+    """The framework creates instances with `cls()`: refuse a constructor that needs
+    arguments now. (One that merely raises is still reported when it is called.)"""
+    try:
+        signature = inspect.signature(cls)
+    except (TypeError, ValueError):  # no signature to read (a C type): find out later
+        return
+    try:
+        signature.bind()
+    except TypeError as exc:
+        raise ConfigurationError(
+            f"{cls.__qualname__}() must take no arguments (the framework creates it): {exc}"
+        ) from None
 
 
 class _ActorHandlerDone:

@@ -20,15 +20,17 @@ __all__ = ["HandlerInfo", "HandlerTable", "handler"]
 F = TypeVar("F", bound=Callable[..., Any])
 
 _MARK = "__zlink_handler__"
+_POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
 
 
 def handler(fn: F) -> F:
     """Mark a method as the handler for the type of its message parameter.
 
-    The method takes `(self, ctx, msg)`; `msg` must be annotated with a class, which is
-    what the method handles. The return annotation is the reply type (`None` for
-    one-way use). It may be `async def`: then `await` on a call keeps the turn, and
-    `await call.yield_()` releases the gate where eligible.
+    The method takes `(self, ctx, msg)`, positionally; `msg` must be annotated with a
+    class, which is what the method handles. The return annotation is the reply type
+    (`None` for one-way use). It may be `async def`: then `await` on a call keeps the
+    turn, and `await call.yield_()` releases the gate where eligible. A generator (plain
+    or async) is refused when the class is registered (`ConfigurationError`).
     """
     if not callable(fn):
         raise TypeError("@handler decorates a method")
@@ -85,8 +87,10 @@ class HandlerTable:
         """Collect the `@handler` methods of `owner_cls` and its bases.
 
         Raises:
-            ConfigurationError: a handler lacks the message annotation, its annotation is
-                not a class, or two handlers take the same message type.
+            ConfigurationError: a handler is a generator, does not take exactly
+                `(self, ctx, msg)` positionally, lacks the message or the return
+                annotation, its message annotation is not a class, or two handlers take
+                the same message type.
         """
         by_type: dict[type, HandlerInfo] = {}
         seen: set[str] = set()
@@ -108,9 +112,22 @@ class HandlerTable:
 
 def _inspect(owner_cls: type, fn: Callable[..., Any]) -> HandlerInfo:
     where = f"{owner_cls.__qualname__}.{fn.__name__}"
+    if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
+        # Calling it would only make a generator: the handler's body would never run.
+        raise ConfigurationError(
+            f"{where} is a generator; a handler is a plain or an async def method that "
+            "returns its reply"
+        )
     params = list(inspect.signature(fn).parameters.values())
     if len(params) != 3:
         raise ConfigurationError(f"{where} must take (self, ctx, msg), got {len(params)} params")
+    for param in params:
+        if param.kind not in _POSITIONAL:
+            # The runtime calls fn(instance, ctx, msg): each must take a positional value.
+            raise ConfigurationError(
+                f"{where} must take (self, ctx, msg) positionally; {param.name!r} is "
+                f"{param.kind.description}"
+            )
     try:
         hints = typing.get_type_hints(fn)
     except Exception as exc:

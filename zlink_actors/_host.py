@@ -11,7 +11,6 @@ from types import TracebackType
 from typing import Self
 
 from . import _context
-from ._call import check_seconds
 from ._contexts import CallSurface
 from ._dispatcher import DispatcherStatistics, get_dispatcher
 from ._errors import ConfigurationError
@@ -20,6 +19,7 @@ from ._runtime import Runtime
 from ._scheduler import PoolStatistics
 from ._state import HostState, ShutdownOutcome, ShutdownResult
 from ._timer import Clock, SystemClock
+from ._validation import check_seconds
 
 __all__ = ["Host", "HostStatistics"]
 
@@ -104,7 +104,8 @@ class Host(CallSurface):
         app_threads: threads in the shared application pool that runs every handler
             turn; default `min(4, os.cpu_count())`.
         application_lane_items: the application-lane item limit of every owner (1,024).
-        default_request_timeout: seconds a request may take when it sets no `timeout()`.
+        default_request_timeout: seconds a request may take when it sets no `timeout()`;
+            more than 0 and at most `threading.TIMEOUT_MAX`.
         cpu_workers: threads in the CPU worker pool (started on demand);
             default `os.cpu_count()`.
         clock: the clock for deadlines and timers; inject a `ManualClock` in tests.
@@ -182,7 +183,12 @@ class Host(CallSurface):
         stuck in user code by then is abandoned (a daemon that ends when its code
         returns); the outcome is then `FORCE_STOPPED`.
 
+        Args:
+            deadline: seconds, more than 0 and at most `threading.TIMEOUT_MAX`.
+
         Raises:
+            TypeError: `deadline` is not a real number, or is a bool.
+            ValueError: `deadline` is 0, negative, NaN, infinite or too large.
             InvalidOperationError: called inside a runtime context (it blocks).
         """
         seconds = check_seconds("deadline", deadline)

@@ -281,7 +281,7 @@ def remove_activation(runtime: Runtime, act: Activation) -> None:
 def drop_record(runtime: Runtime, box: Any, rec: Record, exc: BaseException) -> None:
     """End a record that will never run: a request's caller hears `exc`."""
     if rec.kind == K_REQUEST:
-        rec.reply(None, exc)
+        rec.drop(exc)  # not a handler failure: the handler never ran
     elif rec.kind == K_RESUME:
         rec.a.discard(exc)
     elif rec.kind == K_CALL:

@@ -40,6 +40,7 @@ from ._operation import Request, SyncRequest
 from ._scheduler import ADMITTED, CLOSED, SEALED, Record
 from ._state import HostState
 from ._turn import K_MESSAGE, TurnContext, current_turn, require_yield_turn
+from ._validation import STRUCT_META, reply_rule
 
 _SERVING = HostState.SERVING
 _NEVER = math.inf
@@ -71,11 +72,13 @@ class _MessageCall(Call[T]):
     __slots__ = ("_intent", "_kind", "_payload", "_reply", "_table", "_target")
 
     def __init__(
-        self, runtime: Runtime, kind: str, target: str, payload: Any, reply: type | None = None
+        self, runtime: Runtime, kind: str, target: str, payload: Any, reply: object = None
     ) -> None:
-        # Flat on purpose: this runs once per message. `reply` is a request's reply type.
-        if reply is not None and not isinstance(reply, type):
-            raise TypeError(f"reply= takes a class, got {reply!r}")
+        # Flat on purpose: this runs once per message. `reply` is a request's reply type;
+        # a plain class or a Struct class is its own rule (`isinstance`, which never
+        # refuses them), anything else gets a rule made once (`reply_rule`).
+        if reply is not None and type(reply) is not type and type(reply) is not STRUCT_META:
+            reply = reply_rule(reply)
         self._runtime = runtime
         self._timeout: float | None = None
         self._used = False
@@ -85,7 +88,7 @@ class _MessageCall(Call[T]):
         self._payload = payload
         self._metadata: dict[str, Any] | None = None
         self._intent: Any = None
-        self._reply = reply
+        self._reply: type | None = reply
 
     def activate(self, spot_type: type | None = None) -> Self:
         """Give the message instance intent: if Spot `spot_id` does not exist, activate an
@@ -269,8 +272,8 @@ class RequestCall(_MessageCall[T], Generic[T]):
         your own Actor or anything behind your own gate raises `InvalidOperationError`
         here, before anything is sent.
         Raises (in the Completion): `NotFoundError`, `CapacityExceededError` (the target's
-        queue is full), `DeadlineExceededError`, `ProtocolError` (the reply is not a
-        `reply=`), `InternalFailureError` (the handler raised a non-framework
+        queue is full), `DeadlineExceededError`, `ProtocolError` (the reply does not
+        conform to `reply=`), `InternalFailureError` (the handler raised a non-framework
         exception), the handler's own `ZlinkError`, `ShuttingDownError`,
         `CancelledError`.
         """

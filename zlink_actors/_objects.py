@@ -11,6 +11,8 @@ import enum
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar
 
+from ._validation import check_id
+
 __all__ = [
     "Actor",
     "ActorRef",
@@ -29,20 +31,6 @@ __all__ = [
 ]
 
 R = TypeVar("R")
-
-_MAX_ID_BYTES = 255
-
-
-def check_id(what: str, value: object) -> str:
-    """Validate a Spot/Actor id: a `str` of 1-255 UTF-8 bytes, taken as is."""
-    if type(value) is str and 0 < len(value) <= 63:
-        return value  # at most 4 UTF-8 bytes a character: always within 1-255 bytes
-    if not isinstance(value, str):
-        raise TypeError(f"{what} must be a str, got {type(value).__name__}")
-    size = len(value.encode("utf-8", "surrogatepass"))
-    if not 1 <= size <= _MAX_ID_BYTES:
-        raise ValueError(f"{what} must be 1-{_MAX_ID_BYTES} UTF-8 bytes, got {size}")
-    return value
 
 
 class SpotMode(enum.Enum):

@@ -30,6 +30,7 @@ from ._errors import (
 from ._scheduler import Record
 from ._timer import Clock, Deadline, TimerHandle, TimerService
 from ._turn import K_REQUEST
+from ._validation import reply_mismatch
 
 __all__ = [
     "DeadlineScan",
@@ -178,17 +179,19 @@ def _reply(
     exc: BaseException | None,
 ) -> None:
     """Finish the request behind `route` with the handler's outcome (a late one finds no
-    entry and is dropped)."""
+    entry and is dropped). Every handler that raised counts as a handler failure, a
+    `ZlinkError` too (which reaches the caller as it is); a wrong reply does not."""
     if exc is None:
         if expected is None or isinstance(value, expected):
             table.finish(route, value)
             return
-        exc = ProtocolError(f"the reply is a {type(value).__name__}, expected {expected.__name__}")
-    elif not isinstance(exc, ZlinkError):
+        exc = ProtocolError(reply_mismatch(expected, value))
+    else:
         engine.handler_failures += 1
-        failure = InternalFailureError(f"the handler raised {type(exc).__name__}: {exc}")
-        failure.__cause__ = exc
-        exc = failure
+        if not isinstance(exc, ZlinkError):
+            failure = InternalFailureError(f"the handler raised {type(exc).__name__}: {exc}")
+            failure.__cause__ = exc
+            exc = failure
     table.finish(route, exc=exc)
 
 
@@ -245,6 +248,11 @@ class _SelfReplying:
                     table.check_empty()
             return
         _reply(table, route, self.engine, expected, value, exc)
+
+    def drop(self, exc: BaseException) -> None:
+        """End a request whose handler never ran (its target closed first): the caller
+        hears `exc`; no handler failed."""
+        self.table.finish(self.route_id, exc=exc)
 
     def settle(self, value: Any, exc: BaseException | None) -> None:
         raise NotImplementedError

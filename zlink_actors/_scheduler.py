@@ -90,6 +90,10 @@ class Record:
         """A request record's post-turn work: deliver the handler's outcome."""
         raise AssertionError(f"record kind {self.kind} carries no reply")
 
+    def drop(self, exc: BaseException) -> None:
+        """A request record that will never run: its caller hears `exc`."""
+        raise AssertionError(f"record kind {self.kind} carries no reply")
+
 
 class Gate:
     """The right to run a turn, shared by the mailboxes attached to it."""

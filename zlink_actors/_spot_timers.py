@@ -17,10 +17,10 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ._call import check_seconds
 from ._scheduler import Gate, Mailbox, Record
 from ._state import HostState
 from ._turn import K_TICK
+from ._validation import MIN_INTERVAL, check_seconds
 
 if TYPE_CHECKING:
     from ._engine import Activation
@@ -167,10 +167,18 @@ class TimerSet:
         The first tick is one interval from now. `callback` may be `async def`.
         Restarting a key bumps its generation: queued ticks of the old one are skipped.
 
+        Args:
+            key: any hashable value naming the timer.
+            interval: seconds, from 0.001 (1 ms) to `threading.TIMEOUT_MAX`.
+            callback: `callback(ctx, tick)`, plain or `async def`.
+            policy: what to do with ticks that fell due while the previous one ran.
+            max_catch_up: for `CATCH_UP_BOUNDED`, the late ticks delivered back to back.
+
         Raises:
-            TypeError, ValueError: bad `interval`, `callback` or `policy`.
+            TypeError, ValueError: bad `interval`, `callback`, `policy` or `max_catch_up`
+                (nothing was started or stopped).
         """
-        seconds = check_seconds("interval", interval)
+        seconds = check_seconds("interval", interval, minimum=MIN_INTERVAL, inclusive=True)
         if not callable(callback):
             raise TypeError("callback must be callable")
         if not isinstance(policy, OverrunPolicy):

@@ -21,6 +21,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from ._validation import check_optional_seconds, check_seconds
+
 __all__ = ["Clock", "Deadline", "ManualClock", "SystemClock", "TimerHandle", "TimerService"]
 
 log = logging.getLogger("zlink_actors")
@@ -60,9 +62,17 @@ class ManualClock(Clock):
         return self._now
 
     def advance(self, seconds: float) -> None:
-        """Move time forward and let every timer service fire what became due."""
-        if not seconds >= 0:
-            raise ValueError("a clock only moves forward")
+        """Move time forward and let every timer service fire what became due.
+
+        Args:
+            seconds: from 0 to `threading.TIMEOUT_MAX`; a clock only moves forward.
+
+        Raises:
+            TypeError: `seconds` is not a real number, or is a bool.
+            ValueError: `seconds` is negative, NaN, infinite or too large (time does not
+                move).
+        """
+        seconds = check_seconds("seconds", seconds, inclusive=True)
         with self._lock:
             self._now += seconds
             self._kicks = [ref for ref in self._kicks if ref() is not None]
@@ -91,10 +101,16 @@ class Deadline:
 
     @classmethod
     def after(cls, seconds: float | None, clock: Clock) -> Deadline:
-        """A deadline `seconds` from now; `None` means never."""
-        if seconds is None:
+        """A deadline `seconds` from now; `None` means never.
+
+        Raises:
+            TypeError, ValueError: `seconds` is neither None nor a number of seconds from
+                0 to `threading.TIMEOUT_MAX` (docs/validation.md).
+        """
+        checked = check_optional_seconds("seconds", seconds)
+        if checked is None:
             return cls(math.inf, clock)
-        return cls(clock.monotonic() + seconds, clock)
+        return cls(clock.monotonic() + checked, clock)
 
     def remaining(self) -> float:
         """Seconds left, never negative; `math.inf` for no deadline."""

@@ -15,6 +15,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import functools
+import inspect
 import logging
 import threading
 import time
@@ -225,10 +227,26 @@ async def _as_coroutine(make: Callable[[], Awaitable[Any]]) -> Any:
     return await make()
 
 
+def _is_async(fn: object) -> bool:
+    """True for a coroutine function, a `functools.partial` of one, or an object whose
+    `__call__` is one: calling it only makes a coroutine."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    if inspect.iscoroutinefunction(fn):
+        return True
+    if inspect.isroutine(fn) or isinstance(fn, type):
+        return False
+    return inspect.iscoroutinefunction(type(fn).__call__)
+
+
 class CpuWorkerCall(YieldableCall[T]):
     """`run_cpu_worker(fn, *args)`: run `fn(*args)` on the CPU pool.
 
     Created by `Host.run_cpu_worker` (or a context); not constructed by users.
+
+    Raises:
+        TypeError: `fn` is not callable, or is async (a coroutine function, a partial of
+            one, an object with an `async def __call__`): that is `run_io_worker`'s.
     """
 
     __slots__ = ("_args", "_fn")
@@ -236,6 +254,12 @@ class CpuWorkerCall(YieldableCall[T]):
     def __init__(self, runtime: Runtime, fn: Callable[..., T], args: tuple[Any, ...]) -> None:
         if not callable(fn):
             raise TypeError(f"run_cpu_worker() takes a callable, got {type(fn).__name__}")
+        if _is_async(fn):
+            # On a CPU thread it would only make a coroutine, never run it.
+            raise TypeError(
+                f"run_cpu_worker() runs a plain callable on a thread; {fn!r} is async: "
+                "use run_io_worker(async_fn) for coroutines"
+            )
         super().__init__(runtime)
         self._fn = fn
         self._args = args
@@ -257,6 +281,11 @@ class IoWorkerCall(YieldableCall[T]):
 
     `token` is a `CancellationToken` cancelled when the caller cancels or the deadline
     passes. Created by `Host.run_io_worker` (or a context); not constructed by users.
+
+    Raises:
+        TypeError: `fn` is not a coroutine function, a `functools.partial` of one, or an
+            object whose `__call__` is `async def` (a plain callable is
+            `run_cpu_worker`'s).
     """
 
     __slots__ = ("_fn",)
@@ -264,6 +293,11 @@ class IoWorkerCall(YieldableCall[T]):
     def __init__(self, runtime: Runtime, fn: Callable[[CancellationToken], Awaitable[T]]) -> None:
         if not callable(fn):
             raise TypeError(f"run_io_worker() takes an async callable, got {type(fn).__name__}")
+        if not _is_async(fn):
+            raise TypeError(
+                f"run_io_worker() awaits a coroutine function (async def); {fn!r} is not "
+                "one: use run_cpu_worker(fn, *args) for a plain callable"
+            )
         super().__init__(runtime)
         self._fn = fn
 

@@ -190,9 +190,9 @@ def test_pre_cancelled_io_call_completes_cancelled_without_calling_async_fn(
 ) -> None:
     called = threading.Event()
 
-    def async_fn(token: CancellationToken) -> object:
+    async def async_fn(token: CancellationToken) -> object:
         called.set()
-        return asyncio.sleep(0)
+        return None
 
     completion = host.run_io_worker(async_fn).submit(cancel=_cancelled_token())
 

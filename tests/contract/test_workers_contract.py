@@ -10,9 +10,10 @@ Tier 1 *Workers*, *Requests* and *Progress*.
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING
 
 import pytest
@@ -490,6 +491,69 @@ def test_non_callable_worker_bodies_are_rejected(host: Host) -> None:
         host.run_cpu_worker(42)  # type: ignore[arg-type]
     with pytest.raises(TypeError):
         host.run_io_worker("not callable")  # type: ignore[arg-type]
+
+
+async def _fetch(token: CancellationToken) -> str:
+    return "fetched"
+
+
+async def _add(a: int, token: CancellationToken) -> int:
+    return a + 1
+
+
+def _returns_a_coroutine(token: CancellationToken) -> Coroutine[None, None, str]:
+    return _fetch(token)  # an awaitable, but not a coroutine function
+
+
+class _AsyncBody:
+    async def __call__(self, token: CancellationToken) -> str:
+        return "called"
+
+    async def method(self, token: CancellationToken) -> str:
+        return "method"
+
+
+class _PlainBody:
+    def __call__(self, *args: int) -> int:
+        return sum(args)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [_fetch, functools.partial(_add, 1), _AsyncBody(), _AsyncBody().method],
+    ids=["coroutine-function", "partial", "async-call", "async-method"],
+)
+def test_an_async_body_given_to_run_cpu_worker_is_a_type_error_that_names_run_io_worker(
+    host: Host, body: Callable[..., object]
+) -> None:
+    with pytest.raises(TypeError, match="run_io_worker"):
+        host.run_cpu_worker(body)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [_returns_a_coroutine, int, _PlainBody(), functools.partial(sum, [1])],
+    ids=["function-returning-a-coroutine", "class", "plain-call", "plain-partial"],
+)
+def test_a_plain_body_given_to_run_io_worker_is_a_type_error_that_names_run_cpu_worker(
+    host: Host, body: Callable[..., object]
+) -> None:
+    with pytest.raises(TypeError, match="run_cpu_worker"):
+        host.run_io_worker(body)  # type: ignore[arg-type]
+
+
+def test_run_io_worker_takes_a_partial_or_an_object_with_an_async_call(host: Host) -> None:
+    assert host.run_io_worker(functools.partial(_add, 1)).submit_sync() == 2
+    assert host.run_io_worker(_AsyncBody()).submit_sync() == "called"
+    assert host.run_io_worker(_AsyncBody().method).submit_sync() == "method"
+
+
+def test_run_cpu_worker_takes_a_class_a_partial_or_an_object_with_a_plain_call(
+    host: Host,
+) -> None:
+    assert host.run_cpu_worker(int, "3").submit_sync() == 3
+    assert host.run_cpu_worker(functools.partial(sum, [1, 2])).submit_sync() == 3
+    assert host.run_cpu_worker(_PlainBody(), 4, 5).submit_sync() == 9
 
 
 def test_bad_cancel_argument_raises_type_error_from_the_terminator(host: Host) -> None:

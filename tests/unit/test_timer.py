@@ -49,11 +49,11 @@ def test_manual_clock_starts_where_told_and_moves_only_when_advanced() -> None:
     assert clock.monotonic() == 13.0
 
 
-@pytest.mark.parametrize("seconds", [-0.001, math.nan])
-def test_manual_clock_never_moves_backwards(seconds: float) -> None:
+@pytest.mark.parametrize(("seconds", "message"), [(-0.001, ">= 0"), (math.nan, "NaN")])
+def test_manual_clock_never_moves_backwards(seconds: float, message: str) -> None:
     clock = ManualClock(start=1.0)
 
-    with pytest.raises(ValueError, match="forward"):
+    with pytest.raises(ValueError, match=message):
         clock.advance(seconds)
     assert clock.monotonic() == 1.0
 

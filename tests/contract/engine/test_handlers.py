@@ -5,6 +5,8 @@ Handlers are registered by the annotated type of their message parameter; mistak
 owner kind.
 """
 
+from collections.abc import AsyncIterator, Iterator
+
 import msgspec
 import pytest
 
@@ -17,8 +19,11 @@ from zlink_actors import (
     Created,
     Existing,
     Host,
+    InstanceSpot,
+    InternalFailureError,
     Spot,
     SpotContext,
+    SpotMode,
     SpotRef,
     handler,
 )
@@ -129,3 +134,188 @@ def test_get_or_create_creates_once_and_then_finds_the_existing_object(
     assert isinstance(created.ref, SpotRef)
     assert created.ref.spot_id == "room"
     assert existing == Existing(created.ref)
+
+
+class Echo(ChannelHandler):
+    @handler
+    def ping(self, ctx: ChannelContext, msg: Ping) -> str:
+        return ctx.channel
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["", "a" * 256, "€" * 85 + "a", "\ud800", "lobby-\udfff", 5, b"lobby"],
+    ids=["empty", "256-ascii", "256-bytes", "lone-surrogate", "surrogate", "int", "bytes"],
+)
+def test_a_channel_name_that_is_not_1_to_255_utf8_bytes_is_a_configuration_error(
+    name: object,
+) -> None:
+    with pytest.raises(ConfigurationError, match="channel name"):
+        Host(channels={name: Echo})  # type: ignore[dict-item]
+
+
+@pytest.mark.parametrize(
+    ("name", "error"),
+    [
+        ("", ValueError),
+        ("a" * 256, ValueError),
+        ("€" * 85 + "a", ValueError),
+        ("\ud800", ValueError),
+        (5, TypeError),
+        (None, TypeError),
+    ],
+    ids=["empty", "256-ascii", "256-bytes", "lone-surrogate", "int", "none"],
+)
+def test_a_bad_channel_name_is_refused_at_the_builder(
+    harness: Harness, name: object, error: type[Exception]
+) -> None:
+    host = harness.host(channels={"echo": Echo})
+
+    with pytest.raises(error, match="channel"):
+        host.send_to_channel(name, Ping())  # type: ignore[arg-type]
+    with pytest.raises(error, match="channel"):
+        host.request_to_channel(name, Ping())  # type: ignore[arg-type]
+
+
+def test_a_channel_name_of_exactly_255_utf8_bytes_is_registered_and_reachable(
+    harness: Harness,
+) -> None:
+    name = "€" * 85
+    assert len(name.encode("utf-8")) == 255
+    host = harness.host(channels={name: Echo})
+
+    assert host.request_to_channel(name, Ping(), reply=str).submit_sync() == name
+
+
+# -- registration refuses what could only fail later -----------------------------------
+
+
+def test_a_keyword_only_message_parameter_is_a_configuration_error() -> None:
+    class KeywordOnly(Spot):
+        @handler
+        def ping(self, ctx: SpotContext, *, msg: Ping) -> None:
+            pass
+
+    with pytest.raises(ConfigurationError, match=r"positionally; 'msg' is keyword-only"):
+        Host(spots=[KeywordOnly])
+
+
+def test_a_variadic_message_parameter_is_a_configuration_error() -> None:
+    class Variadic(Actor):
+        @handler
+        def ping(self, ctx: ActorContext, *msgs: Ping) -> None:
+            pass
+
+    with pytest.raises(ConfigurationError, match="'msgs' is variadic positional"):
+        Host(actors=[Variadic])
+
+
+def test_a_generator_handler_is_a_configuration_error() -> None:
+    class Generating(Spot):
+        @handler
+        def ping(self, ctx: SpotContext, msg: Ping) -> Iterator[int]:
+            yield 1
+
+    with pytest.raises(ConfigurationError, match="is a generator"):
+        Host(spots=[Generating])
+
+
+def test_an_async_generator_handler_is_a_configuration_error() -> None:
+    class Streaming(ChannelHandler):
+        @handler
+        async def ping(self, ctx: ChannelContext, msg: Ping) -> AsyncIterator[int]:
+            yield 1
+
+    with pytest.raises(ConfigurationError, match="is a generator"):
+        Host(channels={"stream": Streaming})
+
+
+@pytest.mark.parametrize("name", ["", 5, b"room"], ids=["empty", "int", "bytes"])
+def test_a_type_name_that_is_not_a_non_empty_str_is_a_configuration_error(name: object) -> None:
+    class Named(Spot):
+        type_name = name  # type: ignore[assignment]
+
+    with pytest.raises(ConfigurationError, match="type_name"):
+        Host(spots=[Named])
+
+
+def test_an_empty_type_name_does_not_fall_back_to_the_qualified_name() -> None:
+    class Room(Actor):
+        type_name = ""
+
+    with pytest.raises(ConfigurationError, match="non-empty"):
+        Host(actors=[Room])
+
+
+def test_an_instance_spot_in_per_actor_mode_is_a_configuration_error() -> None:
+    class Inbox(InstanceSpot):
+        mode = SpotMode.PER_ACTOR
+
+    with pytest.raises(ConfigurationError, match="SPOT_WIDE"):
+        Host(spots=[Inbox])
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"spots": [Spot]},
+        {"spots": [InstanceSpot]},
+        {"actors": [Actor]},
+        {"channels": {"base": ChannelHandler}},
+    ],
+    ids=["Spot", "InstanceSpot", "Actor", "ChannelHandler"],
+)
+def test_registering_a_framework_base_class_itself_is_a_configuration_error(
+    options: dict[str, object],
+) -> None:
+    with pytest.raises(ConfigurationError, match="base class"):
+        Host(**options)  # type: ignore[arg-type]
+
+
+def test_a_class_whose_constructor_needs_arguments_is_a_configuration_error() -> None:
+    class NeedsName(Spot):
+        def __init__(self, name: str) -> None:
+            super().__init__()
+            self.name = name
+
+    class NeedsKeyword(Actor):
+        def __init__(self, *, level: int) -> None:
+            super().__init__()
+            self.level = level
+
+    class NeedsPort(ChannelHandler):
+        def __init__(self, port: int) -> None:
+            super().__init__()
+            self.port = port
+
+    with pytest.raises(ConfigurationError, match=r"NeedsName\(\) must take no arguments"):
+        Host(spots=[NeedsName])
+    with pytest.raises(ConfigurationError, match=r"NeedsKeyword\(\) must take no arguments"):
+        Host(actors=[NeedsKeyword])
+    with pytest.raises(ConfigurationError, match=r"NeedsPort\(\) must take no arguments"):
+        Host(channels={"port": NeedsPort})
+
+
+def test_a_constructor_with_defaults_registers_and_one_that_raises_fails_at_creation(
+    harness: Harness,
+) -> None:
+    class Defaults(Spot):
+        def __init__(self, size: int = 3, *extra: object, **options: object) -> None:
+            super().__init__()
+            self.size = size
+
+        @handler
+        def ping(self, ctx: SpotContext, msg: Ping) -> int:
+            return self.size
+
+    class Broken(Spot):
+        def __init__(self) -> None:
+            raise RuntimeError("broken on purpose")
+
+    host = harness.host(spots=[Defaults, Broken])
+    host.spots.get_or_create("d", Defaults).submit_sync()
+
+    assert host.request_to_spot("d", Ping(), reply=int).submit_sync() == 3
+    with pytest.raises(InternalFailureError) as caught:
+        host.spots.get_or_create("b", Broken).submit_sync()
+    assert isinstance(caught.value.__cause__, RuntimeError)

@@ -29,6 +29,7 @@ from zlink_actors import (
     ProtocolError,
     Spot,
     SpotContext,
+    UnavailableError,
     completion_dispatcher,
     handler,
 )
@@ -186,6 +187,40 @@ def test_handler_raising_another_exception_fails_with_internal_failure_and_its_c
     assert isinstance(raised.value.__cause__, ValueError)
     assert raised.value.__cause__.args == ("bad value",)
     assert host.statistics().handler_failures == before + 1
+
+
+@pytest.mark.parametrize("terminator", ["submit_sync", "submit"])
+def test_a_handler_raising_a_zlink_error_counts_as_a_handler_failure(
+    harness: Harness, terminator: str
+) -> None:
+    host, _ = _room(harness)
+    before = host.statistics().handler_failures
+    call = host.request_to_spot("room", Fail("not_found"))
+
+    with pytest.raises(NotFoundError, match="the handler could not find it"):
+        call.submit_sync() if terminator == "submit_sync" else call.submit().result(WAIT)
+
+    assert host.statistics().handler_failures == before + 1
+
+
+def test_a_wrong_reply_and_a_request_dropped_unrun_are_not_handler_failures(
+    harness: Harness,
+) -> None:
+    host, desk = _room(harness)
+    with pytest.raises(ProtocolError):
+        host.request_to_spot("room", Ping(1), reply=Note).submit_sync()
+    held = host.request_to_spot("room", Hold()).submit()
+    assert desk.entered.wait(WAIT)
+    queued = host.request_to_spot("room", Ping(2)).submit()
+    closing = host.spots.close("room").submit()
+    assert not queued.done()
+    desk.latch.set()
+
+    assert closing.result(WAIT) is True
+    with pytest.raises(UnavailableError):
+        queued.result(WAIT)
+    assert held.result(WAIT) == "late"
+    assert host.statistics().handler_failures == 0
 
 
 def test_reply_of_the_wrong_type_fails_with_protocol_error(harness: Harness) -> None:

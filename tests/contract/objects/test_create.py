@@ -568,6 +568,24 @@ def test_an_id_that_is_not_a_str_of_1_to_255_utf8_bytes_is_refused_at_the_builde
 
 
 @pytest.mark.parametrize(
+    "bad",
+    ["\ud800", "room-\udfff", "\udc80" * 63, "€" * 40 + "\ud83d"],
+    ids=["lone-surrogate", "trailing-surrogate", "63-surrogates", "multibyte-then-surrogate"],
+)
+@pytest.mark.parametrize("builder", BUILDERS)
+def test_an_id_with_no_strict_utf8_encoding_is_refused_at_the_builder(
+    harness: Harness, builder: str, bad: str
+) -> None:
+    host = harness.host(spots=[Room], actors=[Player])
+
+    with pytest.raises(ValueError, match="UTF-8"):
+        BUILDERS[builder](host, bad)
+
+    assert host.statistics().spots == 0  # nothing was created
+    assert host.statistics().actors == 0
+
+
+@pytest.mark.parametrize(
     "obj_id",
     ["€" * 85, "😀" * 63 + "abc", "a" * 255],
     ids=["3-byte-chars", "4-byte-chars", "ascii"],
