@@ -192,7 +192,8 @@ class Runtime:
         end = time.monotonic() + seconds
 
         def left() -> float:
-            return max(0.0, end - time.monotonic())
+            # Clamped: float rounding must not take a `TIMEOUT_MAX` deadline past it.
+            return min(max(0.0, end - time.monotonic()), threading.TIMEOUT_MAX)
 
         pool = self.pool
         activations = self.engine.all_activations()
