@@ -24,12 +24,14 @@ from ._errors import (
     InvalidOperationError,
     NotConfiguredError,
     NotFoundError,
+    ShuttingDownError,
     TypeMismatchError,
     UnavailableError,
 )
 from ._lifecycle import Attempt, Closing, create_now, has_hooks, request_close, start_attempt
 from ._objects import CloseReason, Existing, InstanceSpot, check_id
 from ._operation import PendingEntry
+from ._state import HostState
 from ._turn import current_turn
 
 if TYPE_CHECKING:
@@ -98,6 +100,10 @@ class CreateCall(YieldableCall[Any]):
                 if attempt.info is not self._info:
                     return failed(self._mismatch(attempt.info))
             else:
+                if runtime.state is not HostState.SERVING:
+                    # Shutdown began after the admission check: it may already have
+                    # waited for the attempts in progress, so none may start now.
+                    return failed(ShuttingDownError("the Host is shutting down"))
                 attempt = runtime.creating[key] = Attempt(key, self._info)
                 owner = True
         if owner and not has_hooks(self._info.cls):
@@ -180,7 +186,7 @@ class CloseCall(Call[bool]):
         if runtime.register(entry, cancel):
             runtime.arm_deadline(entry, timeout)
         else:
-            closing.give_up()
+            closing.give_up(entry)
         route = entry.route_id
         assert route is not None
         pending = runtime.pending
@@ -194,11 +200,13 @@ class _CloseWait(PendingEntry):
     """One caller of a close: its deadline and cancellation end its wait only while
     `on_closing` has not begun (`Closing.give_up`)."""
 
-    __slots__ = ("closing",)
+    __slots__ = ("closing", "gave_up")
 
     def __init__(self, cell: _Cell[bool], closing: Closing) -> None:
         super().__init__(cell)
         self.closing = closing
+        #: Set once, under the engine lock, by the first of its deadline or cancellation.
+        self.gave_up = False
 
     def expire(self) -> None:
         self._give_up(DeadlineExceededError("the close did not begin within its deadline"))
@@ -210,8 +218,8 @@ class _CloseWait(PendingEntry):
         table, route = self.table, self.route_id
         if table is None or route is None or route not in table:
             return False
-        if not self.closing.give_up():
-            return False  # on_closing began: the close completes
+        if not self.closing.give_up(self):
+            return False  # on_closing began (the close completes), or it already gave up
         return table.finish(route, exc=exc)
 
 

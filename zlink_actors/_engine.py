@@ -22,6 +22,7 @@ from ._context import runtime_var
 from ._driver import Frame
 from ._errors import (
     ConfigurationError,
+    InternalFailureError,
 )
 from ._handlers import HandlerInfo, HandlerTable
 from ._objects import (
@@ -410,6 +411,13 @@ class Engine:
             return frame.resume()
         on_done(result, None)
         return False
+
+    def fail_record(self, box: Mailbox, rec: Record) -> None:
+        """The runtime's own work around `rec` raised (`AppPool._internal_error`): a
+        request's caller hears `InternalFailureError` now instead of waiting for its
+        deadline (if its outcome was already delivered, this finds nothing to end)."""
+        if rec.kind == K_REQUEST:
+            rec.drop(InternalFailureError("the runtime failed while running this request"))
 
     def _message_done(self, value: Any, exc: BaseException | None) -> None:
         # SC §4: a one-way call completed at admission; a later failure is only logged.

@@ -20,10 +20,12 @@ from ._errors import (
     InternalFailureError,
     InvalidOperationError,
     NotFoundError,
+    ShuttingDownError,
     TypeMismatchError,
 )
 from ._lifecycle import Attempt
 from ._objects import InstanceSpot, SpotConfig
+from ._state import HostState
 
 if TYPE_CHECKING:
     from ._engine import Activation
@@ -80,6 +82,9 @@ def activate_instance(
         if handler is None:
             return failed(NotFoundError(f"{type_info.name} has no handler for this payload"))
         with engine.lock:
+            if runtime.state is not HostState.SERVING:
+                # Shutdown began after the admission check (see `CreateCall._start`).
+                return failed(ShuttingDownError("the Host is shutting down"))
             # Seen by a concurrent get-or-create of this id: TypeMismatchError there.
             runtime.creating[key] = Attempt(key, type_info)
         try:

@@ -154,11 +154,13 @@ class Closing:
     engine lock, where `close()`, `get_or_create()` and a Join look at `act.closing`.
     """
 
-    __slots__ = ("act", "callers", "cell", "held", "runtime", "started", "withdrawn")
+    __slots__ = ("act", "callers", "cell", "held", "record", "runtime", "started", "withdrawn")
 
     def __init__(self, runtime: Runtime, act: Activation) -> None:
         self.runtime = runtime
         self.act = act
+        #: The queued `on_closing` record (taken out of its lane if the close is withdrawn).
+        self.record: Record | None = None
         self.cell: _Cell[bool] = _Cell()
         #: Callers that may still give up (a deadline or a cancellation of their own).
         self.callers = 0
@@ -167,14 +169,16 @@ class Closing:
         self.started = False
         self.withdrawn = False
 
-    def give_up(self) -> bool:
-        """A caller's deadline or cancellation: False once `on_closing` began (too late;
-        the caller waits for the close to complete). Withdraws the close when it was the
+    def give_up(self, caller: Any) -> bool:
+        """`caller`'s deadline or cancellation: False once `on_closing` began (too late;
+        the caller waits for the close to complete) or if this caller already gave up
+        (its deadline and its cancellation may race). Withdraws the close when it was the
         last caller that wanted it."""
         runtime = self.runtime
         with runtime.engine.lock:
-            if self.started:
+            if self.started or caller.gave_up:
                 return False
+            caller.gave_up = True
             self.callers -= 1
             if self.callers or self.held or self.withdrawn:
                 return True
@@ -182,7 +186,7 @@ class Closing:
             act = self.act
             if act.closing is self:
                 act.closing = None
-            settle = runtime.pool.unmark_closing(act.box)
+            settle = runtime.pool.unmark_closing(act.box, self.record)
         settle()
         return True
 
@@ -219,7 +223,7 @@ def request_close(
     closing: Closing | None = act.closing
     if closing is None:
         closing = Closing(runtime, act)
-        rec = Record(K_CALL, _on_closing(closing, reason), closing)
+        rec = closing.record = Record(K_CALL, _on_closing(closing, reason), closing)
         status = runtime.pool.enqueue(act.box, rec, lifecycle=True)
         if status != ADMITTED:
             return CapacityExceededError(f"{act!r}: lifecycle lane is full")

@@ -75,7 +75,13 @@ class Runtime:
         self.cpu_pool = CpuPool(cpu_workers, name=f"{name}-cpu")
         self.io = IoExecutor(name=f"{name}-io")
         self.engine = Engine(self)
-        self.pool = AppPool(app_threads, self.engine.run_record, f"{name}-app", lane_items)
+        self.pool = AppPool(
+            app_threads,
+            self.engine.run_record,
+            f"{name}-app",
+            lane_items,
+            fail_record=self.engine.fail_record,
+        )
         # Records a batch took but could not run before their mailbox closed.
         self.pool.drop_record = self._drop_record  # type: ignore[method-assign]
         self.publisher = Publisher(self, publish_concurrency)

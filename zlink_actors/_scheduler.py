@@ -239,11 +239,14 @@ class AppPool:
         name: str,
         lane_items: int,
         lifecycle_items: int = 128,
+        fail_record: Callable[[Mailbox, Record], None] | None = None,
     ) -> None:
         self.size = threads
         self.lane_items = lane_items
         self.lifecycle_items = lifecycle_items
         self._run_record = run_record
+        #: Ends a record whose run failed inside the runtime (its caller hears it).
+        self._fail_record = fail_record
         self._name = name
         self._mutex = threading.Lock()
         self._quiet = threading.Condition(self._mutex)
@@ -559,13 +562,19 @@ class AppPool:
         finally:
             gate.lock.release()
 
-    def unmark_closing(self, box: Mailbox) -> Callable[[], None]:
-        """A close was withdrawn (`Closing`): admit application work again, and the
-        sends that waited meanwhile as room allows. Returns what settles those sends,
-        for the caller to run once it holds no lock (it notifies their observers)."""
+    def unmark_closing(self, box: Mailbox, rec: Record | None) -> Callable[[], None]:
+        """A close was withdrawn (`Closing`): take its record `rec` out of the lifecycle
+        lane if it is still queued (else it runs and does nothing), admit application
+        work again, and the sends that waited meanwhile as room allows. Returns what
+        settles those sends, for the caller to run once it holds no lock."""
         admitted: list[Any] = []
         gate = _lock_box(box)
         try:
+            life = box.life
+            if rec is not None and life and rec in life:
+                life.remove(rec)
+                if not life and not box.app:
+                    _trim(box)  # a listed mailbox with nothing left is skipped when taken
             box.closing = False
             push = self._admit_waiters(box, admitted, gate.lock)
         finally:
@@ -722,7 +731,7 @@ class AppPool:
             except BaseException:  # pragma: no cover - the loop must survive anything
                 log.exception("scheduler error")
                 self.internal_errors += 1
-                ended = self._recover(gate)
+                ended = self._recover(gate, None, [], None, 0)
             slot[4] = 0.0
 
     def _others_stalled(self, mine: list[Any]) -> bool:
@@ -758,7 +767,7 @@ class AppPool:
             try:
                 handed = run_record(first_box, first)
             except BaseException:
-                handed = self._internal_error(gate)
+                handed = self._internal_error(gate, first_box, first)
             if handed:
                 self._turns += turns
                 return _HANDED_OFF
@@ -779,7 +788,7 @@ class AppPool:
                 try:
                     handed = frame.resume()
                 except BaseException:
-                    handed = self._internal_error(gate)
+                    handed = self._internal_error(gate, None, None)
                 if handed:
                     self._turns += turns
                     return _HANDED_OFF
@@ -787,125 +796,158 @@ class AppPool:
         else:
             # Set under the lock of the first take below.
             gate.state = RUNNING
-        while True:
-            admitted: list[Any] | None = None
-            moved = False
-            requeue = False
-            box = None
-            batch: list[Record] | None = None
-            if gate.lock.locked():
-                _wait_free(gate.lock)
-            with gate.lock:
-                # Post-turn work of the records just run before anything else runs.
-                if done:
+        # Locals the recovery below needs: the run taken (`batch`, of `box`) and the
+        # index of its first record that has not run (`start`).
+        box = None
+        batch: list[Record] | None = None
+        start = 0
+        try:
+            while True:
+                admitted: list[Any] | None = None
+                moved = False
+                requeue = False
+                box = None
+                batch = None
+                start = 0
+                if gate.lock.locked():
+                    _wait_free(gate.lock)
+                with gate.lock:
+                    # Post-turn work of the records just run before anything else runs.
+                    if done:
+                        assert done_box is not None
+                        done_box.app_reserved -= done
+                        done = 0
+                        if done_box.waiters:
+                            admitted = []
+                            # True only if a Join moved the mailbox to a gate that is idle
+                            # (this one is running): that gate needs a push.
+                            moved = self._admit_waiters(done_box, admitted, gate.lock)
+                    boxes = gate.ready_boxes
+                    if boxes and turns and monotonic() >= deadline:
+                        # 10 ms used: back of the ready set, behind every other owner.
+                        gate.state = READY
+                        requeue = True
+                    else:
+                        while boxes:
+                            box = boxes.pop(0)
+                            app, life = box.app, box.life
+                            if box.claimed:
+                                rec = None
+                            elif not boxes and not life and app:
+                                # The only ready mailbox, application records only: take a
+                                # run of them under this one acquisition (they count as
+                                # running; the rest of the lane stays queued).
+                                batch = app[:BATCH_RECORDS]
+                                del app[:BATCH_RECORDS]
+                                box.debt = 0
+                                rec = batch[0]
+                            else:
+                                rec = box._take()
+                            if rec is not None and (box.app or box.life):
+                                boxes.append(box)
+                            else:
+                                box.listed = False
+                                _trim(box)
+                            if rec is not None:
+                                if batch is None:
+                                    batch = [rec]
+                                break
+                        if batch is None:
+                            gate.state = IDLE
+                            gate.ready_boxes = None
+                if admitted:
+                    _settle_admitted(admitted)
+                if moved:
                     assert done_box is not None
-                    done_box.app_reserved -= done
+                    self.push(done_box.gate)
+                if batch is None:
+                    self._turns += turns  # statistics only: a lost update is harmless
+                    return _REQUEUE if requeue else _WENT_IDLE
+                assert box is not None
+                done_box = box
+                handed = False
+                stop = len(batch)
+                gate.run = (box, batch)
+                for i, rec in enumerate(batch):
+                    # Checked between records: 10 ms, other owners or lifecycle work waiting,
+                    # or a claim taken by the previous turn end the run early. (Unlocked
+                    # reads: at worst one more record runs before the run ends.)
+                    others = gate.ready_boxes
+                    if i and (
+                        box.life
+                        or box.claimed
+                        or box.closing
+                        or box.closed
+                        or now >= deadline
+                        or (others and (len(others) > 1 or others[0] is not box))
+                    ):
+                        stop = i
+                        break
+                    turns += 1
+                    slot[4] = now
+                    gate.pos = i
+                    try:
+                        handed = run_record(box, rec)
+                    except BaseException:
+                        handed = self._internal_error(gate, box, rec)
+                    start = i + 1
+                    if handed:
+                        # Handed off: the gate is SUSPENDED and no longer ours; the record's
+                        # reservation went with its coroutine.
+                        handed = True
+                        stop = i + 1
+                        break
+                    self._progress = now = monotonic()  # read by the stall check
+                    if rec.reserved:
+                        rec.reserved = False
+                        done += 1
+                gate.run = None  # (already None if a turn suspended and handed the rest back)
+                if stop < len(batch) or handed:
+                    rest, batch = batch[stop:], None  # from now on `_put_back` owns them
+                    self._put_back(gate, box, rest, done)
                     done = 0
-                    if done_box.waiters:
-                        admitted = []
-                        # True only if a Join moved the mailbox to a gate that is idle
-                        # (this one is running): that gate needs a push.
-                        moved = self._admit_waiters(done_box, admitted, gate.lock)
-                boxes = gate.ready_boxes
-                if boxes and turns and monotonic() >= deadline:
-                    # 10 ms used: back of the ready set, behind every other owner.
-                    gate.state = READY
-                    requeue = True
-                else:
-                    while boxes:
-                        box = boxes.pop(0)
-                        app, life = box.app, box.life
-                        if box.claimed:
-                            rec = None
-                        elif not boxes and not life and app:
-                            # The only ready mailbox, application records only: take a
-                            # run of them under this one acquisition (they count as
-                            # running; the rest of the lane stays queued).
-                            batch = app[:BATCH_RECORDS]
-                            del app[:BATCH_RECORDS]
-                            box.debt = 0
-                            rec = batch[0]
-                        else:
-                            rec = box._take()
-                        if rec is not None and (box.app or box.life):
-                            boxes.append(box)
-                        else:
-                            box.listed = False
-                            _trim(box)
-                        if rec is not None:
-                            if batch is None:
-                                batch = [rec]
-                            break
-                    if batch is None:
-                        gate.state = IDLE
-                        gate.ready_boxes = None
-            if admitted:
-                _settle_admitted(admitted)
-            if moved:
-                assert done_box is not None
-                self.push(done_box.gate)
-            if batch is None:
-                self._turns += turns  # statistics only: a lost update is harmless
-                return _REQUEUE if requeue else _WENT_IDLE
-            assert box is not None
-            done_box = box
-            handed = False
-            stop = len(batch)
-            gate.run = (box, batch)
-            for i, rec in enumerate(batch):
-                # Checked between records: 10 ms, other owners or lifecycle work waiting,
-                # or a claim taken by the previous turn end the run early. (Unlocked
-                # reads: at worst one more record runs before the run ends.)
-                others = gate.ready_boxes
-                if i and (
-                    box.life
-                    or box.claimed
-                    or box.closing
-                    or box.closed
-                    or now >= deadline
-                    or (others and (len(others) > 1 or others[0] is not box))
-                ):
-                    stop = i
-                    break
-                turns += 1
-                slot[4] = now
-                gate.pos = i
-                try:
-                    handed = run_record(box, rec)
-                except BaseException:
-                    handed = self._internal_error(gate)
-                if handed:
-                    # Handed off: the gate is SUSPENDED and no longer ours; the record's
-                    # reservation went with its coroutine.
-                    handed = True
-                    stop = i + 1
-                    break
-                self._progress = now = monotonic()  # read by the stall check
-                if rec.reserved:
-                    rec.reserved = False
-                    done += 1
-            gate.run = None  # (already None if a turn suspended and handed the rest back)
-            if stop < len(batch) or handed:
-                self._put_back(gate, box, batch[stop:], done)
-                done = 0
-                if handed:
-                    self._turns += turns
-                    return _HANDED_OFF
+                    if handed:
+                        self._turns += turns
+                        return _HANDED_OFF
+        except BaseException:  # pragma: no cover - planted faults only (see the tests)
+            log.exception("scheduler error in a batch (the owner keeps serving)")
+            self.internal_errors += 1
+            rest = batch[start:] if batch is not None else []
+            return self._recover(gate, box, rest, done_box, done)
 
-    def _internal_error(self, gate: Gate) -> bool:
+    def _internal_error(self, gate: Gate, box: Mailbox | None, rec: Record | None) -> bool:
         """A record's run raised past the runtime's own handling (a framework bug in its
-        post-turn work): log and count it, and tell the batch loop whether the turn was
-        handed off all the same (the gate SUSPENDED on a frame), so that the gate is never
-        left held by a thread that stopped looking after it."""
+        post-turn work): log and count it, end the record so that its caller hears of it
+        (`fail_record`), and tell the batch loop whether the turn was handed off all the
+        same (the gate SUSPENDED on a frame), so that the gate is never left held by a
+        thread that stopped looking after it."""
         log.exception("internal error while running a record (the owner keeps serving)")
         self.internal_errors += 1
+        if box is not None and rec is not None and self._fail_record is not None:
+            try:
+                self._fail_record(box, rec)
+            except BaseException:
+                log.exception("ending a record after an internal error")
         return gate.state == SUSPENDED and gate.frame is not None
 
-    def _recover(self, gate: Gate) -> int:
-        """After an error in the batch loop itself: leave `gate` in a state another pool
-        thread can pick up (never RUNNING with nobody running it)."""
+    def _recover(
+        self,
+        gate: Gate,
+        box: Mailbox | None,
+        rest: list[Record],
+        done_box: Mailbox | None,
+        done: int,
+    ) -> int:
+        """After an error in the batch loop itself: release the reservations of the
+        records that ran, return the ones taken that did not (`rest`, of `box`) to the
+        front of their lane, and leave `gate` in a state another pool thread can pick up
+        (never RUNNING with nobody running it)."""
+        gate.run = None
+        if done and done_box is not None:
+            self._put_back(gate, done_box, [], done)
+        if rest and box is not None:
+            self._put_back(gate, box, rest, 0)
         with gate.lock:
-            gate.run = None
             if gate.state == SUSPENDED and gate.frame is not None:
                 return _HANDED_OFF
             if gate.ready_boxes:

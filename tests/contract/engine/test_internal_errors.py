@@ -16,12 +16,15 @@ import threading
 import pytest
 
 from zlink_actors import (
+    InternalFailureError,
     ManualClock,
     ShutdownOutcome,
     Spot,
     SpotContext,
     TimerTick,
     _engine,
+    _operation,
+    _scheduler,
     _spot_timers,
     handler,
 )
@@ -94,4 +97,71 @@ def test_a_failing_post_turn_step_of_a_one_way_message_leaves_the_spot_serving(
     assert handled.wait(WAIT)
     assert host.request_to_spot("r", Ping(1)).submit_sync() == Pong(1)
     assert host.statistics().internal_errors == 3
+    assert host.shutdown(WAIT).outcome is ShutdownOutcome.STOPPED
+
+
+def test_a_failing_reply_step_ends_the_request_with_internal_failure(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    class Room(Spot):
+        @handler
+        def ping(self, ctx: SpotContext, msg: Ping) -> Pong:
+            return Pong(msg.n)
+
+    host = harness.host(spots=[Room], default_request_timeout=3600)
+    host.spots.get_or_create("r", Room).submit_sync()
+    # A reply of the wrong type takes the general reply path, which now fails.
+    monkeypatch.setattr(_operation, "_reply", _raise)
+
+    call = host.request_to_spot("r", Ping(1), reply=str).submit()  # a wrong reply type
+    with pytest.raises(InternalFailureError):
+        call.result(WAIT)
+    assert host.statistics().internal_errors == 1
+    assert host.statistics().pending_calls == 0
+    assert host.shutdown(WAIT).outcome is ShutdownOutcome.STOPPED
+
+
+def test_a_fault_in_the_batch_loop_loses_no_taken_record(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    entered = threading.Event()
+    latch = harness.latch()
+
+    class Room(Spot):
+        @handler
+        def hold(self, ctx: SpotContext, msg: Note) -> None:
+            entered.set()
+            assert latch.wait(WAIT)
+
+        @handler
+        def ping(self, ctx: SpotContext, msg: Ping) -> Pong:
+            return Pong(msg.n)
+
+    host = harness.host(spots=[Room], default_request_timeout=3600, application_lane_items=2)
+    host.spots.get_or_create("r", Room).submit_sync()
+    host.send_to_spot("r", Note()).submit_sync()
+    assert entered.wait(WAIT)
+    queued = host.request_to_spot("r", Ping(1)).submit()  # taken with the next run
+    real_trim = _scheduler._trim
+    fired: list[bool] = []
+
+    def trim_once(box: object) -> None:
+        if not fired:
+            fired.append(True)
+            raise _Planted("planted fault in the batch loop")
+        real_trim(box)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_scheduler, "_trim", trim_once)
+    latch.set()
+
+    assert queued.result(WAIT) == Pong(1)
+    assert host.statistics().internal_errors == 1
+    # No lane slot leaked: with the Spot busy again (one slot), one more request fits.
+    entered.clear()
+    latch.clear()
+    host.send_to_spot("r", Note()).submit_sync()
+    assert entered.wait(WAIT)
+    fits = host.request_to_spot("r", Ping(2)).submit()
+    latch.set()
+    assert fits.result(WAIT) == Pong(2)
     assert host.shutdown(WAIT).outcome is ShutdownOutcome.STOPPED

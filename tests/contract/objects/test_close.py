@@ -22,6 +22,7 @@ from zlink_actors import (
     NotFoundError,
     ShutdownOutcome,
     SpotContext,
+    _lifecycle,
     handler,
 )
 
@@ -242,6 +243,66 @@ def test_a_close_goes_on_while_another_caller_still_waits_for_it(
     clock.advance(0.5)
 
     with pytest.raises(DeadlineExceededError):
+        impatient.result(WAIT)
+    assert not patient.done()
+    busy.latch.set()
+    assert held.result(WAIT) is None
+    assert patient.result(WAIT) is True
+    assert busy.closing_started.is_set()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_withdrawn_closes_leave_no_records_behind(harness: Harness, kind: str) -> None:
+    busy = _Busy(harness)
+    cls = _busy_type(kind, busy)
+    host = host_with(harness, kind, cls)
+    manager_of(host, kind).get_or_create("x", cls).submit_sync()
+    held = request_to(host, kind, "x", Hold()).submit()
+    assert busy.entered.wait(WAIT)
+
+    # More withdrawn closes than the lifecycle lane holds (128).
+    for _ in range(200):
+        assert manager_of(host, kind).close("x").submit().cancel() is True
+    closing = manager_of(host, kind).close("x").submit()
+    busy.latch.set()
+
+    assert held.result(WAIT) is None
+    assert closing.result(WAIT) is True
+    assert busy.closing_started.is_set()
+
+
+def test_a_deadline_and_a_cancel_of_one_close_racing_count_as_one_give_up(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by review: both of one caller's give-ups withdrew a close another caller
+    still waited for."""
+    clock = ManualClock()
+    busy = _Busy(harness)
+    cls = _busy_type("spot", busy)
+    host = harness.host(spots=[cls], clock=clock)
+    host.spots.get_or_create("x", cls).submit_sync()
+    held = host.request_to_spot("x", Hold()).timeout(60).submit()
+    assert busy.entered.wait(WAIT)
+    impatient = host.spots.close("x").timeout(1).submit()
+    patient = host.spots.close("x").timeout(30).submit()
+
+    # Both of the impatient caller's give-ups reach the close at once.
+    both = threading.Barrier(2, timeout=WAIT)
+    real_give_up = _lifecycle.Closing.give_up
+
+    def meeting(self: Any, caller: Any) -> bool:
+        both.wait()
+        return real_give_up(self, caller)
+
+    monkeypatch.setattr(_lifecycle.Closing, "give_up", meeting)
+    canceller = threading.Thread(target=impatient.cancel)
+    canceller.start()
+    clock.advance(2)  # the timer thread expires the same caller meanwhile
+    canceller.join(WAIT)
+    assert not canceller.is_alive()
+    monkeypatch.setattr(_lifecycle.Closing, "give_up", real_give_up)
+
+    with pytest.raises((CancelledError, DeadlineExceededError)):
         impatient.result(WAIT)
     assert not patient.done()
     busy.latch.set()

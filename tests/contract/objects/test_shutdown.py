@@ -18,8 +18,10 @@ from zlink_actors import (
     InvalidOperationError,
     ShutdownOutcome,
     ShutdownResult,
+    ShuttingDownError,
     Spot,
     SpotContext,
+    _create,
     handler,
 )
 
@@ -170,3 +172,47 @@ def test_get_or_create_of_its_own_id_inside_on_create_is_refused(
 
     assert type(created) is Created
     assert len(refused) == 1
+
+
+def test_a_create_admitted_just_before_shutdown_sealed_cannot_escape_it(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by review: a create that passed the admission check just before shutdown
+    began registered its object after shutdown had closed everything."""
+    closings: list[CloseReason] = []
+
+    class Room(Spot):
+        def on_closing(self, ctx: SpotContext, reason: CloseReason) -> None:
+            closings.append(reason)
+
+    reached, go = threading.Event(), threading.Event()
+    real = _create.CreateCall._pre_cancelled
+
+    def paused(cancel: Any) -> Any:
+        # Stands for a preemption right after the admission check passed.
+        if threading.current_thread().name == "creator":
+            reached.set()
+            assert go.wait(WAIT)
+        return real(cancel)
+
+    monkeypatch.setattr(_create.CreateCall, "_pre_cancelled", staticmethod(paused))
+    host = harness.host(spots=[Room])
+    results: list[Any] = []
+    creator = threading.Thread(
+        target=lambda: results.append(host.spots.get_or_create("late", Room).submit()),
+        name="creator",
+    )
+    creator.start()
+    assert reached.wait(WAIT)
+    stopping = _Shutdown(host, WAIT)
+    assert _eventually(lambda: host.state is not HostState.SERVING)
+    go.set()
+    creator.join(WAIT)
+    assert not creator.is_alive()
+
+    assert stopping.done.wait(WAIT + 2)
+    assert stopping.result is not None
+    assert stopping.result.outcome is ShutdownOutcome.STOPPED
+    with pytest.raises(ShuttingDownError):
+        results[0].result(WAIT)
+    assert closings == []  # no object was made
