@@ -12,12 +12,13 @@ import threading
 from collections.abc import Callable
 
 import pytest
-from _polling import WAIT, finishes, probe
+from _support import probe
 
 from zlink_actors import DeadlineExceededError, ManualClock
 from zlink_actors._completion import Completion
 from zlink_actors._operation import DeadlineScan, PendingEntry, PendingTable, Request
 from zlink_actors._timer import TimerHandle, TimerService
+from zlink_actors.testing import WAIT, finishes
 
 
 def _request(table: PendingTable, expires: float | None) -> Request:

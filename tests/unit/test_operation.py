@@ -26,8 +26,8 @@ from zlink_actors import (
 from zlink_actors._completion import _Cell
 from zlink_actors._operation import PendingEntry, PendingTable, settle
 from zlink_actors._timer import TimerHandle
+from zlink_actors.testing import WAIT
 
-WAIT = 5.0
 U64_MAX = (1 << 64) - 1
 
 

@@ -14,12 +14,12 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from _polling import WAIT, finishes
 
 from zlink_actors import CancellationSource, CancelledError, Host, Spot, SpotContext, handler
 from zlink_actors import _cancellation as cancellation
 from zlink_actors._completion import Completion
 from zlink_actors._operation import PendingTable, Request
+from zlink_actors.testing import WAIT, finishes
 
 
 def _cancel_inside_registration(

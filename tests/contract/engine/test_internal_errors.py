@@ -25,9 +25,9 @@ from zlink_actors import (
     _spot_timers,
     handler,
 )
+from zlink_actors.testing import WAIT, HostHarness, advance_and_settle
 
-from ._support import WAIT, Note, Ping, Pong, settle_timer_heap
-from .conftest import Harness
+from ._support import Note, Ping, Pong
 
 
 class _Planted(RuntimeError):
@@ -39,7 +39,7 @@ def _raise(*args: object) -> None:
 
 
 def test_a_failing_timer_rearm_leaves_the_spot_serving(
-    harness: Harness, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    harness: HostHarness, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     ticked = threading.Event()
 
@@ -62,7 +62,7 @@ def test_a_failing_timer_rearm_leaves_the_spot_serving(
     monkeypatch.setattr(_spot_timers._Timer, "tick_done", _raise)
 
     with caplog.at_level(logging.ERROR, logger="zlink_actors"):
-        settle_timer_heap(host, clock, 1.0)
+        advance_and_settle(host, clock, 1.0)
         assert ticked.wait(WAIT)
         assert host.request_to_spot("s", Ping(3)).timeout(60).submit_sync() == Pong(3)
     assert host.statistics().internal_errors == 1
@@ -71,7 +71,7 @@ def test_a_failing_timer_rearm_leaves_the_spot_serving(
 
 
 def test_a_failing_post_turn_step_of_a_one_way_message_leaves_the_spot_serving(
-    harness: Harness, monkeypatch: pytest.MonkeyPatch
+    harness: HostHarness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     handled = threading.Event()
 

@@ -24,11 +24,11 @@ from zlink_actors import (
     SpotContext,
     handler,
 )
+from zlink_actors.testing import WAIT, HostHarness
 
 from ._support import (
     KINDS,
     NEGATIVE_WAIT,
-    WAIT,
     Hold,
     Ping,
     Probe,
@@ -38,7 +38,6 @@ from ._support import (
     own_id,
     request_to,
 )
-from .conftest import Harness
 
 
 def _own_manager(ctx: Any) -> Any:
@@ -47,7 +46,7 @@ def _own_manager(ctx: Any) -> Any:
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_awaiting_a_close_of_your_own_object_completes_when_accepted(
-    harness: Harness, kind: str
+    harness: HostHarness, kind: str
 ) -> None:
     log: list[object] = []
     closed = threading.Event()
@@ -78,7 +77,7 @@ def test_awaiting_a_close_of_your_own_object_completes_when_accepted(
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_close_of_your_own_object_that_is_not_awaited_still_closes(
-    harness: Harness, kind: str
+    harness: HostHarness, kind: str
 ) -> None:
     closed = threading.Event()
 
@@ -102,7 +101,7 @@ def test_a_close_of_your_own_object_that_is_not_awaited_still_closes(
 class _Busy:
     """A handler held on a latch, and an `on_closing` that reports and can be held."""
 
-    def __init__(self, harness: Harness) -> None:
+    def __init__(self, harness: HostHarness) -> None:
         self.entered = threading.Event()
         self.latch = harness.latch()
         self.closing_started = threading.Event()
@@ -132,7 +131,7 @@ def _busy_type(kind: str, busy: _Busy) -> type:
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_close_whose_deadline_passes_before_on_closing_does_not_happen(
-    harness: Harness, kind: str
+    harness: HostHarness, kind: str
 ) -> None:
     clock = ManualClock()
     busy = _Busy(harness)
@@ -161,7 +160,9 @@ def test_a_close_whose_deadline_passes_before_on_closing_does_not_happen(
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_a_cancelled_close_before_on_closing_does_not_happen(harness: Harness, kind: str) -> None:
+def test_a_cancelled_close_before_on_closing_does_not_happen(
+    harness: HostHarness, kind: str
+) -> None:
     busy = _Busy(harness)
     cls = _busy_type(kind, busy)
     host = host_with(harness, kind, cls)
@@ -183,7 +184,7 @@ def test_a_cancelled_close_before_on_closing_does_not_happen(harness: Harness, k
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_completion_cancel_of_a_close_before_on_closing_withdraws_it(
-    harness: Harness, kind: str
+    harness: HostHarness, kind: str
 ) -> None:
     busy = _Busy(harness)
     cls = _busy_type(kind, busy)
@@ -203,7 +204,7 @@ def test_completion_cancel_of_a_close_before_on_closing_withdraws_it(
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_close_deadline_that_passes_after_on_closing_began_still_completes_true(
-    harness: Harness, kind: str
+    harness: HostHarness, kind: str
 ) -> None:
     clock = ManualClock()
     busy = _Busy(harness)
@@ -227,7 +228,7 @@ def test_a_close_deadline_that_passes_after_on_closing_began_still_completes_tru
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_close_goes_on_while_another_caller_still_waits_for_it(
-    harness: Harness, kind: str
+    harness: HostHarness, kind: str
 ) -> None:
     clock = ManualClock()
     busy = _Busy(harness)

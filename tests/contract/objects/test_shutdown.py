@@ -6,7 +6,6 @@ stop counts exactly the one-way records it never ran, and none of them runs afte
 """
 
 import threading
-import time
 from typing import Any
 
 import pytest
@@ -22,19 +21,9 @@ from zlink_actors import (
     SpotContext,
     handler,
 )
+from zlink_actors.testing import WAIT, HostHarness, wait_until
 
-from ._support import KINDS, WAIT, Hit, Hold, base_class, host_with, manager_of
-from .conftest import Harness
-
-
-def _eventually(predicate: Any, within: float = WAIT) -> bool:
-    end = time.monotonic() + within
-    pause = threading.Event()
-    while not predicate():
-        if time.monotonic() >= end:
-            return False
-        pause.wait(0.002)
-    return True
+from ._support import KINDS, Hit, Hold, base_class, host_with, manager_of
 
 
 class _Shutdown:
@@ -53,7 +42,7 @@ class _Shutdown:
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_an_object_still_in_on_create_when_shutdown_starts_is_created_and_then_closed(
-    harness: Harness, kind: str
+    harness: HostHarness, kind: str
 ) -> None:
     entered = threading.Event()
     latch = harness.latch()
@@ -72,7 +61,7 @@ def test_an_object_still_in_on_create_when_shutdown_starts_is_created_and_then_c
     creating = manager_of(host, kind).get_or_create("x", Slow).submit()
     assert entered.wait(WAIT)
     stopping = _Shutdown(host, WAIT)
-    assert _eventually(lambda: host.state is not HostState.SERVING)
+    assert wait_until(lambda: host.state is not HostState.SERVING)
     latch.set()
 
     created = creating.result(WAIT)
@@ -83,7 +72,7 @@ def test_an_object_still_in_on_create_when_shutdown_starts_is_created_and_then_c
     assert closings == [CloseReason.HOST_SHUTDOWN]
 
 
-def test_a_forced_stop_counts_every_one_way_record_it_never_ran(harness: Harness) -> None:
+def test_a_forced_stop_counts_every_one_way_record_it_never_ran(harness: HostHarness) -> None:
     entered = threading.Event()
     latch = harness.latch()
     handled: list[int] = []
@@ -109,13 +98,13 @@ def test_a_forced_stop_counts_every_one_way_record_it_never_ran(harness: Harness
     assert result.outcome is ShutdownOutcome.FORCE_STOPPED
     assert host.statistics().dropped_records == 21
     latch.set()
-    assert _eventually(lambda: host.statistics().pool.busy_threads == 0)
+    assert wait_until(lambda: host.statistics().pool.busy_threads == 0)
     assert handled == []
     assert host.statistics().dropped_records == 21
 
 
 def test_a_forced_stop_counts_the_batch_a_stuck_thread_took_and_never_runs_it(
-    harness: Harness,
+    harness: HostHarness,
 ) -> None:
     entered = threading.Event()
     gate_latch = harness.latch()
@@ -147,13 +136,13 @@ def test_a_forced_stop_counts_the_batch_a_stuck_thread_took_and_never_runs_it(
     assert result.outcome is ShutdownOutcome.FORCE_STOPPED
     first_latch.set()
     # Counted once the stuck thread returns and finds the mailbox closed; never run.
-    assert _eventually(lambda: host.statistics().dropped_records == 21)
+    assert wait_until(lambda: host.statistics().dropped_records == 21)
     assert handled == [0]
 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_get_or_create_of_its_own_id_inside_on_create_is_refused(
-    harness: Harness, kind: str
+    harness: HostHarness, kind: str
 ) -> None:
     refused: list[BaseException] = []
 
