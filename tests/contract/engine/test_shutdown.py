@@ -29,32 +29,14 @@ from zlink_actors import (
 )
 from zlink_actors.testing import WAIT, DispatcherBlocker, HeldJob, wait_until
 
+from .._support import ShutdownThread
+
 Blocker = Callable[[], DispatcherBlocker]
 Held = Callable[..., HeldJob[object]]
 
 
 def _drain() -> None:
     assert completion_dispatcher().drain(WAIT)
-
-
-class ShutdownThread:
-    """Runs `host.shutdown(deadline)` on its own thread so the test can watch it drain."""
-
-    def __init__(self, host: Host, deadline: float) -> None:
-        self.result: ShutdownResult | None = None
-        self.returned = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(host, deadline))
-        self._thread.start()
-
-    def _run(self, host: Host, deadline: float) -> None:
-        self.result = host.shutdown(deadline=deadline)
-        self.returned.set()
-
-    def join(self) -> ShutdownResult:
-        assert self.returned.wait(WAIT + 5), "shutdown did not return"
-        self._thread.join(WAIT)
-        assert self.result is not None
-        return self.result
 
 
 def _wait_for_state(host: Host, state: HostState) -> None:

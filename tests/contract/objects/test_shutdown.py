@@ -16,28 +16,14 @@ from zlink_actors import (
     HostState,
     InvalidOperationError,
     ShutdownOutcome,
-    ShutdownResult,
     Spot,
     SpotContext,
     handler,
 )
 from zlink_actors.testing import WAIT, HostHarness, wait_until
 
+from .._support import ShutdownThread
 from ._support import KINDS, Hit, Hold, base_class, host_with, manager_of
-
-
-class _Shutdown:
-    """`host.shutdown(deadline)` on a thread of its own."""
-
-    def __init__(self, host: Any, deadline: float) -> None:
-        self.result: ShutdownResult | None = None
-        self.done = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(host, deadline), daemon=True)
-        self._thread.start()
-
-    def _run(self, host: Any, deadline: float) -> None:
-        self.result = host.shutdown(deadline)
-        self.done.set()
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -60,13 +46,13 @@ def test_an_object_still_in_on_create_when_shutdown_starts_is_created_and_then_c
     host = host_with(harness, kind, Slow)
     creating = manager_of(host, kind).get_or_create("x", Slow).submit()
     assert entered.wait(WAIT)
-    stopping = _Shutdown(host, WAIT)
+    stopping = ShutdownThread(host, WAIT)
     assert wait_until(lambda: host.state is not HostState.SERVING)
     latch.set()
 
     created = creating.result(WAIT)
     assert type(created) is Created
-    assert stopping.done.wait(WAIT + 2)
+    assert stopping.returned.wait(WAIT + 2)
     assert stopping.result is not None
     assert stopping.result.outcome is ShutdownOutcome.STOPPED
     assert closings == [CloseReason.HOST_SHUTDOWN]
