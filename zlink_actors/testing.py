@@ -48,7 +48,8 @@ __all__ = [
 T = TypeVar("T")
 
 #: Upper bound, in seconds, for every wait that is expected to succeed. Generous, so that
-#: a slow machine never fails a correct test; a correct test rarely needs a fraction of it.
+#: a slow machine never fails a correct test; a passing wait rarely takes more than a tiny
+#: fraction of it.
 WAIT: float = 5.0
 
 #: How long held code waits to be released before it gives up (raises `TimeoutError`),
