@@ -1,4 +1,4 @@
-"""Shared fixtures for the foundation tests.
+"""Fixtures shared by the whole suite, built on the public test kit `zlink_actors.testing`.
 
 Concurrency in these tests is ordered by `threading.Event`, `threading.Barrier` and
 `CompletionSource`, never by sleeping; every bounded wait asserts its result. Deadlines are
@@ -7,78 +7,12 @@ driven by a `ManualClock` wherever the runtime reads its clock.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterator
-from types import TracebackType
 
 import pytest
 
-from zlink_actors import (
-    CompletionSource,
-    Host,
-    HostState,
-    ManualClock,
-    ShutdownOutcome,
-    completion_dispatcher,
-)
-
-#: Upper bound for every wait that is expected to succeed.
-WAIT = 5.0
-
-
-class DispatcherBlocker:
-    """Holds the process-shared completion dispatcher inside one callback.
-
-    While it is held, nothing posted to the dispatcher runs, so a test can check that a
-    callback was *queued* rather than run inline. Leaving the `with` block releases it.
-    """
-
-    def __init__(self) -> None:
-        self._started = threading.Event()
-        self._release = threading.Event()
-
-    def __enter__(self) -> DispatcherBlocker:
-        source: CompletionSource[None] = CompletionSource()
-        source.set_result(None)
-        source.completion.add_done_callback(self._hold)
-        assert self._started.wait(WAIT), "the dispatcher never ran the blocking callback"
-        return self
-
-    def _hold(self, _: object) -> None:
-        self._started.set()
-        self._release.wait(30)
-
-    def release(self) -> None:
-        self._release.set()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._release.set()
-
-
-class HeldJob:
-    """A worker body that reports when it starts and returns `value` once released.
-
-    Stands for slow user code whose end the test decides.
-    """
-
-    def __init__(self, value: object = None) -> None:
-        self.value = value
-        self.started = threading.Event()
-        self._release = threading.Event()
-
-    def __call__(self, *args: object) -> object:
-        self.started.set()
-        if not self._release.wait(30):
-            raise TimeoutError("HeldJob was never released")
-        return self.value
-
-    def release(self) -> None:
-        self._release.set()
+from zlink_actors import Host, ManualClock, completion_dispatcher
+from zlink_actors.testing import WAIT, DispatcherBlocker, HeldJob, HostHarness
 
 
 @pytest.fixture(autouse=True)
@@ -86,6 +20,30 @@ def _drain_dispatcher_after_each_test() -> Iterator[None]:
     """Callbacks posted by one test never run during the next one."""
     yield
     assert completion_dispatcher().drain(WAIT), "the completion dispatcher did not drain"
+
+
+@pytest.fixture
+def harness() -> Iterator[HostHarness]:
+    """Starts Hosts and hands out held work for a test; at teardown it releases all held
+    work first, then shuts down every Host still serving, which must stop cleanly.
+
+    A test that shuts its Host down itself (to observe draining or a forced stop) owns the
+    outcome; the harness only checks Hosts the test left serving.
+    """
+    with HostHarness() as harness:
+        yield harness
+
+
+@pytest.fixture
+def make_host(harness: HostHarness) -> Callable[..., Host]:
+    """Start a Host with the given options (`harness.host`)."""
+    return harness.host
+
+
+@pytest.fixture
+def held(harness: HostHarness) -> Callable[..., HeldJob[object]]:
+    """A factory of `HeldJob`s (`harness.job`); all are released before any Host stops."""
+    return harness.job
 
 
 @pytest.fixture
@@ -97,42 +55,6 @@ def block_dispatcher() -> Callable[[], DispatcherBlocker]:
 @pytest.fixture
 def manual_clock() -> ManualClock:
     return ManualClock()
-
-
-@pytest.fixture
-def make_host() -> Iterator[Callable[..., Host]]:
-    """Start Hosts for a test; any still serving at teardown must stop cleanly.
-
-    A test that shuts its Host down itself (to observe draining or a forced stop) owns the
-    outcome; the fixture only checks Hosts the test left serving.
-    """
-    hosts: list[Host] = []
-
-    def make(**options: object) -> Host:
-        host = Host(**options).start()  # type: ignore[arg-type]  # options are Host's
-        hosts.append(host)
-        return host
-
-    yield make
-    for host in hosts:
-        if host.state is HostState.SERVING:
-            result = host.shutdown(deadline=WAIT)
-            assert result.outcome is ShutdownOutcome.STOPPED, result
-
-
-@pytest.fixture
-def held(make_host: Callable[..., Host]) -> Iterator[Callable[..., HeldJob]]:
-    """A factory of `HeldJob`s; all are released before any Host of the test stops."""
-    jobs: list[HeldJob] = []
-
-    def make(value: object = None) -> HeldJob:
-        job = HeldJob(value)
-        jobs.append(job)
-        return job
-
-    yield make
-    for job in jobs:
-        job.release()
 
 
 @pytest.fixture

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from _polling import WAIT
 
 from zlink_actors import ManualClock
 from zlink_actors._timer import TimerService
+from zlink_actors.testing import WAIT
 
 
 @pytest.fixture

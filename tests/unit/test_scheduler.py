@@ -9,13 +9,12 @@ import time
 from collections.abc import Callable, Iterator
 
 import pytest
-from _polling import eventually
 
 from zlink_actors import _scheduler
 from zlink_actors._completion import _Cell
 from zlink_actors._scheduler import ADMITTED, FULL, AppPool, Gate, Mailbox, Record
+from zlink_actors.testing import WAIT, wait_until
 
-WAIT = 5.0
 LIFE, APP = 1, 2
 
 
@@ -173,7 +172,7 @@ def test_a_thread_woken_for_a_stall_leaves_the_work_to_the_running_one_once_it_e
     assert pool.enqueue(boxes["c"], Record(APP, "c")) == ADMITTED
     release["a"].set()
     # The thread that ran "a" finishes it and goes idle, leaving "c" queued.
-    assert eventually(lambda: pool.statistics().busy_threads == 1)
+    assert wait_until(lambda: pool.statistics().busy_threads == 1)
     stats = pool.statistics()
     assert stats.ready_gates == 1
     assert not started["c"].is_set()
@@ -227,7 +226,7 @@ def test_a_send_waiting_for_a_mailbox_that_moved_gate_is_still_admitted(
 
     assert log.done.wait(WAIT)
     assert log.order == ["first", "second"]
-    assert eventually(waiting.done)
+    assert wait_until(waiting.done)
     assert waiting._value is None
     assert waiting._exc is None
 
@@ -275,5 +274,5 @@ def test_records_behind_a_turn_that_suspends_keep_their_place_in_the_lane(
         assert pool.enqueue(box, Record(APP, label)) == ADMITTED
     pool.start()
 
-    assert eventually(lambda: len(ran) == 4)
+    assert wait_until(lambda: len(ran) == 4)
     assert ran == ["awaits", "second", "third", "later"]

@@ -15,10 +15,11 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from _polling import WAIT, eventually, probe
+from _support import probe
 
 from zlink_actors import Clock, Deadline, ManualClock, SystemClock
 from zlink_actors._timer import TimerService
+from zlink_actors.testing import WAIT, wait_until
 
 
 class Recorder:
@@ -377,7 +378,7 @@ def test_cancelled_deadlines_are_dropped_long_before_they_are_due(
     for handle in [first, *handles]:
         handle.cancel()
 
-    assert eventually(lambda: _queued(real_service, 60.0) == 0)
+    assert wait_until(lambda: _queued(real_service, 60.0) == 0)
     assert real_service.pending() == 0
 
 
@@ -388,13 +389,13 @@ def test_a_quiet_timer_thread_is_woken_to_sweep_new_deadlines(
     first.cancel()
     # Every FIFO is empty now: the thread may sleep for a whole delay (60 s) unless the
     # next append wakes it.
-    assert eventually(lambda: _queued(real_service, 60.0) == 0 and real_service._quiet)
+    assert wait_until(lambda: _queued(real_service, 60.0) == 0 and real_service._quiet)
 
     handles = [real_service.call_after(60.0, lambda: None) for _ in range(100)]
     for handle in handles:
         handle.cancel()
 
-    assert eventually(lambda: _queued(real_service, 60.0) == 0, within=2.0)
+    assert wait_until(lambda: _queued(real_service, 60.0) == 0, within=2.0)
 
 
 def test_a_live_deadline_behind_cancelled_ones_still_fires_on_time(
@@ -408,7 +409,7 @@ def test_a_live_deadline_behind_cancelled_ones_still_fires_on_time(
 
     assert fired.wait(WAIT)
     assert time.monotonic() - started >= 0.05
-    assert eventually(lambda: _queued(real_service, 0.05) == 0)
+    assert wait_until(lambda: _queued(real_service, 0.05) == 0)
 
 
 def test_a_deadline_beyond_the_longest_wait_does_not_stop_the_timer_thread(

@@ -39,8 +39,8 @@ from zlink_actors._validation import (
     reply_mismatch,
     reply_rule,
 )
+from zlink_actors.testing import WAIT
 
-WAIT = 5.0
 MAX = threading.TIMEOUT_MAX
 
 #: The values every entry point is tried with, by a short name for the test ids.

@@ -42,9 +42,9 @@ from zlink_actors import (
     UnavailableError,
     handler,
 )
+from zlink_actors.testing import WAIT, HostHarness
 
-from ._support import NEGATIVE_WAIT, WAIT, Hold, Note, Ping, Pong, Probe
-from .conftest import Harness
+from ._support import NEGATIVE_WAIT, Hold, Note, Ping, Pong, Probe
 
 #: A bound on how long a blocking call may overrun the moment it should end.
 PROMPT = 2.0
@@ -102,7 +102,7 @@ def paths(monkeypatch: pytest.MonkeyPatch) -> PathSpy:
 class Desk:
     """A Spot class built per test: `Hold` blocks on a latch, then replies "late"."""
 
-    def __init__(self, harness: Harness) -> None:
+    def __init__(self, harness: HostHarness) -> None:
         self.latch = harness.latch()
         self.entered = threading.Event()
         self.pings: list[int] = []
@@ -166,7 +166,7 @@ class Desk:
         self.cls = Room
 
 
-def _room(harness: Harness, **options: object) -> tuple[Host, Desk]:
+def _room(harness: HostHarness, **options: object) -> tuple[Host, Desk]:
     desk = Desk(harness)
     host = harness.host(spots=[desk.cls], **options)
     host.spots.get_or_create("room", desk.cls).submit_sync()
@@ -191,7 +191,7 @@ def _join(thread: threading.Thread) -> None:
 # -- replies -------------------------------------------------------------------------------
 
 
-def test_blocking_request_returns_the_handlers_reply(harness: Harness, paths: PathSpy) -> None:
+def test_blocking_request_returns_the_handlers_reply(harness: HostHarness, paths: PathSpy) -> None:
     host, _ = _room(harness)
     assert host._runtime.real_time
 
@@ -201,7 +201,7 @@ def test_blocking_request_returns_the_handlers_reply(harness: Harness, paths: Pa
 
 
 def test_blocking_request_with_a_matching_reply_type_returns_the_typed_reply(
-    harness: Harness, paths: PathSpy
+    harness: HostHarness, paths: PathSpy
 ) -> None:
     host, _ = _room(harness)
 
@@ -213,7 +213,7 @@ def test_blocking_request_with_a_matching_reply_type_returns_the_typed_reply(
 
 
 def test_blocking_request_with_a_mismatched_reply_type_raises_protocol_error(
-    harness: Harness, paths: PathSpy
+    harness: HostHarness, paths: PathSpy
 ) -> None:
     host, desk = _room(harness)
 
@@ -228,7 +228,7 @@ def test_blocking_request_with_a_mismatched_reply_type_raises_protocol_error(
 
 
 def test_blocking_request_to_an_async_handler_returns_its_result(
-    harness: Harness, paths: PathSpy
+    harness: HostHarness, paths: PathSpy
 ) -> None:
     host, _ = _room(harness)
 
@@ -238,7 +238,7 @@ def test_blocking_request_to_an_async_handler_returns_its_result(
 
 
 def test_blocking_requests_from_many_threads_each_get_their_own_reply(
-    harness: Harness, paths: PathSpy
+    harness: HostHarness, paths: PathSpy
 ) -> None:
     host, _ = _room(harness)
     callers, rounds = 8, 50
@@ -271,7 +271,7 @@ def test_blocking_requests_from_many_threads_each_get_their_own_reply(
 
 
 def test_handler_raising_a_plain_exception_fails_with_internal_failure_and_its_cause(
-    harness: Harness, paths: PathSpy
+    harness: HostHarness, paths: PathSpy
 ) -> None:
     host, desk = _room(harness)
     before = host.statistics().handler_failures
@@ -287,7 +287,7 @@ def test_handler_raising_a_plain_exception_fails_with_internal_failure_and_its_c
 
 
 def test_handler_raising_a_zlink_error_fails_the_blocking_request_with_that_error(
-    harness: Harness, paths: PathSpy
+    harness: HostHarness, paths: PathSpy
 ) -> None:
     host, desk = _room(harness)
 
@@ -300,7 +300,7 @@ def test_handler_raising_a_zlink_error_fails_the_blocking_request_with_that_erro
 
 
 def test_blocking_request_inside_a_handler_raises_invalid_operation(
-    harness: Harness, paths: PathSpy
+    harness: HostHarness, paths: PathSpy
 ) -> None:
     host, desk = _room(harness)
 
@@ -313,7 +313,7 @@ def test_blocking_request_inside_a_handler_raises_invalid_operation(
 
 
 def test_blocking_request_past_its_deadline_raises_deadline_exceeded_and_drops_the_late_reply(
-    harness: Harness, paths: PathSpy
+    harness: HostHarness, paths: PathSpy
 ) -> None:
     host, desk = _room(harness)
 
@@ -337,7 +337,7 @@ def test_blocking_request_past_its_deadline_raises_deadline_exceeded_and_drops_t
 
 @pytest.mark.stress
 def test_deadline_racing_the_reply_completes_each_blocking_request_exactly_once(
-    harness: Harness, paths: PathSpy
+    harness: HostHarness, paths: PathSpy
 ) -> None:
     host, desk = _room(harness)
     rounds = 200
@@ -371,7 +371,7 @@ def test_deadline_racing_the_reply_completes_each_blocking_request_exactly_once(
 
 
 def test_blocking_request_at_the_longest_timed_wait_still_returns_the_reply(
-    harness: Harness, paths: PathSpy
+    harness: HostHarness, paths: PathSpy
 ) -> None:
     host, _ = _room(harness)
 
@@ -386,7 +386,7 @@ def test_blocking_request_at_the_longest_timed_wait_still_returns_the_reply(
 
 
 def test_blocking_request_to_a_full_queue_raises_capacity_exceeded_at_once(
-    harness: Harness, paths: PathSpy
+    harness: HostHarness, paths: PathSpy
 ) -> None:
     host, desk = _room(harness, application_lane_items=2)
     held = host.send_to_spot("room", Hold()).submit()
@@ -409,7 +409,7 @@ def test_blocking_request_to_a_full_queue_raises_capacity_exceeded_at_once(
     assert desk.pings == [0, 2]
 
 
-def test_blocking_request_to_no_such_spot_raises_not_found(harness: Harness) -> None:
+def test_blocking_request_to_no_such_spot_raises_not_found(harness: HostHarness) -> None:
     host, _ = _room(harness)
 
     with pytest.raises(NotFoundError):
@@ -417,7 +417,7 @@ def test_blocking_request_to_no_such_spot_raises_not_found(harness: Harness) -> 
     assert _pending(host) == 0
 
 
-def test_blocking_request_to_a_closed_spot_raises_not_found(harness: Harness) -> None:
+def test_blocking_request_to_a_closed_spot_raises_not_found(harness: HostHarness) -> None:
     host, _ = _room(harness)
     assert host.spots.close("room").submit_sync() is True
 
@@ -427,7 +427,7 @@ def test_blocking_request_to_a_closed_spot_raises_not_found(harness: Harness) ->
 
 
 def test_blocking_request_to_a_closing_spot_raises_not_found(
-    harness: Harness, paths: PathSpy
+    harness: HostHarness, paths: PathSpy
 ) -> None:
     host, desk = _room(harness)
     held = host.send_to_spot("room", Hold()).submit()
@@ -447,7 +447,7 @@ def test_blocking_request_to_a_closing_spot_raises_not_found(
 
 
 def test_blocking_request_queued_when_its_spot_closes_raises_unavailable(
-    harness: Harness, paths: PathSpy, monkeypatch: pytest.MonkeyPatch
+    harness: HostHarness, paths: PathSpy, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     host, desk = _room(harness)
     held = host.send_to_spot("room", Hold()).submit()
@@ -487,7 +487,7 @@ def test_blocking_request_queued_when_its_spot_closes_raises_unavailable(
 
 
 def test_host_shutdown_ends_a_blocked_caller_with_shutting_down(
-    harness: Harness, paths: PathSpy
+    harness: HostHarness, paths: PathSpy
 ) -> None:
     host, desk = _room(harness)
     results: list[ShutdownResult] = []
@@ -548,7 +548,7 @@ class CtrlC:
 
 
 def test_keyboard_interrupt_while_blocked_cancels_the_call_and_the_late_reply_is_dropped(
-    harness: Harness, paths: PathSpy
+    harness: HostHarness, paths: PathSpy
 ) -> None:
     _require_main_thread_and_default_sigint()
     host, desk = _room(harness)
@@ -584,7 +584,7 @@ def test_keyboard_interrupt_while_blocked_cancels_the_call_and_the_late_reply_is
 
 
 def test_keyboard_interrupt_noticed_as_the_deadline_passes_still_empties_the_table(
-    harness: Harness, paths: PathSpy
+    harness: HostHarness, paths: PathSpy
 ) -> None:
     _require_main_thread_and_default_sigint()
     host, desk = _room(harness)
@@ -612,7 +612,7 @@ def test_keyboard_interrupt_noticed_as_the_deadline_passes_still_empties_the_tab
 
 
 def test_blocking_request_on_a_manual_clock_host_returns_the_reply(
-    harness: Harness, paths: PathSpy
+    harness: HostHarness, paths: PathSpy
 ) -> None:
     host, _ = _room(harness, clock=ManualClock())
     assert not host._runtime.real_time
@@ -624,7 +624,7 @@ def test_blocking_request_on_a_manual_clock_host_returns_the_reply(
 
 
 def test_blocking_request_on_a_manual_clock_host_keeps_its_deadline_on_that_clock(
-    harness: Harness, paths: PathSpy
+    harness: HostHarness, paths: PathSpy
 ) -> None:
     clock = ManualClock()
     host, desk = _room(harness, clock=clock)
@@ -652,7 +652,7 @@ def test_blocking_request_on_a_manual_clock_host_keeps_its_deadline_on_that_cloc
 
 
 def test_blocking_request_with_an_uncancelled_token_returns_the_reply(
-    harness: Harness, paths: PathSpy
+    harness: HostHarness, paths: PathSpy
 ) -> None:
     host, _ = _room(harness)
     source = CancellationSource()
@@ -665,7 +665,7 @@ def test_blocking_request_with_an_uncancelled_token_returns_the_reply(
 
 
 def test_cancelling_the_token_of_a_blocked_request_raises_cancelled(
-    harness: Harness, paths: PathSpy
+    harness: HostHarness, paths: PathSpy
 ) -> None:
     host, desk = _room(harness)
     source = CancellationSource()
@@ -687,7 +687,7 @@ def test_cancelling_the_token_of_a_blocked_request_raises_cancelled(
 
 @pytest.mark.parametrize("terminator", ["submit", "submit_sync"])
 def test_an_interrupt_before_the_request_is_queued_leaves_nothing_pending(
-    harness: Harness, monkeypatch: pytest.MonkeyPatch, terminator: str
+    harness: HostHarness, monkeypatch: pytest.MonkeyPatch, terminator: str
 ) -> None:
     # KeyboardInterrupt can land between registration and queueing; the caller then
     # holds no handle, so the entry must not stay pending (shutdown would wait for it).

@@ -26,9 +26,9 @@ from zlink_actors import (
     completion_dispatcher,
     handler,
 )
+from zlink_actors.testing import WAIT, HostHarness
 
-from ._support import WAIT, Hold, Ping, Pong
-from .conftest import Harness
+from ._support import Hold, Ping, Pong
 
 
 class StartTimers(msgspec.Struct, frozen=True):
@@ -69,7 +69,7 @@ class OverlapMeter:
 
 
 @pytest.mark.stress
-def test_spotwide_spot_handlers_and_timers_never_overlap(harness: Harness) -> None:
+def test_spotwide_spot_handlers_and_timers_never_overlap(harness: HostHarness) -> None:
     meter = OverlapMeter()
     senders, per_sender, timer_keys, wanted_ticks = 4, 100, 4, 40
     lock = threading.Lock()
@@ -137,7 +137,7 @@ def test_spotwide_spot_handlers_and_timers_never_overlap(harness: Harness) -> No
         assert meter.most_inside == 1
 
 
-def test_per_actor_spot_timer_ticks_overlap_its_own_handlers(harness: Harness) -> None:
+def test_per_actor_spot_timer_ticks_overlap_its_own_handlers(harness: HostHarness) -> None:
     clock = ManualClock()
     entered = threading.Event()
     tick_ran = threading.Event()
@@ -162,7 +162,7 @@ def test_per_actor_spot_timer_ticks_overlap_its_own_handlers(harness: Harness) -
     assert reply.result(WAIT) is True
 
 
-def test_per_actor_spot_timers_overlap_each_other(harness: Harness) -> None:
+def test_per_actor_spot_timers_overlap_each_other(harness: HostHarness) -> None:
     clock = ManualClock()
     b_ran = threading.Event()
     a_saw_b: list[bool] = []
@@ -191,7 +191,7 @@ def test_per_actor_spot_timers_overlap_each_other(harness: Harness) -> None:
     assert a_saw_b == [True]
 
 
-def test_entry_spot_actors_run_concurrently_with_each_other(harness: Harness) -> None:
+def test_entry_spot_actors_run_concurrently_with_each_other(harness: HostHarness) -> None:
     entered = threading.Event()
     signalled = threading.Event()
     spots_seen: list[str] = []
@@ -223,7 +223,7 @@ def test_entry_spot_actors_run_concurrently_with_each_other(harness: Harness) ->
     assert spots_seen == [host.entry_spot_id, host.entry_spot_id]
 
 
-def test_actor_payloads_go_to_the_actors_own_queue(harness: Harness) -> None:
+def test_actor_payloads_go_to_the_actors_own_queue(harness: HostHarness) -> None:
     latch = harness.latch()
     entered = threading.Event()
 
@@ -254,7 +254,7 @@ def test_actor_payloads_go_to_the_actors_own_queue(harness: Harness) -> None:
 
 
 def test_done_callback_added_in_a_turn_runs_later_under_that_owners_gate(
-    harness: Harness,
+    harness: HostHarness,
 ) -> None:
     source: CompletionSource[int] = CompletionSource()
     latch = harness.latch()

@@ -27,9 +27,9 @@ from zlink_actors import (
     SpotRef,
     handler,
 )
+from zlink_actors.testing import HostHarness
 
 from ._support import Note, Ping, Pong
-from .conftest import Harness
 
 
 class Where(msgspec.Struct, frozen=True):
@@ -71,7 +71,7 @@ def test_two_classes_with_one_type_name_in_a_host_is_a_configuration_error() -> 
         Host(spots=[First], actors=[Second])
 
 
-def test_messages_are_dispatched_by_their_annotated_type(harness: Harness) -> None:
+def test_messages_are_dispatched_by_their_annotated_type(harness: HostHarness) -> None:
     class Room(Spot):
         @handler
         def ping(self, ctx: SpotContext, msg: Ping) -> str:
@@ -88,7 +88,7 @@ def test_messages_are_dispatched_by_their_annotated_type(harness: Harness) -> No
     assert host.request_to_spot("room", Note()).submit_sync() == "note"
 
 
-def test_each_owner_kind_sees_its_own_context(harness: Harness) -> None:
+def test_each_owner_kind_sees_its_own_context(harness: HostHarness) -> None:
     class Room(Spot):
         @handler
         def where(self, ctx: SpotContext, msg: Where) -> tuple[str, str]:
@@ -118,7 +118,7 @@ def test_each_owner_kind_sees_its_own_context(harness: Harness) -> None:
 
 
 def test_get_or_create_creates_once_and_then_finds_the_existing_object(
-    harness: Harness,
+    harness: HostHarness,
 ) -> None:
     class Room(Spot):
         @handler
@@ -167,7 +167,7 @@ def test_a_channel_name_that_is_not_1_to_255_utf8_bytes_is_a_configuration_error
     ids=["empty", "256-ascii", "256-bytes", "lone-surrogate", "int", "none"],
 )
 def test_a_bad_channel_name_is_refused_at_the_builder(
-    harness: Harness, name: object, error: type[Exception]
+    harness: HostHarness, name: object, error: type[Exception]
 ) -> None:
     host = harness.host(channels={"echo": Echo})
 
@@ -178,7 +178,7 @@ def test_a_bad_channel_name_is_refused_at_the_builder(
 
 
 def test_a_channel_name_of_exactly_255_utf8_bytes_is_registered_and_reachable(
-    harness: Harness,
+    harness: HostHarness,
 ) -> None:
     name = "€" * 85
     assert len(name.encode("utf-8")) == 255
@@ -297,7 +297,7 @@ def test_a_class_whose_constructor_needs_arguments_is_a_configuration_error() ->
 
 
 def test_a_constructor_with_defaults_registers_and_one_that_raises_fails_at_creation(
-    harness: Harness,
+    harness: HostHarness,
 ) -> None:
     class Defaults(Spot):
         def __init__(self, size: int = 3, *extra: object, **options: object) -> None:

@@ -28,9 +28,9 @@ from zlink_actors import (
     _spot_timers,
     handler,
 )
+from zlink_actors.testing import WAIT, HostHarness, advance_and_settle
 
-from ._support import WAIT, Note, Ping, Pong, settle_timer_heap
-from .conftest import Harness
+from ._support import Note, Ping, Pong
 
 
 class _Planted(RuntimeError):
@@ -42,7 +42,7 @@ def _raise(*args: object) -> None:
 
 
 def test_a_failing_timer_rearm_leaves_the_spot_serving(
-    harness: Harness, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    harness: HostHarness, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     ticked = threading.Event()
 
@@ -65,7 +65,7 @@ def test_a_failing_timer_rearm_leaves_the_spot_serving(
     monkeypatch.setattr(_spot_timers._Timer, "tick_done", _raise)
 
     with caplog.at_level(logging.ERROR, logger="zlink_actors"):
-        settle_timer_heap(host, clock, 1.0)
+        advance_and_settle(host, clock, 1.0)
         assert ticked.wait(WAIT)
         assert host.request_to_spot("s", Ping(3)).timeout(60).submit_sync() == Pong(3)
     assert host.statistics().internal_errors == 1
@@ -74,7 +74,7 @@ def test_a_failing_timer_rearm_leaves_the_spot_serving(
 
 
 def test_a_failing_post_turn_step_of_a_one_way_message_leaves_the_spot_serving(
-    harness: Harness, monkeypatch: pytest.MonkeyPatch
+    harness: HostHarness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     handled = threading.Event()
 
@@ -101,7 +101,7 @@ def test_a_failing_post_turn_step_of_a_one_way_message_leaves_the_spot_serving(
 
 
 def test_a_failing_reply_step_ends_the_request_with_internal_failure(
-    harness: Harness, monkeypatch: pytest.MonkeyPatch
+    harness: HostHarness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     class Room(Spot):
         @handler
@@ -122,7 +122,7 @@ def test_a_failing_reply_step_ends_the_request_with_internal_failure(
 
 
 def test_a_fault_in_the_batch_loop_loses_no_taken_record(
-    harness: Harness, monkeypatch: pytest.MonkeyPatch
+    harness: HostHarness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     entered = threading.Event()
     latch = harness.latch()

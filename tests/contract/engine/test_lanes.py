@@ -27,15 +27,15 @@ from zlink_actors import (
     UnavailableError,
     handler,
 )
+from zlink_actors.testing import WAIT, HostHarness
 
-from ._support import WAIT, Boom, Hold, Note, Ping, Probe
-from .conftest import Harness
+from ._support import Boom, Hold, Note, Ping, Probe
 
 
 class Mailroom:
     """A Spot class built per test: `Hold` blocks on a latch, `Note`s are recorded."""
 
-    def __init__(self, harness: Harness, last_note: int = -1) -> None:
+    def __init__(self, harness: HostHarness, last_note: int = -1) -> None:
         self.latch = harness.latch()
         self.entered = threading.Event()
         self.saw_last = threading.Event()
@@ -66,7 +66,7 @@ class Mailroom:
 
 
 def test_sends_to_a_full_queue_wait_and_are_admitted_in_fifo_order_exactly_once(
-    harness: Harness,
+    harness: HostHarness,
 ) -> None:
     room = Mailroom(harness, last_note=3)
     host = harness.host(spots=[room.cls], application_lane_items=2)
@@ -91,7 +91,7 @@ def test_sends_to_a_full_queue_wait_and_are_admitted_in_fifo_order_exactly_once(
 
 
 def test_request_to_a_full_queue_fails_at_once_with_capacity_exceeded(
-    harness: Harness,
+    harness: HostHarness,
 ) -> None:
     room = Mailroom(harness, last_note=0)
     host = harness.host(spots=[room.cls], application_lane_items=2)
@@ -113,7 +113,7 @@ def test_request_to_a_full_queue_fails_at_once_with_capacity_exceeded(
 
 
 def test_one_way_handler_failure_keeps_the_send_result_and_counts_a_failure(
-    harness: Harness, caplog: pytest.LogCaptureFixture
+    harness: HostHarness, caplog: pytest.LogCaptureFixture
 ) -> None:
     room = Mailroom(harness)
     host = harness.host(spots=[room.cls])
@@ -134,7 +134,7 @@ def test_one_way_handler_failure_keeps_the_send_result_and_counts_a_failure(
 
 
 def test_send_waiting_for_space_when_shutdown_starts_ends_with_shutting_down(
-    harness: Harness,
+    harness: HostHarness,
 ) -> None:
     room = Mailroom(harness)
     host = harness.host(spots=[room.cls], application_lane_items=1)
@@ -157,7 +157,7 @@ def test_send_waiting_for_space_when_shutdown_starts_ends_with_shutting_down(
     assert room.notes == []  # the waiting send was never admitted
 
 
-def test_lane_slot_stays_reserved_while_an_async_handler_awaits(harness: Harness) -> None:
+def test_lane_slot_stays_reserved_while_an_async_handler_awaits(harness: HostHarness) -> None:
     job = harness.job()
     notes: list[int] = []
 
@@ -191,7 +191,7 @@ def test_lane_slot_stays_reserved_while_an_async_handler_awaits(harness: Harness
 
 
 def test_lane_slot_stays_reserved_across_yield_although_the_gate_is_released(
-    harness: Harness,
+    harness: HostHarness,
 ) -> None:
     job = harness.job()
     room = Mailroom(harness, last_note=2)
@@ -240,7 +240,7 @@ class PausingToken(CancellationToken):
 
 
 def test_send_that_starts_waiting_while_the_host_drains_ends_with_shutting_down(
-    harness: Harness,
+    harness: HostHarness,
 ) -> None:
     room = Mailroom(harness)
     host = harness.host(spots=[room.cls], application_lane_items=1)
@@ -278,7 +278,7 @@ def test_send_that_starts_waiting_while_the_host_drains_ends_with_shutting_down(
 
 
 def test_send_to_a_target_behind_your_own_gate_never_waits_even_when_full(
-    harness: Harness,
+    harness: HostHarness,
 ) -> None:
     go = harness.latch()
     entered = threading.Event()
@@ -319,7 +319,7 @@ def test_send_to_a_target_behind_your_own_gate_never_waits_even_when_full(
     assert notes == [0, 1, 2, 9]
 
 
-def test_observers_of_waiting_sends_hear_of_their_admission_once(harness: Harness) -> None:
+def test_observers_of_waiting_sends_hear_of_their_admission_once(harness: HostHarness) -> None:
     # A waiting send's result shares its target's gate lock and is settled inside the
     # critical section that admits it: callbacks and blocked readers must still hear.
     room = Mailroom(harness, last_note=3)
@@ -374,7 +374,7 @@ def _unobserved_logs(caplog: pytest.LogCaptureFixture) -> list[str]:
 
 @pytest.mark.parametrize("observer", ["none", "timed_out_read", "callback"])
 def test_a_waiting_send_that_fails_on_close_is_logged_at_debug_only_when_nothing_observes_it(
-    harness: Harness, caplog: pytest.LogCaptureFixture, observer: str
+    harness: HostHarness, caplog: pytest.LogCaptureFixture, observer: str
 ) -> None:
     room = Mailroom(harness)
     host = harness.host(spots=[room.cls], application_lane_items=1)
@@ -407,7 +407,7 @@ def test_a_waiting_send_that_fails_on_close_is_logged_at_debug_only_when_nothing
 
 
 def test_a_waiting_send_ended_by_shutdown_that_nothing_observes_is_logged_at_debug(
-    harness: Harness, caplog: pytest.LogCaptureFixture
+    harness: HostHarness, caplog: pytest.LogCaptureFixture
 ) -> None:
     room = Mailroom(harness)
     host = harness.host(spots=[room.cls], application_lane_items=1)

@@ -24,9 +24,9 @@ from zlink_actors import (
     completion_dispatcher,
     handler,
 )
+from zlink_actors.testing import WAIT, HostHarness
 
-from ._support import WAIT, Hit, Hold, Ping, Pong
-from .conftest import Harness
+from ._support import Hit, Hold, Ping, Pong
 
 
 class Room(Spot):
@@ -46,7 +46,7 @@ class Draining:
     send ending with `ShuttingDownError` is the signal that the seal happened.
     """
 
-    def __init__(self, harness: Harness) -> None:
+    def __init__(self, harness: HostHarness) -> None:
         self.latch = harness.latch()
         self.entered = threading.Event()
         self.after_seal: list[str] = []
@@ -93,7 +93,7 @@ class Draining:
 
 
 def test_host_moves_from_preparing_to_serving_to_draining_to_stopped(
-    harness: Harness,
+    harness: HostHarness,
 ) -> None:
     host = Host(spots=[Room])
     assert host.state is HostState.PREPARING
@@ -111,7 +111,7 @@ def test_host_moves_from_preparing_to_serving_to_draining_to_stopped(
     assert result.outcome is ShutdownOutcome.STOPPED
 
 
-def test_work_accepted_before_the_seal_still_runs_and_replies(harness: Harness) -> None:
+def test_work_accepted_before_the_seal_still_runs_and_replies(harness: HostHarness) -> None:
     draining = Draining(harness)
 
     result = draining.finish()
@@ -120,7 +120,7 @@ def test_work_accepted_before_the_seal_still_runs_and_replies(harness: Harness) 
     assert result.forced_operations == 0
 
 
-def test_handler_calls_after_the_seal_complete_with_shutting_down(harness: Harness) -> None:
+def test_handler_calls_after_the_seal_complete_with_shutting_down(harness: HostHarness) -> None:
     draining = Draining(harness)
 
     draining.finish()
@@ -146,7 +146,7 @@ def _calls(host: Host) -> dict[str, Callable[[], Completion[object]]]:
 
 
 @pytest.mark.parametrize("call", ["send", "request", "cpu_worker", "io_worker", "get_or_create"])
-def test_calls_after_shutdown_complete_with_shutting_down(harness: Harness, call: str) -> None:
+def test_calls_after_shutdown_complete_with_shutting_down(harness: HostHarness, call: str) -> None:
     host = harness.host(spots=[Room])
     host.spots.get_or_create("room", Room).submit_sync()
     assert host.shutdown(deadline=WAIT).outcome is ShutdownOutcome.STOPPED
@@ -166,7 +166,7 @@ def test_calls_before_start_raise_invalid_operation(call: str) -> None:
     assert host.state is HostState.PREPARING
 
 
-def test_start_after_shutdown_raises_invalid_operation(harness: Harness) -> None:
+def test_start_after_shutdown_raises_invalid_operation(harness: HostHarness) -> None:
     host = harness.host(spots=[Room])
     host.shutdown(deadline=WAIT)
 
@@ -175,7 +175,7 @@ def test_start_after_shutdown_raises_invalid_operation(harness: Harness) -> None
     assert host.state is HostState.STOPPED
 
 
-def test_shutdown_completes_a_pending_request_exactly_once(harness: Harness) -> None:
+def test_shutdown_completes_a_pending_request_exactly_once(harness: HostHarness) -> None:
     latch = harness.latch()
     entered = threading.Event()
     exited = threading.Event()
@@ -209,7 +209,7 @@ def test_shutdown_completes_a_pending_request_exactly_once(harness: Harness) -> 
         pending.result()
 
 
-def test_shutdown_inside_a_handler_raises_invalid_operation(harness: Harness) -> None:
+def test_shutdown_inside_a_handler_raises_invalid_operation(harness: HostHarness) -> None:
     class Stopper(Spot):
         @handler
         def stop(self, ctx: SpotContext, msg: Ping) -> str:
@@ -226,7 +226,7 @@ def test_shutdown_inside_a_handler_raises_invalid_operation(harness: Harness) ->
     assert host.state is HostState.SERVING
 
 
-def test_ten_thousand_idle_spots_add_no_thread(harness: Harness) -> None:
+def test_ten_thousand_idle_spots_add_no_thread(harness: HostHarness) -> None:
     host = harness.host(spots=[Room], app_threads=2)
     host.spots.get_or_create("warm-up", Room).submit_sync()
     assert host.request_to_spot("warm-up", Ping(1), reply=Pong).submit_sync() == Pong(1)

@@ -11,9 +11,7 @@ import threading
 import pytest
 
 from zlink_actors import Host, Spot, SpotContext, handler
-
-from ._support import WAIT
-from .conftest import Harness
+from zlink_actors.testing import WAIT, HostHarness
 
 
 class Bag(dict[str, object]):
@@ -55,7 +53,7 @@ class Shop(Spot):
         return msg
 
 
-def open_shop(harness: Harness) -> tuple[Host, Shop]:
+def open_shop(harness: HostHarness) -> tuple[Host, Shop]:
     """A Host with one Shop, and that Shop's instance (the framework constructs it)."""
     made: list[Shop] = []
 
@@ -72,7 +70,7 @@ def open_shop(harness: Harness) -> tuple[Host, Shop]:
 
 @pytest.mark.parametrize("kind", ["dict subclass", "dataclass"])
 def test_a_one_way_payload_that_is_not_a_struct_reaches_the_handler_as_the_same_object(
-    harness: Harness, kind: str
+    harness: HostHarness, kind: str
 ) -> None:
     host, shop = open_shop(harness)
     payload = make_payload(kind)
@@ -86,7 +84,7 @@ def test_a_one_way_payload_that_is_not_a_struct_reaches_the_handler_as_the_same_
 
 @pytest.mark.parametrize("kind", ["dict subclass", "dataclass"])
 def test_a_request_payload_and_its_reply_that_are_not_structs_travel_as_the_same_objects(
-    harness: Harness, kind: str
+    harness: HostHarness, kind: str
 ) -> None:
     host, shop = open_shop(harness)
     payload = make_payload(kind)

@@ -21,9 +21,9 @@ from zlink_actors import (
     SpotContext,
     handler,
 )
+from zlink_actors.testing import WAIT, HostHarness
 
-from ._support import WAIT, Hold, Ping, Pong
-from .conftest import Harness
+from ._support import Hold, Ping, Pong
 
 POOL_THREADS = 2
 
@@ -31,7 +31,7 @@ POOL_THREADS = 2
 class Stuck:
     """A Host whose whole application pool is blocked inside handlers."""
 
-    def __init__(self, harness: Harness) -> None:
+    def __init__(self, harness: HostHarness) -> None:
         self.latch = harness.latch()
         self.entered = threading.Semaphore(0)
         self.exited = threading.Semaphore(0)
@@ -68,7 +68,7 @@ class Stuck:
 
 
 @pytest.fixture
-def stuck(harness: Harness) -> Iterator[Stuck]:
+def stuck(harness: HostHarness) -> Iterator[Stuck]:
     stuck = Stuck(harness)
     try:
         yield stuck

@@ -24,9 +24,9 @@ from zlink_actors import (
     SpotContext,
     handler,
 )
+from zlink_actors.testing import WAIT, HostHarness
 
-from ._support import WAIT, Hit, Note, Ping, Probe
-from .conftest import Harness
+from ._support import Hit, Note, Ping, Probe
 
 
 class Counter:
@@ -39,7 +39,7 @@ class Counter:
 
 @pytest.mark.parametrize("kind", ["spot", "actor", "channel"])
 def test_awaited_request_to_yourself_raises_invalid_operation_before_submission(
-    harness: Harness, kind: str
+    harness: HostHarness, kind: str
 ) -> None:
     seen = Counter()
 
@@ -112,7 +112,7 @@ def test_awaited_request_to_yourself_raises_invalid_operation_before_submission(
 
 
 def test_request_to_your_own_spot_from_a_sync_handler_raises_invalid_operation(
-    harness: Harness,
+    harness: HostHarness,
 ) -> None:
     seen = Counter()
 
@@ -141,7 +141,7 @@ def test_request_to_your_own_spot_from_a_sync_handler_raises_invalid_operation(
 
 
 def test_self_send_is_admitted_at_once_and_handled_after_work_already_queued(
-    harness: Harness,
+    harness: HostHarness,
 ) -> None:
     go = harness.latch()
     entered = threading.Event()
@@ -186,7 +186,7 @@ def test_self_send_is_admitted_at_once_and_handled_after_work_already_queued(
 
 
 def test_submit_sync_inside_a_handler_raises_invalid_operation_and_submits_nothing(
-    harness: Harness,
+    harness: HostHarness,
 ) -> None:
     seen = Counter()
 
@@ -232,7 +232,7 @@ def test_submit_sync_inside_a_handler_raises_invalid_operation_and_submits_nothi
 
 
 def test_blocking_on_an_unsettled_completion_inside_a_handler_raises_invalid_operation(
-    harness: Harness,
+    harness: HostHarness,
 ) -> None:
     unsettled: CompletionSource[int] = CompletionSource()
     settled: CompletionSource[int] = CompletionSource()

@@ -26,9 +26,9 @@ from zlink_actors import (
     SpotContext,
     handler,
 )
+from zlink_actors.testing import HostHarness
 
 from ._support import Note, Pong
-from .conftest import Harness
 
 
 class Give(msgspec.Struct, frozen=True):
@@ -90,7 +90,7 @@ NOT_CONFORMING = [
 ]
 
 
-def _room(harness: Harness, **options: object) -> Host:
+def _room(harness: HostHarness, **options: object) -> Host:
     host = harness.host(spots=[Room], actors=[Player], **options)
     host.spots.get_or_create("room", Room).submit_sync()
     host.actors.get_or_create("ana", Player).submit_sync()
@@ -110,7 +110,7 @@ def _request(host: Host, kind: str, terminator: str, value: object, reply: objec
 @pytest.mark.parametrize("terminator", ["submit_sync", "submit"])
 @pytest.mark.parametrize(("reply", "value"), CONFORMING)
 def test_a_reply_that_conforms_to_reply_is_delivered_as_is(
-    harness: Harness, reply: object, value: object, terminator: str
+    harness: HostHarness, reply: object, value: object, terminator: str
 ) -> None:
     host = _room(harness)
 
@@ -120,7 +120,7 @@ def test_a_reply_that_conforms_to_reply_is_delivered_as_is(
 @pytest.mark.parametrize("terminator", ["submit_sync", "submit"])
 @pytest.mark.parametrize(("reply", "value"), NOT_CONFORMING)
 def test_a_reply_that_does_not_conform_to_reply_fails_with_protocol_error(
-    harness: Harness, reply: object, value: object, terminator: str
+    harness: HostHarness, reply: object, value: object, terminator: str
 ) -> None:
     host = _room(harness)
 
@@ -131,7 +131,7 @@ def test_a_reply_that_does_not_conform_to_reply_fails_with_protocol_error(
 
 @pytest.mark.parametrize("kind", ["spot", "actor"])
 def test_reply_types_hold_for_every_target_and_on_a_manual_clock(
-    harness: Harness, kind: str
+    harness: HostHarness, kind: str
 ) -> None:
     host = _room(harness, clock=ManualClock())  # the general (timer-backed) request path
     items = [1, 2]
@@ -141,7 +141,7 @@ def test_reply_types_hold_for_every_target_and_on_a_manual_clock(
         _request(host, kind, "submit_sync", ["x"], list[int])
 
 
-def test_a_protocol_error_says_what_was_expected_and_why(harness: Harness) -> None:
+def test_a_protocol_error_says_what_was_expected_and_why(harness: HostHarness) -> None:
     host = _room(harness)
 
     with pytest.raises(ProtocolError) as caught:
@@ -164,7 +164,7 @@ class _NotRuntime(Protocol):
     ids=["int-value", "str", "union-with-custom-class", "untagged-Struct-union", "Protocol"],
 )
 def test_a_reply_type_msgspec_cannot_handle_is_a_type_error_at_the_builder(
-    harness: Harness, reply: object
+    harness: HostHarness, reply: object
 ) -> None:
     host = _room(harness)
 

@@ -33,9 +33,9 @@ from zlink_actors import (
     completion_dispatcher,
     handler,
 )
+from zlink_actors.testing import WAIT, HostHarness
 
-from ._support import WAIT, Hit, Hold, Note, Ping, Pong, Probe
-from .conftest import Harness
+from ._support import Hit, Hold, Note, Ping, Pong, Probe
 
 
 class Fail(msgspec.Struct, frozen=True):
@@ -45,7 +45,7 @@ class Fail(msgspec.Struct, frozen=True):
 class Desk:
     """A Spot class built per test: `Hold` blocks on a latch and then replies."""
 
-    def __init__(self, harness: Harness) -> None:
+    def __init__(self, harness: HostHarness) -> None:
         self.latch = harness.latch()
         self.entered = threading.Event()
         self.hits = 0
@@ -87,7 +87,7 @@ class Desk:
         self.cls = Room
 
 
-def _room(harness: Harness, **options: object) -> tuple[Host, Desk]:
+def _room(harness: HostHarness, **options: object) -> tuple[Host, Desk]:
     desk = Desk(harness)
     host = harness.host(spots=[desk.cls], **options)
     host.spots.get_or_create("room", desk.cls).submit_sync()
@@ -115,7 +115,7 @@ class Echo(ChannelHandler):
 @pytest.mark.parametrize("terminator", ["request", "send"])
 @pytest.mark.parametrize("kind", ["spot", "actor", "channel"])
 def test_call_to_an_unknown_target_fails_with_not_found(
-    harness: Harness, kind: str, terminator: str
+    harness: HostHarness, kind: str, terminator: str
 ) -> None:
     host = harness.host(spots=[], actors=[Counter], channels={"echo": Echo})
     calls: dict[tuple[str, str], Callable[[], Completion[Any]]] = {
@@ -132,7 +132,7 @@ def test_call_to_an_unknown_target_fails_with_not_found(
 
 
 def test_request_with_no_handler_for_the_payload_type_fails_with_not_found(
-    harness: Harness,
+    harness: HostHarness,
 ) -> None:
     class Unhandled(msgspec.Struct, frozen=True):
         pass
@@ -144,7 +144,7 @@ def test_request_with_no_handler_for_the_payload_type_fails_with_not_found(
 
 
 def test_timed_out_request_fails_with_deadline_exceeded_and_drops_the_late_reply(
-    harness: Harness,
+    harness: HostHarness,
 ) -> None:
     clock = ManualClock()
     host, desk = _room(harness, clock=clock)
@@ -167,7 +167,7 @@ def test_timed_out_request_fails_with_deadline_exceeded_and_drops_the_late_reply
 
 
 def test_handler_raising_a_zlink_error_fails_the_request_with_that_kind(
-    harness: Harness,
+    harness: HostHarness,
 ) -> None:
     host, _ = _room(harness)
 
@@ -177,7 +177,7 @@ def test_handler_raising_a_zlink_error_fails_the_request_with_that_kind(
 
 
 def test_handler_raising_another_exception_fails_with_internal_failure_and_its_cause(
-    harness: Harness,
+    harness: HostHarness,
 ) -> None:
     host, _ = _room(harness)
     before = host.statistics().handler_failures
@@ -191,7 +191,7 @@ def test_handler_raising_another_exception_fails_with_internal_failure_and_its_c
 
 @pytest.mark.parametrize("terminator", ["submit_sync", "submit"])
 def test_a_handler_raising_a_zlink_error_counts_as_a_handler_failure(
-    harness: Harness, terminator: str
+    harness: HostHarness, terminator: str
 ) -> None:
     host, _ = _room(harness)
     before = host.statistics().handler_failures
@@ -204,7 +204,7 @@ def test_a_handler_raising_a_zlink_error_counts_as_a_handler_failure(
 
 
 def test_a_wrong_reply_and_a_request_dropped_unrun_are_not_handler_failures(
-    harness: Harness,
+    harness: HostHarness,
 ) -> None:
     host, desk = _room(harness)
     with pytest.raises(ProtocolError):
@@ -223,7 +223,7 @@ def test_a_wrong_reply_and_a_request_dropped_unrun_are_not_handler_failures(
     assert host.statistics().handler_failures == 0
 
 
-def test_reply_of_the_wrong_type_fails_with_protocol_error(harness: Harness) -> None:
+def test_reply_of_the_wrong_type_fails_with_protocol_error(harness: HostHarness) -> None:
     host, _ = _room(harness)
 
     with pytest.raises(ProtocolError):
@@ -231,7 +231,7 @@ def test_reply_of_the_wrong_type_fails_with_protocol_error(harness: Harness) -> 
 
 
 def test_request_without_reply_type_returns_whatever_the_handler_returned(
-    harness: Harness,
+    harness: HostHarness,
 ) -> None:
     host, _ = _room(harness)
 
@@ -241,7 +241,7 @@ def test_request_without_reply_type_returns_whatever_the_handler_returned(
 
 
 def test_request_without_timeout_uses_the_hosts_default_request_timeout(
-    harness: Harness,
+    harness: HostHarness,
 ) -> None:
     clock = ManualClock()
     host, desk = _room(harness, clock=clock, default_request_timeout=2.0)
@@ -261,7 +261,7 @@ def test_request_without_timeout_uses_the_hosts_default_request_timeout(
 
 
 def test_requests_on_the_default_deadline_each_time_out_at_their_own_time(
-    harness: Harness,
+    harness: HostHarness,
 ) -> None:
     clock = ManualClock()
     host, desk = _room(harness, clock=clock, default_request_timeout=2.0)
@@ -291,7 +291,7 @@ def test_requests_on_the_default_deadline_each_time_out_at_their_own_time(
 
 
 def test_request_with_an_already_cancelled_token_is_cancelled_and_never_handled(
-    harness: Harness,
+    harness: HostHarness,
 ) -> None:
     host, _ = _room(harness)
     source = CancellationSource()
@@ -307,7 +307,7 @@ def test_request_with_an_already_cancelled_token_is_cancelled_and_never_handled(
     assert host.request_to_spot("room", Probe(), reply=int).submit_sync() == 0
 
 
-def test_cancelling_an_admitted_request_ends_only_the_callers_wait(harness: Harness) -> None:
+def test_cancelling_an_admitted_request_ends_only_the_callers_wait(harness: HostHarness) -> None:
     host, desk = _room(harness)
     source = CancellationSource()
     by_token = host.request_to_spot("room", Hold()).submit(cancel=source.token)
@@ -328,7 +328,7 @@ def test_cancelling_an_admitted_request_ends_only_the_callers_wait(harness: Harn
     assert host.statistics().pending_calls == 0
 
 
-def test_second_terminator_on_one_builder_raises_invalid_operation(harness: Harness) -> None:
+def test_second_terminator_on_one_builder_raises_invalid_operation(harness: HostHarness) -> None:
     host, _ = _room(harness)
     request = host.request_to_spot("room", Ping(1), reply=Pong)
     send = host.send_to_spot("room", Hit())
@@ -344,7 +344,7 @@ def test_second_terminator_on_one_builder_raises_invalid_operation(harness: Harn
     assert host.request_to_spot("room", Probe(), reply=int).submit_sync() == 1
 
 
-def test_handler_sees_the_metadata_the_call_was_built_with(harness: Harness) -> None:
+def test_handler_sees_the_metadata_the_call_was_built_with(harness: HostHarness) -> None:
     host, desk = _room(harness)
 
     host.request_to_spot("room", Ping()).metadata("trace", "t-1").metadata("n", 2).submit_sync()
@@ -356,7 +356,7 @@ def test_handler_sees_the_metadata_the_call_was_built_with(harness: Harness) -> 
 
 @pytest.mark.stress
 def test_many_callers_waiting_cancelling_and_listening_each_see_their_own_request_once(
-    harness: Harness,
+    harness: HostHarness,
 ) -> None:
     # Requests' results share internals: several threads blocking on, cancelling and
     # adding callbacks to their own requests while replies land must each see only
@@ -396,7 +396,7 @@ def test_many_callers_waiting_cancelling_and_listening_each_see_their_own_reques
 
 @pytest.mark.stress
 def test_reply_cancel_and_timeout_racing_complete_a_request_exactly_once(
-    harness: Harness,
+    harness: HostHarness,
 ) -> None:
     clock = ManualClock()
     barrier = threading.Barrier(2)
@@ -432,7 +432,7 @@ class Bulky:
 
 
 def test_answered_requests_are_not_kept_alive_behind_a_pending_deadline(
-    harness: Harness,
+    harness: HostHarness,
 ) -> None:
     # Found by review: answered requests waited in the timer FIFO behind the live
     # deadline of a slow one, keeping their replies alive until that deadline passed.

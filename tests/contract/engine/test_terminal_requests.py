@@ -23,9 +23,9 @@ from zlink_actors import (
     SpotContext,
     handler,
 )
+from zlink_actors.testing import WAIT, HostHarness
 
-from ._support import WAIT, Hold, Note, Ping, Probe
-from .conftest import Harness
+from ._support import Hold, Note, Ping, Probe
 
 
 class Deposit(msgspec.Struct, frozen=True):
@@ -35,7 +35,7 @@ class Deposit(msgspec.Struct, frozen=True):
 class Bank:
     """A Spot class: `Hold` blocks on a latch; `Deposit` adds to the balance."""
 
-    def __init__(self, harness: Harness, name: str = "Account") -> None:
+    def __init__(self, harness: HostHarness, name: str = "Account") -> None:
         self.latch = harness.latch()
         self.entered = threading.Event()
         self.balance = 100
@@ -63,14 +63,14 @@ class Bank:
         self.cls = Account
 
 
-def _bank(harness: Harness, **options: object) -> tuple[Any, Bank]:
+def _bank(harness: HostHarness, **options: object) -> tuple[Any, Bank]:
     bank = Bank(harness)
     host = harness.host(spots=[bank.cls], **options)
     host.spots.get_or_create("acct", bank.cls).submit_sync()
     return host, bank
 
 
-def test_a_request_cancelled_while_queued_never_runs_its_handler(harness: Harness) -> None:
+def test_a_request_cancelled_while_queued_never_runs_its_handler(harness: HostHarness) -> None:
     host, bank = _bank(harness)
     held = host.send_to_spot("acct", Hold()).submit()
     assert bank.entered.wait(WAIT)
@@ -86,7 +86,7 @@ def test_a_request_cancelled_while_queued_never_runs_its_handler(harness: Harnes
     assert bank.deposits == 0
 
 
-def test_a_request_that_expired_in_the_queue_never_runs_its_handler(harness: Harness) -> None:
+def test_a_request_that_expired_in_the_queue_never_runs_its_handler(harness: HostHarness) -> None:
     clock = ManualClock()
     host, bank = _bank(harness, clock=clock)
     host.send_to_spot("acct", Hold()).submit_sync()
@@ -107,7 +107,7 @@ def test_a_request_that_expired_in_the_queue_never_runs_its_handler(harness: Har
 
 
 def test_a_blocking_request_that_timed_out_in_the_queue_never_runs_its_handler(
-    harness: Harness,
+    harness: HostHarness,
 ) -> None:
     host, bank = _bank(harness)
     host.send_to_spot("acct", Hold()).submit_sync()
@@ -121,7 +121,7 @@ def test_a_blocking_request_that_timed_out_in_the_queue_never_runs_its_handler(
     assert bank.deposits == 0
 
 
-def test_opposite_transfers_that_time_out_and_refund_keep_the_total(harness: Harness) -> None:
+def test_opposite_transfers_that_time_out_and_refund_keep_the_total(harness: HostHarness) -> None:
     """The issue's bank: each transfer withdraws at once, deposits into the other account,
     and refunds when the deposit times out. Queued deposits must not run afterwards."""
     clock = ManualClock()
@@ -157,7 +157,9 @@ class Seen(msgspec.Struct, frozen=True):
     cancelled: bool
 
 
-def _reporting_spot(harness: Harness) -> tuple[type, threading.Event, threading.Event, list[Any]]:
+def _reporting_spot(
+    harness: HostHarness,
+) -> tuple[type, threading.Event, threading.Event, list[Any]]:
     entered = threading.Event()
     cancelled = threading.Event()
     seen: list[Any] = []
@@ -185,7 +187,7 @@ def _reporting_spot(harness: Harness) -> tuple[type, threading.Event, threading.
     return Reporter, entered, cancelled, seen
 
 
-def test_a_handler_sees_its_requests_deadline(harness: Harness) -> None:
+def test_a_handler_sees_its_requests_deadline(harness: HostHarness) -> None:
     clock = ManualClock()
     cls, _, _, _ = _reporting_spot(harness)
     host = harness.host(spots=[cls], clock=clock, default_request_timeout=5)
@@ -197,7 +199,7 @@ def test_a_handler_sees_its_requests_deadline(harness: Harness) -> None:
     assert on_default == Seen(finite=True, remaining=5.0, cancelled=False)
 
 
-def test_a_handler_of_a_blocking_request_sees_its_deadline(harness: Harness) -> None:
+def test_a_handler_of_a_blocking_request_sees_its_deadline(harness: HostHarness) -> None:
     cls, _, _, _ = _reporting_spot(harness)
     host = harness.host(spots=[cls])
     host.spots.get_or_create("r", cls).submit_sync()
@@ -208,7 +210,7 @@ def test_a_handler_of_a_blocking_request_sees_its_deadline(harness: Harness) -> 
     assert not seen.cancelled
 
 
-def test_a_one_way_handler_has_a_deadline_that_never_passes(harness: Harness) -> None:
+def test_a_one_way_handler_has_a_deadline_that_never_passes(harness: HostHarness) -> None:
     cls, entered, _, seen = _reporting_spot(harness)
     host = harness.host(spots=[cls])
     host.spots.get_or_create("r", cls).submit_sync()
@@ -218,7 +220,7 @@ def test_a_one_way_handler_has_a_deadline_that_never_passes(harness: Harness) ->
     assert seen == [(False, False)]
 
 
-def test_the_handlers_token_is_cancelled_when_its_caller_cancels(harness: Harness) -> None:
+def test_the_handlers_token_is_cancelled_when_its_caller_cancels(harness: HostHarness) -> None:
     cls, entered, _, _ = _reporting_spot(harness)
     host = harness.host(spots=[cls])
     host.spots.get_or_create("r", cls).submit_sync()
@@ -235,7 +237,7 @@ def test_the_handlers_token_is_cancelled_when_its_caller_cancels(harness: Harnes
 
 
 def test_the_handlers_token_is_cancelled_when_a_blocking_callers_deadline_passes(
-    harness: Harness,
+    harness: HostHarness,
 ) -> None:
     cls, entered, cancelled, _ = _reporting_spot(harness)
     host = harness.host(spots=[cls])

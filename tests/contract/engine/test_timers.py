@@ -6,7 +6,7 @@ key bumps its generation (queued ticks of the old one are skipped); cancelling s
 ticks not yet started and never interrupts a running one. Tick fields: `delivery_index`
 contiguous, `scheduled_index` never decreasing, `skipped_ticks` = gap - 1.
 
-Time is a `ManualClock`. `settle_timer_heap` moves it and waits until the Host's timer
+Time is a `ManualClock`. `advance_and_settle` moves it and waits until the Host's timer
 heap fired everything due; a `Probe` to the Spot then waits until those ticks ran.
 """
 
@@ -26,9 +26,9 @@ from zlink_actors import (
     TimerTick,
     handler,
 )
+from zlink_actors.testing import WAIT, HostHarness, advance_and_settle
 
-from ._support import NEGATIVE_WAIT, WAIT, Hold, Probe, flush_ticks, settle_timer_heap
-from .conftest import Harness
+from ._support import NEGATIVE_WAIT, Hold, Probe, flush_ticks
 
 TickCallback = Callable[[SpotContext, TimerTick], None]
 
@@ -53,7 +53,7 @@ class Clocked:
 
     def __init__(
         self,
-        harness: Harness,
+        harness: HostHarness,
         on_tick: TickCallback,
         policy: OverrunPolicy = OverrunPolicy.SKIP_LATE_TICKS,
         max_catch_up: int = 1,
@@ -100,13 +100,13 @@ class Clocked:
         self.host.request_to_spot("room", Probe()).submit_sync()
 
     def settle(self, seconds: float) -> None:
-        settle_timer_heap(self.host, self.clock, seconds)
+        advance_and_settle(self.host, self.clock, seconds)
 
     def flush(self) -> None:
         flush_ticks(self.host, self.clock, "room")
 
 
-def test_due_tick_is_a_record_that_waits_for_the_spotwide_gate(harness: Harness) -> None:
+def test_due_tick_is_a_record_that_waits_for_the_spotwide_gate(harness: HostHarness) -> None:
     ticks: queue.Queue[tuple[TimerTick, bool]] = queue.Queue()
     clocked: Clocked
 
@@ -127,7 +127,7 @@ def test_due_tick_is_a_record_that_waits_for_the_spotwide_gate(harness: Harness)
     assert busy_during_tick is False
 
 
-def test_restarting_a_key_skips_its_stale_queued_tick(harness: Harness) -> None:
+def test_restarting_a_key_skips_its_stale_queued_tick(harness: HostHarness) -> None:
     ticks: queue.Queue[tuple[str, TimerTick]] = queue.Queue()
 
     def old(ctx: SpotContext, tick: TimerTick) -> None:
@@ -152,7 +152,7 @@ def test_restarting_a_key_skips_its_stale_queued_tick(harness: Harness) -> None:
     assert _fields(tick) == (1, 1, 0)
 
 
-def test_cancelling_a_key_stops_its_queued_and_future_ticks(harness: Harness) -> None:
+def test_cancelling_a_key_stops_its_queued_and_future_ticks(harness: HostHarness) -> None:
     ticks: queue.Queue[TimerTick] = queue.Queue()
     clocked = Clocked(
         harness, lambda ctx, tick: ticks.put(tick), on_hold=lambda ctx: ctx.timers.cancel("t")
@@ -173,7 +173,7 @@ def test_cancelling_a_key_stops_its_queued_and_future_ticks(harness: Harness) ->
 
 
 def test_cancelling_a_running_tick_lets_it_finish_and_arms_no_next_tick(
-    harness: Harness,
+    harness: HostHarness,
 ) -> None:
     latch = harness.latch()
     entered = threading.Event()
@@ -206,7 +206,7 @@ def test_cancelling_a_running_tick_lets_it_finish_and_arms_no_next_tick(
 
 
 def test_a_key_never_overlaps_itself_and_arms_its_next_tick_only_when_done(
-    harness: Harness,
+    harness: HostHarness,
 ) -> None:
     latch = harness.latch()
     entered = threading.Event()
@@ -246,7 +246,7 @@ def _overrunning(
     return on_tick, ticks
 
 
-def test_on_time_ticks_have_contiguous_indexes_and_skip_nothing(harness: Harness) -> None:
+def test_on_time_ticks_have_contiguous_indexes_and_skip_nothing(harness: HostHarness) -> None:
     ticks: queue.Queue[TimerTick] = queue.Queue()
     clocked = Clocked(harness, lambda ctx, tick: ticks.put(tick))
 
@@ -260,7 +260,7 @@ def test_on_time_ticks_have_contiguous_indexes_and_skip_nothing(harness: Harness
 
 
 def test_skip_late_ticks_delivers_the_next_future_tick_and_counts_the_skipped(
-    harness: Harness,
+    harness: HostHarness,
 ) -> None:
     clock = ManualClock()
     on_tick, ticks = _overrunning(clock, 2.5)
@@ -276,7 +276,7 @@ def test_skip_late_ticks_delivers_the_next_future_tick_and_counts_the_skipped(
 
 
 def test_catch_up_bounded_delivers_the_newest_late_tick_at_once_by_default(
-    harness: Harness,
+    harness: HostHarness,
 ) -> None:
     clock = ManualClock()
     on_tick, ticks = _overrunning(clock, 2.5)
@@ -294,7 +294,7 @@ def test_catch_up_bounded_delivers_the_newest_late_tick_at_once_by_default(
 
 
 def test_catch_up_bounded_delivers_up_to_max_catch_up_late_ticks_back_to_back(
-    harness: Harness,
+    harness: HostHarness,
 ) -> None:
     clock = ManualClock()
     on_tick, ticks = _overrunning(clock, 3.5)
@@ -312,7 +312,7 @@ def test_catch_up_bounded_delivers_up_to_max_catch_up_late_ticks_back_to_back(
 
 
 def test_delay_next_tick_comes_one_interval_after_the_late_tick_finished(
-    harness: Harness,
+    harness: HostHarness,
 ) -> None:
     clock = ManualClock()
     on_tick, ticks = _overrunning(clock, 2.5)

@@ -28,9 +28,9 @@ from zlink_actors import (
     SpotMode,
     handler,
 )
+from zlink_actors.testing import WAIT, HostHarness
 
-from ._support import NEGATIVE_WAIT, WAIT, Hit, Hold, Note, Ping, Pong, Probe
-from .conftest import Harness
+from ._support import NEGATIVE_WAIT, Hit, Hold, Note, Ping, Pong, Probe
 
 CALLS = ["request", "cpu_worker", "create"]
 
@@ -69,7 +69,7 @@ def _nothing_was_submitted(host: Host, worker_runs: list[int]) -> None:
     "caller", ["per_actor_spot", "entry_actor", "channel_handler", "sync_spotwide_handler"]
 )
 def test_ineligible_yield_raises_invalid_operation_before_anything_is_submitted(
-    harness: Harness, caller: str, call: str
+    harness: HostHarness, caller: str, call: str
 ) -> None:
     worker_runs: list[int] = []
 
@@ -134,7 +134,7 @@ def test_ineligible_yield_raises_invalid_operation_before_anything_is_submitted(
 
 @pytest.mark.parametrize("call", CALLS)
 def test_yield_from_an_application_thread_raises_invalid_operation_before_submitting(
-    harness: Harness, call: str
+    harness: HostHarness, call: str
 ) -> None:
     worker_runs: list[int] = []
     host = harness.host(spots=[Target], cpu_workers=1)
@@ -153,7 +153,7 @@ def test_yield_from_an_application_thread_raises_invalid_operation_before_submit
     _nothing_was_submitted(host, worker_runs)
 
 
-def test_spotwide_yield_releases_the_gate_while_it_waits(harness: Harness) -> None:
+def test_spotwide_yield_releases_the_gate_while_it_waits(harness: HostHarness) -> None:
     job = harness.job("worked")
 
     class Room(Spot):
@@ -178,7 +178,7 @@ def test_spotwide_yield_releases_the_gate_while_it_waits(harness: Harness) -> No
     assert slow.result(WAIT) == "worked"
 
 
-def test_yield_continuation_runs_behind_work_already_queued(harness: Harness) -> None:
+def test_yield_continuation_runs_behind_work_already_queued(harness: HostHarness) -> None:
     job = harness.job()
     latch = harness.latch()
     entered = threading.Event()
@@ -221,7 +221,7 @@ def test_yield_continuation_runs_behind_work_already_queued(harness: Harness) ->
     assert order == ["slow-start", "hold", "note1", "note2", "slow-resumed"]
 
 
-def test_yield_of_a_request_to_your_own_spotwide_spot_is_answered(harness: Harness) -> None:
+def test_yield_of_a_request_to_your_own_spotwide_spot_is_answered(harness: HostHarness) -> None:
     class Room(Spot):
         @handler
         async def outer(self, ctx: SpotContext, msg: Ping) -> Pong:
@@ -238,7 +238,7 @@ def test_yield_of_a_request_to_your_own_spotwide_spot_is_answered(harness: Harne
     assert host.request_to_spot("room", Ping(4), reply=Pong).submit_sync() == Pong(41)
 
 
-def test_await_submit_keeps_the_turn_so_the_next_message_waits(harness: Harness) -> None:
+def test_await_submit_keeps_the_turn_so_the_next_message_waits(harness: HostHarness) -> None:
     job = harness.job()
     ping_ran = threading.Event()
     order: list[str] = []
@@ -271,7 +271,7 @@ def test_await_submit_keeps_the_turn_so_the_next_message_waits(harness: Harness)
     assert order == ["slow-start", "slow-end", "ping"]
 
 
-def test_await_submit_frees_the_pool_thread_for_other_owners(harness: Harness) -> None:
+def test_await_submit_frees_the_pool_thread_for_other_owners(harness: HostHarness) -> None:
     job = harness.job()
 
     class Room(Spot):

@@ -12,11 +12,13 @@ from typing import Any
 import msgspec
 
 from zlink_actors import Actor, ActorManager, Host, RequestCall, Spot, SpotContext, SpotManager
+from zlink_actors.testing import HostHarness
+
+from .._support import NEGATIVE_WAIT
 
 __all__ = [
     "KINDS",
     "NEGATIVE_WAIT",
-    "WAIT",
     "Countdown",
     "base_class",
     "host_with",
@@ -33,11 +35,6 @@ __all__ = [
     "Probe",
     "Where",
 ]
-
-#: Upper bound for every wait that is expected to succeed.
-WAIT = 5.0
-#: How long a test watches for something that must not happen.
-NEGATIVE_WAIT = 0.2
 
 
 class Ping(msgspec.Struct, frozen=True):
@@ -104,7 +101,7 @@ def base_class(kind: str) -> type:
     return Spot if kind == "spot" else Actor
 
 
-def host_with(harness: Any, kind: str, *types: type, **options: object) -> Host:
+def host_with(harness: HostHarness, kind: str, *types: type, **options: Any) -> Host:
     return harness.host(**{f"{kind}s": list(types)}, **options)
 
 

@@ -1,25 +1,15 @@
-"""Fixtures for the object-model contract tests: the engine suite's harness, with four
-pool threads by default so that handlers held on latches leave room for the rest."""
+"""Fixtures for the object-model contract tests: the suite's harness, with four pool
+threads by default so that handlers held on latches leave room for the rest."""
 
 from collections.abc import Iterator
 
 import pytest
-from engine.conftest import Harness as EngineHarness
 
-from zlink_actors import Host
-
-
-class Harness(EngineHarness):
-    def host(self, **options: object) -> Host:
-        """A started Host; four pool threads unless told, so held handlers leave room."""
-        options.setdefault("app_threads", 4)
-        return super().host(**options)
+from zlink_actors.testing import HostHarness
 
 
 @pytest.fixture
-def harness() -> Iterator[Harness]:
-    harness = Harness()
-    try:
+def harness() -> Iterator[HostHarness]:
+    """A `HostHarness` whose Hosts have four pool threads unless told otherwise."""
+    with HostHarness(app_threads=4) as harness:
         yield harness
-    finally:
-        harness.close()

@@ -26,15 +26,15 @@ from zlink_actors import (
     SpotContext,
     handler,
 )
+from zlink_actors.testing import WAIT, HostHarness
 
-from ._support import WAIT, Hit, Hold, Marker, News, Ping, Probe
-from .conftest import Harness
+from ._support import Hit, Hold, Marker, News, Ping, Probe
 
 
 class Target:
     """A Spot "t" and an Actor "a" that count what reaches them."""
 
-    def __init__(self, harness: Harness) -> None:
+    def __init__(self, harness: HostHarness) -> None:
         self.hooked: list[str] = []
         self.handled: list[str] = []
         self.entered = threading.Event()
@@ -149,7 +149,7 @@ def _pre_cancelled_call(target: Target, op: str) -> Callable[[Any], Completion[A
     ],
 )
 def test_a_pre_cancelled_token_completes_the_call_cancelled_and_admits_nothing(
-    harness: Harness, op: str
+    harness: HostHarness, op: str
 ) -> None:
     target = Target(harness)
     host = target.host
@@ -183,7 +183,7 @@ def test_a_pre_cancelled_token_completes_the_call_cancelled_and_admits_nothing(
 
 @pytest.mark.parametrize("op", ["send", "request", "publish", "spot_create", "actor_create"])
 def test_submit_sync_with_a_pre_cancelled_token_raises_cancelled_and_admits_nothing(
-    harness: Harness, op: str
+    harness: HostHarness, op: str
 ) -> None:
     target = Target(harness)
     host = target.host
@@ -208,7 +208,7 @@ def test_submit_sync_with_a_pre_cancelled_token_raises_cancelled_and_admits_noth
 
 
 def test_cancelling_an_accepted_one_way_send_changes_nothing_and_it_is_still_delivered(
-    harness: Harness,
+    harness: HostHarness,
 ) -> None:
     target = Target(harness)
     host = target.host
@@ -231,7 +231,7 @@ def test_cancelling_an_accepted_one_way_send_changes_nothing_and_it_is_still_del
 @pytest.mark.parametrize("how", ["completion", "token"])
 @pytest.mark.parametrize("stage", ["queued", "running"])
 def test_cancelling_a_request_after_admission_ends_only_the_callers_wait(
-    harness: Harness, stage: str, how: str
+    harness: HostHarness, stage: str, how: str
 ) -> None:
     target = Target(harness)
     host = target.host

@@ -25,11 +25,11 @@ from zlink_actors import (
     _lifecycle,
     handler,
 )
+from zlink_actors.testing import WAIT, HostHarness
 
 from ._support import (
     KINDS,
     NEGATIVE_WAIT,
-    WAIT,
     Hold,
     Ping,
     Probe,
@@ -39,7 +39,6 @@ from ._support import (
     own_id,
     request_to,
 )
-from .conftest import Harness
 
 
 def _own_manager(ctx: Any) -> Any:
@@ -48,7 +47,7 @@ def _own_manager(ctx: Any) -> Any:
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_awaiting_a_close_of_your_own_object_completes_when_accepted(
-    harness: Harness, kind: str
+    harness: HostHarness, kind: str
 ) -> None:
     log: list[object] = []
     closed = threading.Event()
@@ -79,7 +78,7 @@ def test_awaiting_a_close_of_your_own_object_completes_when_accepted(
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_close_of_your_own_object_that_is_not_awaited_still_closes(
-    harness: Harness, kind: str
+    harness: HostHarness, kind: str
 ) -> None:
     closed = threading.Event()
 
@@ -103,7 +102,7 @@ def test_a_close_of_your_own_object_that_is_not_awaited_still_closes(
 class _Busy:
     """A handler held on a latch, and an `on_closing` that reports and can be held."""
 
-    def __init__(self, harness: Harness) -> None:
+    def __init__(self, harness: HostHarness) -> None:
         self.entered = threading.Event()
         self.latch = harness.latch()
         self.closing_started = threading.Event()
@@ -133,7 +132,7 @@ def _busy_type(kind: str, busy: _Busy) -> type:
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_close_whose_deadline_passes_before_on_closing_does_not_happen(
-    harness: Harness, kind: str
+    harness: HostHarness, kind: str
 ) -> None:
     clock = ManualClock()
     busy = _Busy(harness)
@@ -162,7 +161,9 @@ def test_a_close_whose_deadline_passes_before_on_closing_does_not_happen(
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_a_cancelled_close_before_on_closing_does_not_happen(harness: Harness, kind: str) -> None:
+def test_a_cancelled_close_before_on_closing_does_not_happen(
+    harness: HostHarness, kind: str
+) -> None:
     busy = _Busy(harness)
     cls = _busy_type(kind, busy)
     host = host_with(harness, kind, cls)
@@ -184,7 +185,7 @@ def test_a_cancelled_close_before_on_closing_does_not_happen(harness: Harness, k
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_completion_cancel_of_a_close_before_on_closing_withdraws_it(
-    harness: Harness, kind: str
+    harness: HostHarness, kind: str
 ) -> None:
     busy = _Busy(harness)
     cls = _busy_type(kind, busy)
@@ -204,7 +205,7 @@ def test_completion_cancel_of_a_close_before_on_closing_withdraws_it(
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_close_deadline_that_passes_after_on_closing_began_still_completes_true(
-    harness: Harness, kind: str
+    harness: HostHarness, kind: str
 ) -> None:
     clock = ManualClock()
     busy = _Busy(harness)
@@ -228,7 +229,7 @@ def test_a_close_deadline_that_passes_after_on_closing_began_still_completes_tru
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_close_goes_on_while_another_caller_still_waits_for_it(
-    harness: Harness, kind: str
+    harness: HostHarness, kind: str
 ) -> None:
     clock = ManualClock()
     busy = _Busy(harness)
@@ -252,7 +253,7 @@ def test_a_close_goes_on_while_another_caller_still_waits_for_it(
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_withdrawn_closes_leave_no_records_behind(harness: Harness, kind: str) -> None:
+def test_withdrawn_closes_leave_no_records_behind(harness: HostHarness, kind: str) -> None:
     busy = _Busy(harness)
     cls = _busy_type(kind, busy)
     host = host_with(harness, kind, cls)
@@ -272,7 +273,7 @@ def test_withdrawn_closes_leave_no_records_behind(harness: Harness, kind: str) -
 
 
 def test_a_deadline_and_a_cancel_of_one_close_racing_count_as_one_give_up(
-    harness: Harness, monkeypatch: pytest.MonkeyPatch
+    harness: HostHarness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Found by review: both of one caller's give-ups withdrew a close another caller
     still waited for."""

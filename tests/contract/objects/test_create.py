@@ -35,9 +35,9 @@ from zlink_actors import (
     TypeMismatchError,
     handler,
 )
+from zlink_actors.testing import WAIT, HostHarness
 
-from ._support import KINDS, WAIT, Hit, Ping, Probe, base_class, host_with, manager_of, request_to
-from .conftest import Harness
+from ._support import KINDS, Hit, Ping, Probe, base_class, host_with, manager_of, request_to
 
 
 def _ref_id(ref: SpotRef | ActorRef) -> str:
@@ -59,7 +59,7 @@ class Player(Actor):
 @pytest.mark.parametrize("style", ["plain", "async"])
 @pytest.mark.parametrize("kind", KINDS)
 def test_on_create_runs_once_before_ready_and_its_return_value_is_the_created_reply(
-    harness: Harness, kind: str, style: str
+    harness: HostHarness, kind: str, style: str
 ) -> None:
     requests: list[object] = []
     entered = threading.Event()
@@ -110,7 +110,7 @@ def test_on_create_runs_once_before_ready_and_its_return_value_is_the_created_re
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_on_create_returning_rejected_completes_with_rejected_and_leaves_the_id_free(
-    harness: Harness, kind: str
+    harness: HostHarness, kind: str
 ) -> None:
     constructed: list[object] = []
 
@@ -147,7 +147,7 @@ def test_on_create_returning_rejected_completes_with_rejected_and_leaves_the_id_
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_concurrent_get_or_create_of_one_id_runs_the_constructor_and_on_create_once(
-    harness: Harness, kind: str
+    harness: HostHarness, kind: str
 ) -> None:
     racers = 8
     constructed: list[str] = []
@@ -200,7 +200,7 @@ def test_concurrent_get_or_create_of_one_id_runs_the_constructor_and_on_create_o
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_callers_joining_a_held_creation_observe_its_one_created_and_later_ones_get_existing(
-    harness: Harness, kind: str
+    harness: HostHarness, kind: str
 ) -> None:
     hooked: list[object] = []
     entered = threading.Event()
@@ -239,7 +239,7 @@ def test_callers_joining_a_held_creation_observe_its_one_created_and_later_ones_
     assert hooked == ["first"]
 
 
-def test_create_builders_on_handler_contexts_complete_like_the_hosts(harness: Harness) -> None:
+def test_create_builders_on_handler_contexts_complete_like_the_hosts(harness: HostHarness) -> None:
     class Made(Spot):
         def on_create(self, ctx: SpotContext, request: object) -> str:
             return f"made with {request}"
@@ -286,7 +286,7 @@ def test_create_builders_on_handler_contexts_complete_like_the_hosts(harness: Ha
     assert pal == Created(ActorRef("pal", pal.ref.generation), "buddy pal")
 
 
-def test_spots_create_makes_a_new_spot_under_a_fresh_id_each_time(harness: Harness) -> None:
+def test_spots_create_makes_a_new_spot_under_a_fresh_id_each_time(harness: HostHarness) -> None:
     host = harness.host(spots=[Room])
 
     first = host.spots.create(Room).submit_sync()
@@ -299,7 +299,7 @@ def test_spots_create_makes_a_new_spot_under_a_fresh_id_each_time(harness: Harne
         assert host.request_to_spot(ref.spot_id, Probe()).submit_sync() == "room"
 
 
-def test_spots_create_mints_an_id_that_calls_can_address(harness: Harness) -> None:
+def test_spots_create_mints_an_id_that_calls_can_address(harness: HostHarness) -> None:
     class Long(Spot):
         # A legal registered name longer than an id may be: the minted id must still fit.
         type_name = "L" * 240
@@ -321,7 +321,7 @@ def test_spots_create_mints_an_id_that_calls_can_address(harness: Harness) -> No
 @pytest.mark.parametrize("stage", ["ready", "creating"])
 @pytest.mark.parametrize("kind", KINDS)
 def test_get_or_create_of_an_id_held_by_another_type_raises_type_mismatch(
-    harness: Harness, kind: str, stage: str
+    harness: HostHarness, kind: str, stage: str
 ) -> None:
     entered = threading.Event()
     latch = harness.latch()
@@ -358,7 +358,9 @@ def test_get_or_create_of_an_id_held_by_another_type_raises_type_mismatch(
 
 
 @pytest.mark.parametrize("stage", ["ready", "creating"])
-def test_create_of_an_existing_actor_id_raises_already_exists(harness: Harness, stage: str) -> None:
+def test_create_of_an_existing_actor_id_raises_already_exists(
+    harness: HostHarness, stage: str
+) -> None:
     hooked: list[object] = []
     entered = threading.Event()
     latch = harness.latch()
@@ -388,7 +390,7 @@ def test_create_of_an_existing_actor_id_raises_already_exists(harness: Harness, 
 
 @pytest.mark.parametrize("option", ["timeout", "request"])
 def test_repeating_an_option_raises_invalid_operation_and_keeps_the_first(
-    harness: Harness, option: str
+    harness: HostHarness, option: str
 ) -> None:
     requests: list[object] = []
 
@@ -421,7 +423,7 @@ def test_repeating_an_option_raises_invalid_operation_and_keeps_the_first(
 @pytest.mark.parametrize("second", ["submit", "submit_sync"])
 @pytest.mark.parametrize("first", ["submit", "submit_sync"])
 def test_a_second_terminator_raises_invalid_operation(
-    harness: Harness, first: str, second: str
+    harness: HostHarness, first: str, second: str
 ) -> None:
     hooked: list[object] = []
 
@@ -445,7 +447,7 @@ def test_a_second_terminator_raises_invalid_operation(
 @pytest.mark.parametrize("where", ["constructor", "on_create", "on_initialize"])
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_failing_constructor_or_creation_hook_raises_internal_failure_and_frees_the_id(
-    harness: Harness, kind: str, where: str
+    harness: HostHarness, kind: str, where: str
 ) -> None:
     failing = [True]
 
@@ -482,7 +484,7 @@ def test_a_failing_constructor_or_creation_hook_raises_internal_failure_and_free
 
 
 def test_an_unregistered_type_raises_not_configured_when_the_builder_is_made(
-    harness: Harness,
+    harness: HostHarness,
 ) -> None:
     class StrangeSpot(Spot):
         pass
@@ -509,7 +511,7 @@ def test_an_unregistered_type_raises_not_configured_when_the_builder_is_made(
         host.request_to_spot("x", Probe()).submit_sync()
 
 
-def test_spot_and_actor_refs_are_frozen_and_carry_a_generation(harness: Harness) -> None:
+def test_spot_and_actor_refs_are_frozen_and_carry_a_generation(harness: HostHarness) -> None:
     host = harness.host(spots=[Room], actors=[Player])
     spot = host.spots.get_or_create("r", Room).submit_sync().ref
     actor = host.actors.get_or_create("p", Player).submit_sync().ref
@@ -556,7 +558,7 @@ BUILDERS = {
 )
 @pytest.mark.parametrize("builder", BUILDERS)
 def test_an_id_that_is_not_a_str_of_1_to_255_utf8_bytes_is_refused_at_the_builder(
-    harness: Harness, builder: str, bad: object, error: type[Exception]
+    harness: HostHarness, builder: str, bad: object, error: type[Exception]
 ) -> None:
     host = harness.host(spots=[Room], actors=[Player])
 
@@ -574,7 +576,7 @@ def test_an_id_that_is_not_a_str_of_1_to_255_utf8_bytes_is_refused_at_the_builde
 )
 @pytest.mark.parametrize("builder", BUILDERS)
 def test_an_id_with_no_strict_utf8_encoding_is_refused_at_the_builder(
-    harness: Harness, builder: str, bad: str
+    harness: HostHarness, builder: str, bad: str
 ) -> None:
     host = harness.host(spots=[Room], actors=[Player])
 
@@ -592,7 +594,7 @@ def test_an_id_with_no_strict_utf8_encoding_is_refused_at_the_builder(
 )
 @pytest.mark.parametrize("kind", KINDS)
 def test_an_id_of_exactly_255_utf8_bytes_is_accepted(
-    harness: Harness, kind: str, obj_id: str
+    harness: HostHarness, kind: str, obj_id: str
 ) -> None:
     assert len(obj_id.encode("utf-8")) == 255
     cls = Room if kind == "spot" else Player
@@ -608,7 +610,7 @@ def test_an_id_of_exactly_255_utf8_bytes_is_accepted(
     assert manager_of(host, kind).get_or_create(obj_id, cls).submit_sync() == Existing(created.ref)
 
 
-def test_a_creation_deadline_fails_only_the_caller_that_set_it(harness: Harness) -> None:
+def test_a_creation_deadline_fails_only_the_caller_that_set_it(harness: HostHarness) -> None:
     entered = threading.Event()
     latch = harness.latch()
     hooked: list[object] = []

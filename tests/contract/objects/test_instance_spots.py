@@ -21,13 +21,13 @@ from zlink_actors import (
     TypeMismatchError,
     handler,
 )
+from zlink_actors.testing import WAIT, HostHarness
 
-from ._support import WAIT, Hit, Park, Probe
-from .conftest import Harness
+from ._support import Hit, Park, Probe
 
 
 def test_cold_activation_runs_the_constructor_once_for_concurrent_activators(
-    harness: Harness,
+    harness: HostHarness,
 ) -> None:
     racers = 8
     constructed: list[str] = []
@@ -78,7 +78,7 @@ def test_cold_activation_runs_the_constructor_once_for_concurrent_activators(
 
 
 def test_the_activating_message_is_the_first_record_and_on_initialize_starts_its_turn(
-    harness: Harness,
+    harness: HostHarness,
 ) -> None:
     log: list[tuple[str, int, Any]] = []
     entered = threading.Event()
@@ -122,7 +122,7 @@ def test_the_activating_message_is_the_first_record_and_on_initialize_starts_its
 
 
 def test_a_message_without_instance_intent_to_a_missing_id_raises_not_found(
-    harness: Harness,
+    harness: HostHarness,
 ) -> None:
     constructed: list[str] = []
 
@@ -147,7 +147,7 @@ def test_a_message_without_instance_intent_to_a_missing_id_raises_not_found(
 
 
 def test_several_instance_types_without_an_explicit_one_raise_invalid_operation_at_the_terminator(
-    harness: Harness,
+    harness: HostHarness,
 ) -> None:
     constructed: list[str] = []
 
@@ -186,7 +186,7 @@ def test_several_instance_types_without_an_explicit_one_raise_invalid_operation_
 
 
 def test_activation_with_no_instance_type_registered_raises_not_found(
-    harness: Harness,
+    harness: HostHarness,
 ) -> None:
     class Room(Spot):
         @handler
@@ -203,7 +203,7 @@ def test_activation_with_no_instance_type_registered_raises_not_found(
 
 
 def test_activation_of_an_id_held_by_a_user_spot_raises_type_mismatch(
-    harness: Harness,
+    harness: HostHarness,
 ) -> None:
     hits: list[int] = []
 
@@ -232,7 +232,7 @@ def test_activation_of_an_id_held_by_a_user_spot_raises_type_mismatch(
 
 
 def test_activation_of_an_id_whose_user_spot_is_being_created_raises_type_mismatch(
-    harness: Harness,
+    harness: HostHarness,
 ) -> None:
     constructed: list[str] = []
     entered = threading.Event()
@@ -273,7 +273,7 @@ def test_activation_of_an_id_whose_user_spot_is_being_created_raises_type_mismat
     assert constructed == []
 
 
-def test_yield_is_allowed_in_an_instance_spots_async_handler(harness: Harness) -> None:
+def test_yield_is_allowed_in_an_instance_spots_async_handler(harness: HostHarness) -> None:
     job = harness.job(7)
     hits: list[int] = []
 
@@ -301,7 +301,7 @@ def test_yield_is_allowed_in_an_instance_spots_async_handler(harness: Harness) -
 
 
 def test_spots_get_or_create_of_an_instance_spot_type_raises_invalid_operation(
-    harness: Harness,
+    harness: HostHarness,
 ) -> None:
     constructed: list[str] = []
 

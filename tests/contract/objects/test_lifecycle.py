@@ -28,11 +28,11 @@ from zlink_actors import (
     UnavailableError,
     handler,
 )
+from zlink_actors.testing import WAIT, HostHarness
 
 from ._support import (
     KINDS,
     NEGATIVE_WAIT,
-    WAIT,
     Hit,
     Hold,
     Park,
@@ -44,7 +44,6 @@ from ._support import (
     own_id,
     request_to,
 )
-from .conftest import Harness
 
 
 def _send(host: Host, kind: str, obj_id: str, payload: object) -> SendCall:
@@ -55,7 +54,7 @@ def _send(host: Host, kind: str, obj_id: str, payload: object) -> SendCall:
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_on_initialize_runs_after_on_create_and_before_the_object_is_ready(
-    harness: Harness, kind: str
+    harness: HostHarness, kind: str
 ) -> None:
     log: list[str] = []
     entered = threading.Event()
@@ -100,7 +99,7 @@ def test_on_initialize_runs_after_on_create_and_before_the_object_is_ready(
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_close_returns_true_and_runs_on_closing_with_explicit_close_under_the_gate(
-    harness: Harness, kind: str
+    harness: HostHarness, kind: str
 ) -> None:
     log: list[object] = []
     inside = threading.Event()
@@ -139,7 +138,9 @@ def test_close_returns_true_and_runs_on_closing_with_explicit_close_under_the_ga
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_sends_and_requests_to_a_closed_object_raise_not_found(harness: Harness, kind: str) -> None:
+def test_sends_and_requests_to_a_closed_object_raise_not_found(
+    harness: HostHarness, kind: str
+) -> None:
     class Plain(base_class(kind)):  # type: ignore[misc]
         @handler
         def ping(self, ctx: Any, msg: Ping) -> int:
@@ -163,7 +164,7 @@ def test_sends_and_requests_to_a_closed_object_raise_not_found(harness: Harness,
 
 @pytest.mark.parametrize("holder", ["parked_handler", "running_handler"])
 def test_a_send_waiting_for_lane_space_when_its_target_closes_ends_with_unavailable(
-    harness: Harness, holder: str
+    harness: HostHarness, holder: str
 ) -> None:
     job = harness.job()
     entered = threading.Event()
@@ -208,7 +209,7 @@ def test_a_send_waiting_for_lane_space_when_its_target_closes_ends_with_unavaila
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_request_queued_but_not_yet_run_when_its_target_closes_ends_with_unavailable(
-    harness: Harness, kind: str
+    harness: HostHarness, kind: str
 ) -> None:
     pings: list[int] = []
     entered = threading.Event()
@@ -241,7 +242,7 @@ def test_a_request_queued_but_not_yet_run_when_its_target_closes_ends_with_unava
     assert pings == []
 
 
-def test_closing_a_user_spot_that_still_has_members_returns_false(harness: Harness) -> None:
+def test_closing_a_user_spot_that_still_has_members_returns_false(harness: HostHarness) -> None:
     joined: list[JoinResult] = []
     told = threading.Event()
 
@@ -276,7 +277,7 @@ def test_closing_a_user_spot_that_still_has_members_returns_false(harness: Harne
 
 
 def test_host_shutdown_runs_on_closing_with_host_shutdown_for_spots_and_actors(
-    harness: Harness,
+    harness: HostHarness,
 ) -> None:
     closings: list[tuple[str, CloseReason]] = []
     lock = threading.Lock()
@@ -309,7 +310,7 @@ def test_host_shutdown_runs_on_closing_with_host_shutdown_for_spots_and_actors(
 
 
 def test_recreating_a_closed_id_is_a_new_generation_that_never_gets_the_old_continuation(
-    harness: Harness,
+    harness: HostHarness,
 ) -> None:
     job = harness.job("late result")
     instances: list[Any] = []
@@ -360,7 +361,7 @@ def test_recreating_a_closed_id_is_a_new_generation_that_never_gets_the_old_cont
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_recreating_a_closed_id_gives_a_larger_generation(harness: Harness, kind: str) -> None:
+def test_recreating_a_closed_id_gives_a_larger_generation(harness: HostHarness, kind: str) -> None:
     class Plain(base_class(kind)):  # type: ignore[misc]
         def on_create(self, ctx: Any, request: object) -> object:
             return request

@@ -33,9 +33,9 @@ from zlink_actors import (
     SpotMode,
     handler,
 )
+from zlink_actors.testing import WAIT, HostHarness
 
-from ._support import NEGATIVE_WAIT, WAIT, Hit, Hold, Note, Park, Ping, Probe, Where
-from .conftest import Harness
+from ._support import NEGATIVE_WAIT, Hit, Hold, Note, Park, Ping, Probe, Where
 
 
 class Join(msgspec.Struct, frozen=True):
@@ -102,7 +102,7 @@ def _joined(host: Host, book: Book, spot_id: str = "room", actor_id: str = "p") 
 
 
 def test_defer_returns_none_at_once_and_the_join_runs_only_after_the_handler_ends(
-    harness: Harness,
+    harness: HostHarness,
 ) -> None:
     book = Book()
     room, player = classes(book)
@@ -139,7 +139,7 @@ def test_defer_returns_none_at_once_and_the_join_runs_only_after_the_handler_end
     assert _where(host) == "room"
 
 
-def test_a_handler_that_raises_after_defer_discards_the_join(harness: Harness) -> None:
+def test_a_handler_that_raises_after_defer_discards_the_join(harness: HostHarness) -> None:
     book = Book()
     room, player = classes(book)
 
@@ -163,7 +163,7 @@ def test_a_handler_that_raises_after_defer_discards_the_join(harness: Harness) -
     assert book.results.empty()
 
 
-def test_a_second_defer_in_one_handler_raises_invalid_operation(harness: Harness) -> None:
+def test_a_second_defer_in_one_handler_raises_invalid_operation(harness: HostHarness) -> None:
     book = Book()
     room, player = classes(book)
 
@@ -200,7 +200,7 @@ def test_a_second_defer_in_one_handler_raises_invalid_operation(harness: Harness
     assert len(book.asked) == 1
 
 
-def test_defer_after_the_handler_returned_raises_invalid_operation(harness: Harness) -> None:
+def test_defer_after_the_handler_returned_raises_invalid_operation(harness: HostHarness) -> None:
     book = Book()
     room, player = classes(book)
     stash: list[JoinCall] = []
@@ -232,7 +232,7 @@ def test_defer_after_the_handler_returned_raises_invalid_operation(harness: Harn
     assert book.results.empty()
 
 
-def test_join_spot_from_a_spot_handler_raises_invalid_operation(harness: Harness) -> None:
+def test_join_spot_from_a_spot_handler_raises_invalid_operation(harness: HostHarness) -> None:
     book = Book()
     room, player = classes(book)
 
@@ -262,7 +262,7 @@ def test_join_spot_from_a_spot_handler_raises_invalid_operation(harness: Harness
 
 @pytest.mark.parametrize("approve", [True, False], ids=["approved", "declined"])
 def test_on_actor_join_decides_and_on_join_completed_receives_the_join_result(
-    harness: Harness, approve: bool
+    harness: HostHarness, approve: bool
 ) -> None:
     book = Book()
     book.approve = approve
@@ -280,7 +280,7 @@ def test_on_actor_join_decides_and_on_join_completed_receives_the_join_result(
 
 
 def test_a_join_to_a_missing_spot_completes_unapproved_with_not_found(
-    harness: Harness,
+    harness: HostHarness,
 ) -> None:
     book = Book()
     room, player = classes(book)
@@ -315,7 +315,7 @@ class Tracker:
 
 
 def test_a_spotwide_member_never_overlaps_the_spots_handlers_and_shares_its_state(
-    harness: Harness,
+    harness: HostHarness,
 ) -> None:
     book = Book()
     room, player = classes(book)
@@ -398,7 +398,7 @@ def test_a_spotwide_member_never_overlaps_the_spots_handlers_and_shares_its_stat
 
 @pytest.mark.parametrize("membership", ["entry", "per_actor_spot"])
 def test_ctx_spot_of_an_actor_outside_a_spotwide_spot_raises_invalid_operation(
-    harness: Harness, membership: str
+    harness: HostHarness, membership: str
 ) -> None:
     book = Book()
     room, player = classes(book)
@@ -425,7 +425,7 @@ def test_ctx_spot_of_an_actor_outside_a_spotwide_spot_raises_invalid_operation(
 
 
 def test_messages_sent_while_a_join_is_pending_are_handled_after_it_in_order(
-    harness: Harness,
+    harness: HostHarness,
 ) -> None:
     book = Book()
     room, player = classes(book)
@@ -463,7 +463,7 @@ def test_messages_sent_while_a_join_is_pending_are_handled_after_it_in_order(
     assert log == [("joined", True)] + [(i, "room") for i in range(5)]
 
 
-def test_leave_spot_defer_returns_the_actor_to_the_entry_spot(harness: Harness) -> None:
+def test_leave_spot_defer_returns_the_actor_to_the_entry_spot(harness: HostHarness) -> None:
     book = Book()
     room, player = classes(book)
     host = harness.host(spots=[room], actors=[player])
@@ -480,7 +480,7 @@ def test_leave_spot_defer_returns_the_actor_to_the_entry_spot(harness: Harness) 
 
 
 def test_a_yielding_spotwide_member_keeps_its_queue_claim_while_the_spot_runs(
-    harness: Harness,
+    harness: HostHarness,
 ) -> None:
     book = Book()
     room, player = classes(book)
@@ -526,7 +526,7 @@ def test_a_yielding_spotwide_member_keeps_its_queue_claim_while_the_spot_runs(
 
 
 def test_a_request_to_your_own_actor_with_yield_raises_invalid_operation_before_submission(
-    harness: Harness,
+    harness: HostHarness,
 ) -> None:
     book = Book()
     room, player = classes(book)
@@ -566,7 +566,7 @@ def test_a_request_to_your_own_actor_with_yield_raises_invalid_operation_before_
     assert pings == []
 
 
-def test_an_actor_in_the_entry_spot_reports_the_entry_spot_id(harness: Harness) -> None:
+def test_an_actor_in_the_entry_spot_reports_the_entry_spot_id(harness: HostHarness) -> None:
     book = Book()
     room, player = classes(book)
     host = harness.host(spots=[room], actors=[player])
@@ -588,7 +588,7 @@ def _roster(host: Host, spot_id: str = "room") -> object:
 
 
 def test_ctx_members_lists_members_in_join_order_across_leaves_joins_elsewhere_and_closes(
-    harness: Harness,
+    harness: HostHarness,
 ) -> None:
     book = Book()
     room, player = classes(book)
@@ -629,7 +629,7 @@ def test_ctx_members_lists_members_in_join_order_across_leaves_joins_elsewhere_a
 
 
 def test_ctx_members_of_an_instance_spot_is_empty_and_the_entry_spot_has_none(
-    harness: Harness,
+    harness: HostHarness,
 ) -> None:
     class Match(InstanceSpot):
         @handler
@@ -648,7 +648,7 @@ def test_ctx_members_of_an_instance_spot_is_empty_and_the_entry_spot_has_none(
 
 @pytest.mark.stress
 def test_ctx_members_is_a_consistent_snapshot_while_members_leave_on_other_threads(
-    harness: Harness,
+    harness: HostHarness,
 ) -> None:
     book = Book()
     room, player = classes(book)
@@ -722,7 +722,7 @@ def leaving_classes(
 
 @pytest.mark.parametrize("asynchronous", [False, True], ids=["plain", "async"])
 def test_on_actor_leave_runs_once_per_leave_with_its_ref_after_ctx_members_dropped_it(
-    harness: Harness, asynchronous: bool
+    harness: HostHarness, asynchronous: bool
 ) -> None:
     book = Book()
     heard: queue.Queue[tuple[str, ActorRef, tuple[ActorRef, ...]]] = queue.Queue()
@@ -756,7 +756,7 @@ def test_on_actor_leave_runs_once_per_leave_with_its_ref_after_ctx_members_dropp
     assert heard.empty()
 
 
-def test_on_actor_leave_is_not_called_once_the_spot_is_closing(harness: Harness) -> None:
+def test_on_actor_leave_is_not_called_once_the_spot_is_closing(harness: HostHarness) -> None:
     book = Book()
     heard: queue.Queue[tuple[str, ActorRef, tuple[ActorRef, ...]]] = queue.Queue()
     room, player = leaving_classes(book, heard, asynchronous=False)
@@ -794,7 +794,7 @@ def test_on_actor_leave_is_not_called_once_the_spot_is_closing(harness: Harness)
 
 
 def test_at_shutdown_a_spot_hears_no_leave_for_members_the_shutdown_closes(
-    harness: Harness,
+    harness: HostHarness,
 ) -> None:
     book = Book()
     heard: queue.Queue[tuple[str, ActorRef, tuple[ActorRef, ...]]] = queue.Queue()
@@ -819,7 +819,7 @@ def test_at_shutdown_a_spot_hears_no_leave_for_members_the_shutdown_closes(
 
 
 def test_an_exception_in_on_actor_leave_is_logged_and_counted_and_changes_nothing_else(
-    harness: Harness, caplog: pytest.LogCaptureFixture
+    harness: HostHarness, caplog: pytest.LogCaptureFixture
 ) -> None:
     book = Book()
     room, player = classes(book)

@@ -29,9 +29,9 @@ from zlink_actors import (
     SpotContext,
     handler,
 )
+from zlink_actors.testing import WAIT, HostHarness
 
-from ._support import WAIT, Countdown, Hold, Marker, News, Probe
-from .conftest import Harness
+from ._support import Countdown, Hold, Marker, News, Probe
 
 
 class Inbox:
@@ -101,7 +101,7 @@ class Jam:
     publish to ("jam", "x") commits at once and then waits for lane space to deliver.
     """
 
-    def __init__(self, harness: Harness, inbox: Inbox, *others: type) -> None:
+    def __init__(self, harness: HostHarness, inbox: Inbox, *others: type) -> None:
         self.entered = threading.Event()
         self.latch = harness.latch()
         jam = self
@@ -129,7 +129,7 @@ class Jam:
 
 
 def test_publish_delivers_the_same_payload_object_to_every_matching_spot_and_no_other(
-    harness: Harness,
+    harness: HostHarness,
 ) -> None:
     inbox = Inbox()
     room = subscriber(inbox, "Room", ("news", "all"))
@@ -162,7 +162,7 @@ def test_publish_delivers_the_same_payload_object_to_every_matching_spot_and_no_
     assert host.request_to_spot("plain", Probe()).submit_sync() == 0
 
 
-def test_a_publish_with_no_targets_completes_with_none(harness: Harness) -> None:
+def test_a_publish_with_no_targets_completes_with_none(harness: HostHarness) -> None:
     inbox = Inbox()
     room = subscriber(inbox, "Room", ("news", "sports"))
     host = harness.host(spots=[room], publish_concurrency=1)
@@ -177,7 +177,7 @@ def test_a_publish_with_no_targets_completes_with_none(harness: Harness) -> None
 
 
 def test_a_target_without_a_handler_for_the_payload_does_not_change_the_result(
-    harness: Harness,
+    harness: HostHarness,
 ) -> None:
     inbox = Inbox()
     deaf = subscriber(inbox, "Deaf", ("news", "all"), hears_news=False)
@@ -194,7 +194,7 @@ def test_a_target_without_a_handler_for_the_payload_does_not_change_the_result(
     assert inbox.of("deaf") == []
 
 
-def test_the_target_set_is_a_snapshot_taken_when_the_publish_starts(harness: Harness) -> None:
+def test_the_target_set_is_a_snapshot_taken_when_the_publish_starts(harness: HostHarness) -> None:
     inbox = Inbox()
     room = subscriber(inbox, "Room", ("news", "all"))
     jam = Jam(harness, inbox, room)
@@ -216,7 +216,7 @@ def test_the_target_set_is_a_snapshot_taken_when_the_publish_starts(harness: Har
 
 @pytest.mark.parametrize("how", ["completion", "token"])
 def test_cancelling_a_publish_that_waits_for_a_slot_completes_it_cancelled_and_it_never_delivers(
-    harness: Harness, how: str
+    harness: HostHarness, how: str
 ) -> None:
     inbox = Inbox()
     room = subscriber(inbox, "Room", ("news", "all"))
@@ -244,7 +244,7 @@ def test_cancelling_a_publish_that_waits_for_a_slot_completes_it_cancelled_and_i
 
 @pytest.mark.parametrize("how", ["completion", "token"])
 def test_cancelling_a_committed_publish_returns_false_and_it_still_delivers(
-    harness: Harness, how: str
+    harness: HostHarness, how: str
 ) -> None:
     inbox = Inbox()
     jam = Jam(harness, inbox)
@@ -265,7 +265,7 @@ def test_cancelling_a_committed_publish_returns_false_and_it_still_delivers(
 
 
 def test_shutdown_completes_a_publish_still_waiting_for_a_slot_with_shutting_down(
-    harness: Harness,
+    harness: HostHarness,
 ) -> None:
     inbox = Inbox()
     room = subscriber(inbox, "Room", ("news", "all"))
@@ -290,7 +290,7 @@ def test_shutdown_completes_a_publish_still_waiting_for_a_slot_with_shutting_dow
     assert inbox.of("r") == []
 
 
-def test_publish_has_no_timeout(harness: Harness) -> None:
+def test_publish_has_no_timeout(harness: HostHarness) -> None:
     inbox = Inbox()
     room = subscriber(inbox, "Room", ("news", "all"))
     host = harness.host(spots=[room], publish_concurrency=1)

@@ -6,7 +6,6 @@ stop counts exactly the one-way records it never ran, and none of them runs afte
 """
 
 import threading
-import time
 from typing import Any
 
 import pytest
@@ -17,45 +16,21 @@ from zlink_actors import (
     HostState,
     InvalidOperationError,
     ShutdownOutcome,
-    ShutdownResult,
     ShuttingDownError,
     Spot,
     SpotContext,
     _create,
     handler,
 )
+from zlink_actors.testing import WAIT, HostHarness, wait_until
 
-from ._support import KINDS, WAIT, Hit, Hold, base_class, host_with, manager_of
-from .conftest import Harness
-
-
-def _eventually(predicate: Any, within: float = WAIT) -> bool:
-    end = time.monotonic() + within
-    pause = threading.Event()
-    while not predicate():
-        if time.monotonic() >= end:
-            return False
-        pause.wait(0.002)
-    return True
-
-
-class _Shutdown:
-    """`host.shutdown(deadline)` on a thread of its own."""
-
-    def __init__(self, host: Any, deadline: float) -> None:
-        self.result: ShutdownResult | None = None
-        self.done = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(host, deadline), daemon=True)
-        self._thread.start()
-
-    def _run(self, host: Any, deadline: float) -> None:
-        self.result = host.shutdown(deadline)
-        self.done.set()
+from .._support import ShutdownThread
+from ._support import KINDS, Hit, Hold, base_class, host_with, manager_of
 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_an_object_still_in_on_create_when_shutdown_starts_is_created_and_then_closed(
-    harness: Harness, kind: str
+    harness: HostHarness, kind: str
 ) -> None:
     entered = threading.Event()
     latch = harness.latch()
@@ -73,19 +48,19 @@ def test_an_object_still_in_on_create_when_shutdown_starts_is_created_and_then_c
     host = host_with(harness, kind, Slow)
     creating = manager_of(host, kind).get_or_create("x", Slow).submit()
     assert entered.wait(WAIT)
-    stopping = _Shutdown(host, WAIT)
-    assert _eventually(lambda: host.state is not HostState.SERVING)
+    stopping = ShutdownThread(host, WAIT)
+    assert wait_until(lambda: host.state is not HostState.SERVING)
     latch.set()
 
     created = creating.result(WAIT)
     assert type(created) is Created
-    assert stopping.done.wait(WAIT + 2)
+    assert stopping.returned.wait(WAIT + 2)
     assert stopping.result is not None
     assert stopping.result.outcome is ShutdownOutcome.STOPPED
     assert closings == [CloseReason.HOST_SHUTDOWN]
 
 
-def test_a_forced_stop_counts_every_one_way_record_it_never_ran(harness: Harness) -> None:
+def test_a_forced_stop_counts_every_one_way_record_it_never_ran(harness: HostHarness) -> None:
     entered = threading.Event()
     latch = harness.latch()
     handled: list[int] = []
@@ -111,13 +86,13 @@ def test_a_forced_stop_counts_every_one_way_record_it_never_ran(harness: Harness
     assert result.outcome is ShutdownOutcome.FORCE_STOPPED
     assert host.statistics().dropped_records == 21
     latch.set()
-    assert _eventually(lambda: host.statistics().pool.busy_threads == 0)
+    assert wait_until(lambda: host.statistics().pool.busy_threads == 0)
     assert handled == []
     assert host.statistics().dropped_records == 21
 
 
 def test_a_forced_stop_counts_the_batch_a_stuck_thread_took_and_never_runs_it(
-    harness: Harness,
+    harness: HostHarness,
 ) -> None:
     entered = threading.Event()
     gate_latch = harness.latch()
@@ -149,13 +124,13 @@ def test_a_forced_stop_counts_the_batch_a_stuck_thread_took_and_never_runs_it(
     assert result.outcome is ShutdownOutcome.FORCE_STOPPED
     first_latch.set()
     # Counted once the stuck thread returns and finds the mailbox closed; never run.
-    assert _eventually(lambda: host.statistics().dropped_records == 21)
+    assert wait_until(lambda: host.statistics().dropped_records == 21)
     assert handled == [0]
 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_get_or_create_of_its_own_id_inside_on_create_is_refused(
-    harness: Harness, kind: str
+    harness: HostHarness, kind: str
 ) -> None:
     refused: list[BaseException] = []
 
@@ -175,7 +150,7 @@ def test_get_or_create_of_its_own_id_inside_on_create_is_refused(
 
 
 def test_a_create_admitted_just_before_shutdown_sealed_cannot_escape_it(
-    harness: Harness, monkeypatch: pytest.MonkeyPatch
+    harness: HostHarness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Found by review: a create that passed the admission check just before shutdown
     began registered its object after shutdown had closed everything."""
@@ -204,15 +179,13 @@ def test_a_create_admitted_just_before_shutdown_sealed_cannot_escape_it(
     )
     creator.start()
     assert reached.wait(WAIT)
-    stopping = _Shutdown(host, WAIT)
-    assert _eventually(lambda: host.state is not HostState.SERVING)
+    stopping = ShutdownThread(host, WAIT)
+    assert wait_until(lambda: host.state is not HostState.SERVING)
     go.set()
     creator.join(WAIT)
     assert not creator.is_alive()
 
-    assert stopping.done.wait(WAIT + 2)
-    assert stopping.result is not None
-    assert stopping.result.outcome is ShutdownOutcome.STOPPED
+    assert stopping.join().outcome is ShutdownOutcome.STOPPED
     with pytest.raises(ShuttingDownError):
         results[0].result(WAIT)
     assert closings == []  # no object was made

@@ -19,9 +19,9 @@ from zlink_actors import (
     TimerTick,
     handler,
 )
+from zlink_actors.testing import WAIT, HostHarness
 
-from ._support import WAIT, Note, Probe
-from .conftest import Harness
+from ._support import Note, Probe
 
 
 class Room(Spot):
@@ -49,7 +49,7 @@ class Greeter(ChannelHandler):
 
 
 def test_statistics_count_the_spots_actors_and_channels_the_application_made(
-    harness: Harness,
+    harness: HostHarness,
 ) -> None:
     host = harness.host(
         spots=[Room, Match], actors=[Player], channels={"greet": Greeter, "hello": Greeter}
@@ -71,7 +71,7 @@ def test_statistics_count_the_spots_actors_and_channels_the_application_made(
 
 
 def test_handler_failures_counts_timer_callbacks_and_lifecycle_hooks_that_raised(
-    harness: Harness,
+    harness: HostHarness,
 ) -> None:
     ticked = threading.Event()
 

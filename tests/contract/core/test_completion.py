@@ -21,8 +21,7 @@ from zlink_actors import (
     InvalidOperationError,
     completion_dispatcher,
 )
-
-WAIT = 5.0
+from zlink_actors.testing import WAIT
 
 
 def _drain() -> None:

@@ -12,7 +12,6 @@ import asyncio
 import logging
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import pytest
 
@@ -29,13 +28,10 @@ from zlink_actors import (
     ShuttingDownError,
     completion_dispatcher,
 )
+from zlink_actors.testing import WAIT, DispatcherBlocker, HeldJob
 
-if TYPE_CHECKING:
-    from conftest import DispatcherBlocker, HeldJob
-
-WAIT = 5.0
-Blocker = Callable[[], "DispatcherBlocker"]
-Held = Callable[..., "HeldJob"]
+Blocker = Callable[[], DispatcherBlocker]
+Held = Callable[..., HeldJob[object]]
 MakeHost = Callable[..., Host]
 
 

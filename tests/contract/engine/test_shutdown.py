@@ -11,7 +11,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import pytest
 
@@ -28,45 +27,21 @@ from zlink_actors import (
     ShuttingDownError,
     completion_dispatcher,
 )
+from zlink_actors.testing import WAIT, DispatcherBlocker, HeldJob, wait_until
 
-if TYPE_CHECKING:
-    from conftest import DispatcherBlocker, HeldJob
+from .._support import ShutdownThread
 
-WAIT = 5.0
-Blocker = Callable[[], "DispatcherBlocker"]
-Held = Callable[..., "HeldJob"]
+Blocker = Callable[[], DispatcherBlocker]
+Held = Callable[..., HeldJob[object]]
 
 
 def _drain() -> None:
     assert completion_dispatcher().drain(WAIT)
 
 
-class ShutdownThread:
-    """Runs `host.shutdown(deadline)` on its own thread so the test can watch it drain."""
-
-    def __init__(self, host: Host, deadline: float) -> None:
-        self.result: ShutdownResult | None = None
-        self.returned = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(host, deadline))
-        self._thread.start()
-
-    def _run(self, host: Host, deadline: float) -> None:
-        self.result = host.shutdown(deadline=deadline)
-        self.returned.set()
-
-    def join(self) -> ShutdownResult:
-        assert self.returned.wait(WAIT + 5), "shutdown did not return"
-        self._thread.join(WAIT)
-        assert self.result is not None
-        return self.result
-
-
 def _wait_for_state(host: Host, state: HostState) -> None:
     # DRAINING is entered by the shutdown thread before it starts waiting; poll briefly.
-    deadline = time.monotonic() + WAIT
-    while host.state is not state:
-        assert time.monotonic() < deadline, f"host never reached {state}"
-        time.sleep(0.001)
+    assert wait_until(lambda: host.state is state), f"host never reached {state}"
 
 
 # -- lifecycle -------------------------------------------------------------------------
@@ -498,10 +473,7 @@ def test_call_admitted_while_shutdown_begins_is_still_completed(
     with block_dispatcher() as blocker:
         shutdown = ShutdownThread(host, deadline=0.2)
         # Shutdown found nothing pending and now waits for the dispatcher to drain.
-        deadline = time.monotonic() + WAIT
-        while completion_dispatcher().statistics().queued < 1:
-            assert time.monotonic() < deadline
-            time.sleep(0.001)
+        assert wait_until(lambda: completion_dispatcher().statistics().queued >= 1)
         resume.set()
         caller.join(WAIT)
         blocker.release()

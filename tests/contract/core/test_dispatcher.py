@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import pytest
 
@@ -23,12 +22,9 @@ from zlink_actors import (
     ShutdownResult,
     completion_dispatcher,
 )
+from zlink_actors.testing import WAIT, DispatcherBlocker
 
-if TYPE_CHECKING:
-    from conftest import DispatcherBlocker
-
-WAIT = 5.0
-Blocker = Callable[[], "DispatcherBlocker"]
+Blocker = Callable[[], DispatcherBlocker]
 
 
 def _drain() -> None:

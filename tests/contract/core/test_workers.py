@@ -14,7 +14,6 @@ import functools
 import threading
 import time
 from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING
 
 import pytest
 
@@ -32,12 +31,9 @@ from zlink_actors import (
     ShuttingDownError,
     completion_dispatcher,
 )
+from zlink_actors.testing import WAIT, HeldJob, wait_until
 
-if TYPE_CHECKING:
-    from conftest import HeldJob
-
-WAIT = 5.0
-Held = Callable[..., "HeldJob"]
+Held = Callable[..., HeldJob[object]]
 MakeHost = Callable[..., Host]
 
 
@@ -201,11 +197,8 @@ def test_two_jobs_submitted_together_run_concurrently_when_one_pool_thread_is_id
     host = make_host(cpu_workers=2)
     host.run_cpu_worker(lambda: None).submit_sync()
     pool = host._runtime.cpu_pool
-    deadline = time.monotonic() + WAIT
     # Internal probe: wait until the pool's one thread is parked idle.
-    while pool._idle != 1:
-        assert time.monotonic() < deadline, "the first pool thread never went idle"
-        time.sleep(0.001)
+    assert wait_until(lambda: pool._idle == 1), "the first pool thread never went idle"
     barrier = threading.Barrier(2, timeout=1.0)
 
     def meet() -> bool:

@@ -45,8 +45,7 @@ from zlink_actors import (
     handler,
 )
 from zlink_actors._errors import error_for_kind
-
-WAIT = 5.0
+from zlink_actors.testing import WAIT
 
 UPSTREAM_KINDS = [
     ("NOT_FOUND", 0),
