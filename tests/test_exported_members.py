@@ -6,7 +6,10 @@ names and keeps one sorted `__all__`; a test asserts it is complete and sorted.
 
 from __future__ import annotations
 
+import ast
+import importlib
 import inspect
+import pathlib
 
 import zlink_actors
 
@@ -45,3 +48,26 @@ def test_every_public_class_and_function_of_the_package_is_exported() -> None:
 
 def test_exported_names_are_public() -> None:
     assert [name for name in zlink_actors.__all__ if name.startswith("_")] == []
+
+
+def _imports_between_modules() -> list[tuple[str, str, str]]:
+    """(importing module, imported module, name) for every `from .module import name` in
+    the package, at any depth (function-level and `TYPE_CHECKING` imports included)."""
+    found = []
+    for path in sorted(pathlib.Path(zlink_actors.__file__).parent.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
+                found.extend((path.stem, node.module, alias.name) for alias in node.names)
+    return found
+
+
+def test_every_name_a_module_takes_from_another_is_in_that_modules_all() -> None:
+    """Style guide: private modules declare `__all__`, and it lists what other modules of
+    the package import from them (so `__all__` is each module's real interface)."""
+    outside = [
+        (importer, module, name)
+        for importer, module, name in _imports_between_modules()
+        if name not in getattr(importlib.import_module(f"zlink_actors.{module}"), "__all__", ())
+    ]
+
+    assert outside == []

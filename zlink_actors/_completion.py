@@ -25,7 +25,12 @@ from ._dispatcher import get_dispatcher
 from ._errors import CancelledError
 from ._validation import check_optional_seconds
 
-__all__ = ["Completion", "CompletionSource"]
+__all__ = [
+    "Completion",
+    "CompletionSource",
+    "_Cell",
+    "_notify",
+]
 
 T = TypeVar("T")
 log = logging.getLogger("zlink_actors")

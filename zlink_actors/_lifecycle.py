@@ -38,10 +38,13 @@ __all__ = [
     "Attempt",
     "Closing",
     "close_activation",
+    "create_now",
     "drop_record",
+    "has_hooks",
     "remove_activation",
     "request_close",
     "start_attempt",
+    "_maybe_await",
 ]
 
 log = logging.getLogger("zlink_actors")
@@ -299,6 +302,3 @@ def drop_record(runtime: Runtime, box: Any, rec: Record, exc: BaseException) -> 
     if rec.reserved:
         rec.reserved = False
         runtime.pool.release_reservation(box)
-
-
-OnDone = Callable[[Any, BaseException | None], None]

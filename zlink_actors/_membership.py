@@ -27,7 +27,14 @@ if TYPE_CHECKING:
     from ._runtime import Runtime
     from ._turn import TurnContext
 
-__all__ = ["JoinCall", "LeaveCall", "start_move", "tell_left"]
+__all__ = [
+    "JoinCall",
+    "LeaveCall",
+    "join_call",
+    "leave_call",
+    "start_move",
+    "tell_left",
+]
 
 log = logging.getLogger("zlink_actors")
 

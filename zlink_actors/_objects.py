@@ -28,6 +28,7 @@ __all__ = [
     "SpotMode",
     "SpotRef",
     "check_id",
+    "_Lifecycle",
 ]
 
 R = TypeVar("R")

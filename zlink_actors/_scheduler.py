@@ -35,14 +35,15 @@ from ._timer import SystemClock, TimerService
 
 __all__ = [
     "ADMITTED",
+    "AppPool",
     "CLOSED",
     "FULL",
-    "SEALED",
-    "AppPool",
     "Gate",
     "Mailbox",
     "PoolStatistics",
     "Record",
+    "SEALED",
+    "SUSPENDED",
 ]
 
 log = logging.getLogger("zlink_actors")
