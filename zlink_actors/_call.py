@@ -155,6 +155,15 @@ class Call(Generic[T]):
     def __repr__(self) -> str:
         return f"<{type(self).__name__}>"
 
+    def _refused(self, cancel: CancellationToken | None) -> Completion[Any] | None:
+        """Every terminator's opening, before anything is registered or submitted: the
+        failed completion of a call the Host does not admit (`ShuttingDownError`) or
+        whose token is already cancelled (`CancelledError`); None to go on.
+
+        Raises `InvalidOperationError` before `start()` (a usage error, not an outcome).
+        """
+        return self._runtime.admission_failure() or self._pre_cancelled(cancel)
+
     @staticmethod
     def _pre_cancelled(cancel: CancellationToken | None) -> Completion[Any] | None:
         """CS §2: a valid call with a cancelled token completes cancelled, unstarted."""

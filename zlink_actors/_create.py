@@ -24,9 +24,9 @@ from ._errors import (
     InvalidOperationError,
     NotConfiguredError,
     NotFoundError,
-    ShuttingDownError,
     TypeMismatchError,
     UnavailableError,
+    shutting_down,
 )
 from ._lifecycle import Attempt, Closing, create_now, has_hooks, request_close, start_attempt
 from ._objects import CloseReason, Existing, InstanceSpot, check_id
@@ -73,7 +73,7 @@ class CreateCall(YieldableCall[Any]):
 
     def _start(self, cancel: CancellationToken | None) -> Completion[Any]:
         runtime = self._runtime
-        early = runtime.admission_failure() or self._pre_cancelled(cancel)
+        early = self._refused(cancel)
         if early is not None:
             return early
         engine = runtime.engine
@@ -103,7 +103,7 @@ class CreateCall(YieldableCall[Any]):
                 if runtime.state is not HostState.SERVING:
                     # Shutdown began after the admission check: it may already have
                     # waited for the attempts in progress, so none may start now.
-                    return failed(ShuttingDownError("the Host is shutting down"))
+                    return failed(shutting_down())
                 attempt = runtime.creating[key] = Attempt(key, self._info)
                 owner = True
         if owner and not has_hooks(self._info.cls):
@@ -161,7 +161,7 @@ class CloseCall(Call[bool]):
 
     def _start(self, cancel: CancellationToken | None) -> Completion[bool]:
         runtime = self._runtime
-        early = runtime.admission_failure() or self._pre_cancelled(cancel)
+        early = self._refused(cancel)
         if early is not None:
             return early
         engine = runtime.engine

@@ -48,6 +48,8 @@ __all__ = [
     "UnavailableError",
     "ZlinkError",
     "error_for_kind",
+    "internal_failure",
+    "shutting_down",
 ]
 
 
@@ -180,6 +182,19 @@ _BY_KIND: dict[ErrorKind, type[ZlinkError]] = {
         InternalFailureError,
     )
 }
+
+
+def shutting_down() -> ShuttingDownError:
+    """The error of a call that shutdown refused or ended: one message everywhere."""
+    return ShuttingDownError("the Host is shutting down")
+
+
+def internal_failure(what: str, exc: BaseException) -> InternalFailureError:
+    """Wrap what user code raised (`exc`) as `InternalFailureError`, one message format
+    everywhere, with `exc` as its `__cause__` (SC §3: the work itself failed)."""
+    failure = InternalFailureError(f"{what} raised {type(exc).__name__}: {exc}")
+    failure.__cause__ = exc
+    return failure
 
 
 def error_for_kind(kind: ErrorKind, message: str) -> ZlinkError:

@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, Any
 from ._call import failed
 from ._completion import Completion
 from ._errors import (
-    InternalFailureError,
     InvalidOperationError,
     NotFoundError,
-    ShuttingDownError,
     TypeMismatchError,
+    internal_failure,
+    shutting_down,
 )
 from ._lifecycle import Attempt
 from ._objects import InstanceSpot, SpotConfig
@@ -84,7 +84,7 @@ def activate_instance(
         with engine.lock:
             if runtime.state is not HostState.SERVING:
                 # Shutdown began after the admission check (see `CreateCall._start`).
-                return failed(ShuttingDownError("the Host is shutting down"))
+                return failed(shutting_down())
             # Seen by a concurrent get-or-create of this id: TypeMismatchError there.
             runtime.creating[key] = Attempt(key, type_info)
         try:
@@ -94,9 +94,7 @@ def activate_instance(
         except Exception as exc:
             with engine.lock:
                 engine.end_attempt(key)
-            failure = InternalFailureError(f"{type_info.name}() raised {type(exc).__name__}")
-            failure.__cause__ = exc
-            return failed(failure)
+            return failed(internal_failure(f"{type_info.name}()", exc))
         act = engine.new_spot(spot_id, type_info, instance)
         act.subscriptions = config.subscriptions or ()
         act.init_pending = True

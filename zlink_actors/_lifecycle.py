@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 from ._completion import Completion, _Cell
 from ._errors import (
     CapacityExceededError,
-    InternalFailureError,
     UnavailableError,
+    internal_failure,
 )
 from ._objects import CloseReason, Created, Rejected, SpotConfig, _Lifecycle
 from ._scheduler import ADMITTED, Record
@@ -90,7 +90,7 @@ def start_attempt(runtime: Runtime, attempt: Attempt, obj_id: str, request: Any)
         if kind == "spot":
             instance.configure(config)
     except Exception as exc:
-        _abort(runtime, attempt, _internal(f"{info.name}() raised", exc))
+        _abort(runtime, attempt, internal_failure(f"{info.name}()", exc))
         return
     act = (
         engine.new_spot(obj_id, info, instance)
@@ -113,7 +113,7 @@ def start_attempt(runtime: Runtime, attempt: Attempt, obj_id: str, request: Any)
 
     def done(value: Any, exc: BaseException | None) -> None:
         if exc is not None:
-            _abort(runtime, attempt, _internal(f"{info.name} creation hook raised", exc))
+            _abort(runtime, attempt, internal_failure(f"{info.name} creation hook", exc))
         elif isinstance(value, Rejected):
             _abort(runtime, attempt, None, value)
         else:
@@ -130,13 +130,6 @@ def _abort(
     with runtime.engine.lock:
         runtime.engine.end_attempt(attempt.key)
     attempt.terminal.try_set(value, exc)
-
-
-def _internal(what: str, exc: BaseException) -> BaseException:
-    # A hook's ZlinkError too: the creation failed (decisions.md, "Object model").
-    failure = InternalFailureError(f"{what}: {type(exc).__name__}: {exc}")
-    failure.__cause__ = exc
-    return failure
 
 
 async def _maybe_await(value: Any) -> Any:

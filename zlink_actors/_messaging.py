@@ -31,8 +31,8 @@ from ._errors import (
     InvalidOperationError,
     NotConfiguredError,
     NotFoundError,
-    ShuttingDownError,
     TypeMismatchError,
+    shutting_down,
 )
 from ._instance import activate_instance
 from ._objects import InstanceSpot
@@ -123,7 +123,7 @@ class _MessageCall(Call[T]):
                 return _COLD
             if self._runtime.state is not HostState.SERVING:
                 # Shutdown closed every object after this call passed admission.
-                return failed(ShuttingDownError("the Host is shutting down"))
+                return failed(shutting_down())
             return failed(NotFoundError(f"no {self._kind} {self._target!r}"))
         intent = self._intent
         if intent is not None:
@@ -211,8 +211,7 @@ class SendCall(_MessageCall[None]):
         return super().submit_sync(cancel)
 
     def _start(self, cancel: CancellationToken | None) -> Completion[None]:
-        runtime = self._runtime
-        early = runtime.admission_failure() or self._pre_cancelled(cancel)
+        early = self._refused(cancel)
         if early is not None:
             return early
         found = self._target_handler()
@@ -244,7 +243,7 @@ class SendCall(_MessageCall[None]):
         if waiting == CLOSED:
             return failed(NotFoundError(f"{self._kind} {self._target!r} closed"))
         if waiting == SEALED:
-            return failed(ShuttingDownError("the Host is shutting down"))
+            return failed(shutting_down())
         # SC §5/§7: a waiting send has no timeout and refuses caller cancellation.
         return Completion(waiting, _refuse_cancel)
 
@@ -318,7 +317,7 @@ class RequestCall(_MessageCall[T], Generic[T]):
         waiter = entry.waiter
         try:
             if runtime.state is not _SERVING:
-                pending.finish(route, exc=ShuttingDownError("the Host is shutting down"))
+                pending.finish(route, exc=shutting_down())
             else:
                 status = runtime.pool.enqueue(act.box, entry)
                 if status != ADMITTED:
@@ -369,7 +368,6 @@ class RequestCall(_MessageCall[T], Generic[T]):
         return self._begin(cancel, yielding=False)
 
     def _begin(self, cancel: CancellationToken | None, yielding: bool) -> Completion[T]:
-        runtime = self._runtime
         found = self._target_handler()
         turn = current_turn()
         if (
@@ -385,7 +383,7 @@ class RequestCall(_MessageCall[T], Generic[T]):
                 "holds (a request to yourself); send one-way, or use yield_() in a "
                 "SpotWide Spot"
             )
-        early = runtime.admission_failure() or self._pre_cancelled(cancel)
+        early = self._refused(cancel)
         if early is not None:
             return early
         if found is _COLD:
@@ -419,7 +417,7 @@ class RequestCall(_MessageCall[T], Generic[T]):
                 runtime.deadlines.arm(expires)
             if runtime.state is not _SERVING:
                 # Shutdown sealed admission meanwhile.
-                pending.finish(route, exc=ShuttingDownError("the Host is shutting down"))
+                pending.finish(route, exc=shutting_down())
                 return Completion(cell)
             if cancel is not None:
                 req.registration = cancel._register_internal(req.cancel)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Self
 from ._call import Call, check_token, settled
 from ._cancellation import CancellationToken
 from ._completion import Completion, _Cell
-from ._errors import InvalidOperationError, ShuttingDownError, ZlinkError
+from ._errors import InvalidOperationError, ZlinkError, shutting_down
 from ._scheduler import Record
 from ._turn import K_MESSAGE
 
@@ -71,7 +71,7 @@ class Publisher:
                 self._waiting.append(tx)
                 commit = sealed = False
         if sealed:
-            tx.cell.set_exception(ShuttingDownError("the Host is shutting down"))
+            tx.cell.set_exception(shutting_down())
         elif commit:
             self._commit(tx)
 
@@ -89,7 +89,7 @@ class Publisher:
             self._sealed = True
             waiting, self._waiting = list(self._waiting), deque()
         for tx in waiting:
-            tx.cell.set_exception(ShuttingDownError("the Host is shutting down"))
+            tx.cell.set_exception(shutting_down())
 
     def wait_idle(self, timeout: float) -> bool:
         """Wait until no committed transaction is still delivering."""
@@ -174,7 +174,7 @@ class PublishCall(Call[None]):
 
     def _start(self, cancel: CancellationToken | None) -> Completion[None]:
         runtime = self._runtime
-        early = runtime.admission_failure() or self._pre_cancelled(check_token(cancel))
+        early = self._refused(check_token(cancel))
         if early is not None:
             return early
         engine = runtime.engine

@@ -23,9 +23,9 @@ from ._completion import Completion, _Cell, _notify
 from ._errors import (
     CancelledError,
     DeadlineExceededError,
-    InternalFailureError,
     ProtocolError,
     ZlinkError,
+    internal_failure,
 )
 from ._scheduler import Record
 from ._timer import Clock, Deadline, TimerHandle, TimerService
@@ -189,9 +189,7 @@ def _reply(
     else:
         engine.handler_failures += 1
         if not isinstance(exc, ZlinkError):
-            failure = InternalFailureError(f"the handler raised {type(exc).__name__}: {exc}")
-            failure.__cause__ = exc
-            exc = failure
+            exc = internal_failure("the handler", exc)
     table.finish(route, exc=exc)
 
 

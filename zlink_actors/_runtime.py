@@ -20,6 +20,7 @@ from ._errors import (
     InvalidOperationError,
     ShuttingDownError,
     UnavailableError,
+    shutting_down,
 )
 from ._lifecycle import close_activation, drop_record
 from ._multicast import Publisher
@@ -128,7 +129,7 @@ class Runtime:
         """
         route = self.pending.register(entry)
         if self.state is not HostState.SERVING:
-            self.pending.finish(route, exc=ShuttingDownError("the Host is shutting down"))
+            self.pending.finish(route, exc=shutting_down())
             return False
         if cancel is not None:
             entry.registration = cancel._register_internal(entry.cancel)
@@ -207,7 +208,7 @@ class Runtime:
         pool.seal()
         self.publisher.seal()
         for act in activations:
-            pool.fail_waiters(act.box, ShuttingDownError("the Host is shutting down"))
+            pool.fail_waiters(act.box, shutting_down())
             if act.timers is not None:
                 act.timers.cancel_all()
         # Committed publish transactions finish delivering (CS §4).

@@ -28,7 +28,7 @@ from ._call import YieldableCall
 from ._cancellation import CancellationSource, CancellationToken
 from ._completion import Completion, _Cell
 from ._context import RuntimeContext, runtime_var
-from ._errors import InternalFailureError, ShuttingDownError
+from ._errors import ShuttingDownError, internal_failure
 from ._operation import PendingEntry
 from ._state import HostState
 
@@ -70,9 +70,7 @@ class _CpuJob:
 
 def _fail(runtime: Runtime, route: int, fn: object, exc: BaseException) -> None:
     # SC §3: the work itself failed; whatever it raised is the cause.
-    failure = InternalFailureError(f"worker {fn!r} raised {type(exc).__name__}: {exc}")
-    failure.__cause__ = exc
-    runtime.pending.finish(route, exc=failure)
+    runtime.pending.finish(route, exc=internal_failure(f"worker {fn!r}", exc))
 
 
 class CpuPool:
@@ -266,7 +264,7 @@ class CpuWorkerCall(YieldableCall[T]):
 
     def _start(self, cancel: CancellationToken | None) -> Completion[T]:
         runtime = self._runtime
-        early = runtime.admission_failure() or self._pre_cancelled(cancel)
+        early = self._refused(cancel)
         if early is not None:
             return early
         cell: _Cell[T] = _Cell()
@@ -303,7 +301,7 @@ class IoWorkerCall(YieldableCall[T]):
 
     def _start(self, cancel: CancellationToken | None) -> Completion[T]:
         runtime = self._runtime
-        early = runtime.admission_failure() or self._pre_cancelled(cancel)
+        early = self._refused(cancel)
         if early is not None:
             return early
         cell: _Cell[T] = _Cell()
