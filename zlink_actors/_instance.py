@@ -23,7 +23,7 @@ from ._errors import (
     TypeMismatchError,
 )
 from ._lifecycle import Attempt
-from ._objects import InstanceSpot, SpotConfig
+from ._objects import InstanceSpot, configure_spot
 
 if TYPE_CHECKING:
     from ._engine import Activation
@@ -81,11 +81,10 @@ def activate_instance(
             return failed(NotFoundError(f"{type_info.name} has no handler for this payload"))
         with engine.lock:
             # Seen by a concurrent get-or-create of this id: TypeMismatchError there.
-            runtime.creating[key] = Attempt(key, type_info)
+            runtime.creating[key] = Attempt("spot", spot_id, type_info, runtime.pending.cell_lock)
         try:
             instance = type_info.cls()
-            config = SpotConfig()
-            instance.configure(config)
+            subscriptions = configure_spot(instance)
         except Exception as exc:
             with engine.lock:
                 engine.end_attempt(key)
@@ -93,7 +92,7 @@ def activate_instance(
             failure.__cause__ = exc
             return failed(failure)
         act = engine.new_spot(spot_id, type_info, instance)
-        act.subscriptions = config.subscriptions or ()
+        act.subscriptions = subscriptions
         act.init_pending = True
         # Hold the new Spot's queue until it is registered: its first record is ours.
         runtime.pool.claim(act.box)
