@@ -43,6 +43,7 @@ from ._membership import LeaveCall as LeaveCall
 from ._messaging import RequestCall as RequestCall
 from ._messaging import SendCall as SendCall
 from ._multicast import PublishCall as PublishCall
+from ._multicast import PublisherStatistics as PublisherStatistics
 from ._objects import Actor as Actor
 from ._objects import ActorRef as ActorRef
 from ._objects import ChannelHandler as ChannelHandler
@@ -69,7 +70,10 @@ from ._timer import Clock as Clock
 from ._timer import Deadline as Deadline
 from ._timer import ManualClock as ManualClock
 from ._timer import SystemClock as SystemClock
+from ._timer import TimerStatistics as TimerStatistics
+from ._workers import CpuPoolStatistics as CpuPoolStatistics
 from ._workers import CpuWorkerCall as CpuWorkerCall
+from ._workers import IoStatistics as IoStatistics
 from ._workers import IoWorkerCall as IoWorkerCall
 
 __all__ = [
@@ -91,6 +95,7 @@ __all__ = [
     "Completion",
     "CompletionSource",
     "ConfigurationError",
+    "CpuPoolStatistics",
     "CpuWorkerCall",
     "CreateCall",
     "Created",
@@ -106,6 +111,7 @@ __all__ = [
     "InstanceSpot",
     "InternalFailureError",
     "InvalidOperationError",
+    "IoStatistics",
     "IoWorkerCall",
     "JoinCall",
     "JoinResult",
@@ -118,6 +124,7 @@ __all__ = [
     "PoolStatistics",
     "ProtocolError",
     "PublishCall",
+    "PublisherStatistics",
     "Rejected",
     "RejectedError",
     "ReplyRouteId",
@@ -134,6 +141,7 @@ __all__ = [
     "SpotRef",
     "SystemClock",
     "TimerSet",
+    "TimerStatistics",
     "TimerTick",
     "TypeMismatchError",
     "UnavailableError",

@@ -28,6 +28,7 @@ from ._validation import check_optional_seconds
 __all__ = [
     "Completion",
     "CompletionSource",
+    "_PENDING",
     "_Cell",
     "_notify",
 ]

@@ -52,7 +52,11 @@ class CreateCall(YieldableCall[Any]):
     def __init__(
         self, runtime: Runtime, kind: str, obj_id: str, info: TypeInfo, exclusive: bool
     ) -> None:
-        super().__init__(runtime)
+        # Flat on purpose (one per create): `Call.__init__`'s fields, then our own.
+        self._runtime = runtime
+        self._timeout: float | None = None
+        self._used = False
+        self._metadata: dict[str, Any] | None = None
         self._kind = kind
         self._id = obj_id
         self._info = info
@@ -71,45 +75,74 @@ class CreateCall(YieldableCall[Any]):
         self._request = payload
         return self
 
+    def submit(self, cancel: CancellationToken | None = None) -> Completion[Any]:
+        """Start the create (or get-or-create) and return its `Completion`.
+
+        Completes when: the object is Ready (`Created(ref, reply)`), was already Ready
+        (`Existing(ref)`), or its `on_create` declined (`Rejected(reply)`); or with
+        exactly one error. For a class that overrides neither `on_create` nor
+        `on_initialize` the object is Ready, and the `Completion` settled, when this
+        returns. Callers that join an attempt in progress share its one result.
+        Turn: `await` keeps the turn (the gate stays held).
+        Raises (in the Completion): `AlreadyExistsError`, `TypeMismatchError`,
+        `UnavailableError` (the object is closing), `InternalFailureError` (the
+        constructor, `configure` or a creation hook raised), `DeadlineExceededError`,
+        `ShuttingDownError`, `CancelledError`. Raises `InvalidOperationError` for a second
+        terminator, or for a get-or-create of the object's own id from its own hook.
+        """
+        if cancel is None and not self._used:
+            # The common call, without the generic terminator's checks of a token.
+            self._used = True
+            return self._start_claimed(None)
+        return super().submit(cancel)
+
     def _start(self, cancel: CancellationToken | None) -> Completion[Any]:
         runtime = self._runtime
-        early = self._refused(cancel)
-        if early is not None:
-            return early
+        if cancel is not None or runtime.state is not HostState.SERVING:
+            early = self._refused(cancel)
+            if early is not None:
+                return early
+        kind, obj_id, info = self._kind, self._id, self._info
         engine = runtime.engine
-        table = engine.spots if self._kind == "spot" else engine.actors
-        key = (self._kind, self._id)
-        owner = False
+        table = engine.spots if kind == "spot" else engine.actors
+        key = (kind, obj_id)
+        attempt = owner = None
+        closing = False
+        # Only the decision is made under the engine lock; results are built after it.
         with engine.lock:
-            act = table.get(self._id)
+            act = table.get(obj_id)
             if act is not None and not act.closed:
-                if act.closing is not None:
-                    return failed(UnavailableError(f"{self._kind} {self._id!r} is closing"))
-                return self._existing(act)
-            attempt = runtime.creating.get(key)
-            if attempt is not None:
-                turn = current_turn()
-                if turn is not None and turn._act.id == self._id and turn._act.kind == self._kind:
-                    # Its own creation hook: joining the attempt would wait for itself.
-                    raise InvalidOperationError(
-                        f"{self._kind} {self._id!r} is being created by the hook that runs "
-                        "now; it cannot get or create itself"
-                    )
-                if self._exclusive:
-                    return failed(AlreadyExistsError(f"{self._kind} {self._id!r} is being created"))
-                if attempt.info is not self._info:
-                    return failed(self._mismatch(attempt.info))
+                closing = act.closing is not None
             else:
-                if runtime.state is not HostState.SERVING:
-                    # Shutdown began after the admission check: it may already have
-                    # waited for the attempts in progress, so none may start now.
-                    return failed(shutting_down())
-                attempt = runtime.creating[key] = Attempt(key, self._info)
-                owner = True
-        if owner and not has_hooks(self._info.cls):
+                act = None
+                attempt = runtime.creating.get(key)
+                if attempt is None:
+                    if runtime.state is not HostState.SERVING:
+                        # Shutdown began after the admission check: it may already have
+                        # waited for the attempts in progress, so none may start now.
+                        return failed(shutting_down())
+                    attempt = owner = Attempt(kind, obj_id, info, runtime.pending.cell_lock)
+                    runtime.creating[key] = attempt
+        if act is not None:
+            if closing:
+                return failed(UnavailableError(f"{kind} {obj_id!r} is closing"))
+            return self._existing(act)
+        assert attempt is not None
+        if owner is None:
+            turn = current_turn()
+            if turn is not None and turn._act.id == obj_id and turn._act.kind == kind:
+                # Its own creation hook: joining the attempt would wait for itself.
+                raise InvalidOperationError(
+                    f"{kind} {obj_id!r} is being created by the hook that runs "
+                    "now; it cannot get or create itself"
+                )
+            if self._exclusive:
+                return failed(AlreadyExistsError(f"{kind} {obj_id!r} is being created"))
+            if attempt.info is not info:
+                return failed(self._mismatch(attempt.info))
+        elif not has_hooks(info.cls):
             # Nothing to run under the new object's gate: it is Ready when this returns.
-            outcome = create_now(runtime, attempt, self._id)
-            return failed(outcome) if isinstance(outcome, BaseException) else settled(outcome)
+            return create_now(runtime, owner)
         # Each caller has its own deadline and cancellation over the shared attempt.
         cell: _Cell[Any] = _Cell()
         timeout = self._timeout if self._timeout is not None else runtime.default_request_timeout
@@ -117,12 +150,12 @@ class CreateCall(YieldableCall[Any]):
         route = entry.route_id
         assert route is not None
         pending = runtime.pending
-        attempt.terminal.handle()._add_inline(
+        attempt.handle()._add_inline(
             lambda done: pending.finish(route, done._cell._value, done._cell._exc)
         )
-        if owner:
+        if owner is not None:
             request = None if self._request is _UNSET else self._request
-            start_attempt(runtime, attempt, self._id, request)
+            start_attempt(runtime, owner, request, hooks=True)
         return runtime.handle(entry)
 
     def _existing(self, act: Activation) -> Completion[Any]:
@@ -236,10 +269,13 @@ def _type_info(runtime: Runtime, cls: object, kind: str) -> TypeInfo:
 class SpotManager:
     """`host.spots` / `ctx.spots`. Created by the runtime."""
 
-    __slots__ = ("_runtime",)
+    __slots__ = ("_runtime", "_user_spots")
 
     def __init__(self, runtime: Runtime) -> None:
         self._runtime = runtime
+        #: Classes `_user_spot` accepted. Registration ends when the Host is made, so an
+        #: answer never changes; the cache spares a create the lookups and checks.
+        self._user_spots: dict[type, TypeInfo] = {}
 
     def create(self, spot_type: type) -> CreateCall:
         """Create a new Spot of `spot_type` under a fresh id."""
@@ -258,12 +294,17 @@ class SpotManager:
         return CloseCall(self._runtime, "spot", check_id("spot_id", spot_id))
 
     def _user_spot(self, spot_type: type) -> TypeInfo:
+        if isinstance(spot_type, type):
+            info = self._user_spots.get(spot_type)
+            if info is not None:
+                return info
         info = _type_info(self._runtime, spot_type, "spot")
         if issubclass(info.cls, InstanceSpot):
             raise InvalidOperationError(
                 f"{info.name} is an InstanceSpot: it is activated by a message with "
                 "instance intent (send_to_spot(...).activate()), not created"
             )
+        self._user_spots[spot_type] = info
         return info
 
 

@@ -184,8 +184,15 @@ class Engine:
         #: (channel, topic) -> ids of the Ready Spots subscribed to it.
         self.subscribers: dict[tuple[str, str], set[str]] = {}
         self.entry: Activation = None  # type: ignore[assignment]  # made by setup()
-        #: Notified whenever a creation attempt leaves `runtime.creating` (shutdown waits).
+        #: Notified whenever a creation attempt leaves `runtime.creating` while a thread
+        #: waits for that (`wait_no_attempts`: shutdown); counted under `lock`, so a
+        #: create pays for no notify when nobody waits.
         self.attempt_ended = threading.Condition(self.lock)
+        self._attempt_waiters = 0
+        from ._contexts import ActorContext, SpotContext  # _contexts imports this module
+
+        self._spot_context = SpotContext
+        self._actor_context = ActorContext
 
     # -- registration ------------------------------------------------------------------
 
@@ -271,14 +278,10 @@ class Engine:
         return act
 
     def new_spot(self, spot_id: str, info: TypeInfo, instance: Any) -> Activation:
-        from ._contexts import SpotContext
-
-        return self._activate(SPOT, spot_id, info, instance, SpotContext)
+        return self._activate(SPOT, spot_id, info, instance, self._spot_context)
 
     def new_actor(self, actor_id: str, info: TypeInfo, instance: Any) -> Activation:
-        from ._contexts import ActorContext
-
-        return self._activate(ACTOR, actor_id, info, instance, ActorContext, spot=self.entry)
+        return self._activate(ACTOR, actor_id, info, instance, self._actor_context, spot=self.entry)
 
     def make_ready(self, act: Activation, attempt_key: tuple[str, str] | None) -> None:
         """Register `act` (it becomes reachable) and apply its subscriptions."""
@@ -293,12 +296,17 @@ class Engine:
     def end_attempt(self, key: tuple[str, str]) -> None:
         """Take a creation attempt out of `runtime.creating`. Caller holds `lock`."""
         self.runtime.creating.pop(key, None)
-        self.attempt_ended.notify_all()
+        if self._attempt_waiters:
+            self.attempt_ended.notify_all()
 
     def wait_no_attempts(self, timeout: float) -> bool:
         """Wait until no creation attempt is in progress; False if `timeout` passed."""
         with self.lock:
-            return self.attempt_ended.wait_for(lambda: not self.runtime.creating, timeout)
+            self._attempt_waiters += 1
+            try:
+                return self.attempt_ended.wait_for(lambda: not self.runtime.creating, timeout)
+            finally:
+                self._attempt_waiters -= 1
 
     def unregister(self, act: Activation) -> ActorRef | None:
         """Remove `act` from every table; it is unreachable from now on. Returns the ref

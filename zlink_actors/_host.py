@@ -14,17 +14,25 @@ from . import _context
 from ._contexts import CallSurface
 from ._dispatcher import DispatcherStatistics, get_dispatcher
 from ._errors import ConfigurationError
+from ._multicast import PublisherStatistics
 from ._objects import Actor, ChannelHandler, Spot
 from ._runtime import Runtime
 from ._scheduler import PoolStatistics
 from ._state import HostState, ShutdownOutcome, ShutdownResult
-from ._timer import Clock, SystemClock
+from ._timer import Clock, SystemClock, TimerStatistics
 from ._validation import check_seconds
+from ._workers import CpuPoolStatistics, IoStatistics
 
 __all__ = ["Host", "HostStatistics"]
 
 _host_numbers = itertools.count(1)
 log = logging.getLogger("zlink_actors")
+
+# The defaults of `HostStatistics`' later fields: frozen, so one instance serves all.
+_NO_CPU = CpuPoolStatistics(threads=0, busy_threads=0, queued_jobs=0, max_threads=0)
+_NO_IO = IoStatistics(running=0, tasks=0, threads=0)
+_NO_TIMERS = TimerStatistics(pending=0, entries=0, delays=0, threads=0)
+_NO_PUBLISHER = PublisherStatistics(running=0, waiting=0, concurrency=0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +66,14 @@ class HostStatistics:
             shared by every Host in the process.
         internal_errors: since the Host was made: errors raised by the runtime's own
             work around a record (logged; the owner kept serving). Always a bug to report.
+        cpu: the CPU worker pool's `CpuPoolStatistics`.
+        io: the I/O executor's `IoStatistics`.
+        timers: the timer service's `TimerStatistics` (deadlines and Spot timers; its
+            `pending` count scans the service's entries).
+        publisher: the publish admission's `PublisherStatistics`.
+
+    The last five fields have defaults (0, and all-zero snapshots) only so that the
+    class can grow; every snapshot `Host.statistics()` returns sets them all.
     """
 
     state: HostState
@@ -72,6 +88,10 @@ class HostStatistics:
     pool: PoolStatistics
     dispatcher: DispatcherStatistics
     internal_errors: int = 0
+    cpu: CpuPoolStatistics = _NO_CPU
+    io: IoStatistics = _NO_IO
+    timers: TimerStatistics = _NO_TIMERS
+    publisher: PublisherStatistics = _NO_PUBLISHER
 
 
 def _classes(name: str, value: object) -> list[type]:
@@ -216,9 +236,12 @@ class Host(CallSurface):
         return self._runtime.engine.entry.id
 
     def statistics(self) -> HostStatistics:
-        """A snapshot of owners, queued records, pool occupancy and pending calls.
+        """A snapshot of owners, queued records, pool occupancy and pending calls, and of
+        the CPU pool, the I/O executor, the timer service and publish admission.
 
         Counts only what the application made: the Entry Spot is not among `spots`.
+        Each part takes only the lock its structure already uses, briefly; the timer
+        count is a scan of the timer entries (O(entries)).
         """
         runtime = self._runtime
         engine = runtime.engine
@@ -237,6 +260,10 @@ class Host(CallSurface):
             pool=runtime.pool.statistics(),
             dispatcher=get_dispatcher().statistics(),
             internal_errors=runtime.pool.internal_errors,
+            cpu=runtime.cpu_pool.statistics(),
+            io=runtime.io.statistics(),
+            timers=runtime.timers.statistics(),
+            publisher=runtime.publisher.statistics(),
         )
 
     def __repr__(self) -> str:

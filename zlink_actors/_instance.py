@@ -24,7 +24,7 @@ from ._errors import (
     shutting_down,
 )
 from ._lifecycle import Attempt
-from ._objects import InstanceSpot, SpotConfig
+from ._objects import InstanceSpot, configure_spot
 from ._state import HostState
 
 if TYPE_CHECKING:
@@ -86,17 +86,16 @@ def activate_instance(
                 # Shutdown began after the admission check (see `CreateCall._start`).
                 return failed(shutting_down())
             # Seen by a concurrent get-or-create of this id: TypeMismatchError there.
-            runtime.creating[key] = Attempt(key, type_info)
+            runtime.creating[key] = Attempt("spot", spot_id, type_info, runtime.pending.cell_lock)
         try:
             instance = type_info.cls()
-            config = SpotConfig()
-            instance.configure(config)
+            subscriptions = configure_spot(instance)
         except Exception as exc:
             with engine.lock:
                 engine.end_attempt(key)
             return failed(internal_failure(f"{type_info.name}()", exc))
         act = engine.new_spot(spot_id, type_info, instance)
-        act.subscriptions = config.subscriptions or ()
+        act.subscriptions = subscriptions
         act.init_pending = True
         # Hold the new Spot's queue until it is registered: its first record is ours.
         runtime.pool.claim(act.box)

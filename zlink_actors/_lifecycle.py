@@ -20,13 +20,13 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ._completion import Completion, _Cell
+from ._completion import _PENDING, Completion, _Cell
 from ._errors import (
     CapacityExceededError,
     UnavailableError,
     internal_failure,
 )
-from ._objects import CloseReason, Created, Rejected, SpotConfig, _Lifecycle
+from ._objects import CloseReason, Created, Rejected, _Lifecycle, configure_spot
 from ._scheduler import ADMITTED, Record
 from ._turn import K_CALL, K_REQUEST, K_RESUME
 
@@ -50,15 +50,34 @@ __all__ = [
 log = logging.getLogger("zlink_actors")
 
 
-class Attempt:
-    """One creation in progress; callers that join it share its terminal."""
+class Attempt(_Cell[Any]):
+    """One creation in progress, and its terminal: the callers that join it observe this
+    cell (each through a handle of its own).
 
-    __slots__ = ("info", "key", "terminal")
+    Its lock is the Host's shared result-cell lock (`PendingTable.cell_lock`): a cell
+    never takes another lock while it holds its own, so sharing one is safe, and an
+    attempt costs no lock object of its own.
+    """
 
-    def __init__(self, key: tuple[str, str], info: TypeInfo) -> None:
-        self.key = key
+    __slots__ = ("info", "kind", "obj_id")
+
+    def __init__(self, kind: str, obj_id: str, info: TypeInfo, lock: Any) -> None:
+        # Flat on purpose (one per create): what `_Cell.__init__` sets, then our own.
+        self._lock = lock
+        self._state = _PENDING
+        self._value = None
+        self._exc = None
+        self._listeners = None
+        # Not the key tuple: the handle of a created object keeps its attempt (the
+        # result cell) alive, and one tracked object less per create is less collection.
+        self.kind = kind
+        self.obj_id = obj_id
         self.info = info
-        self.terminal: _Cell[Any] = _Cell()
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """The attempt's key in `runtime.creating`: (kind, id)."""
+        return (self.kind, self.obj_id)
 
 
 def has_hooks(cls: type) -> bool:
@@ -68,27 +87,25 @@ def has_hooks(cls: type) -> bool:
     )
 
 
-def create_now(runtime: Runtime, attempt: Attempt, obj_id: str) -> Any:
+def create_now(runtime: Runtime, attempt: Attempt) -> Completion[Any]:
     """Create an object whose class has no creation hooks, on the calling thread.
 
-    Returns `Created(ref, None)`, or the exception that ended the attempt.
+    Returns a handle on the attempt, already settled: `Created(ref, None)`, or the
+    exception that ended the attempt. Callers that joined it observe the same cell.
     """
-    start_attempt(runtime, attempt, obj_id, None)
-    cell = attempt.terminal
-    return cell._exc if cell._exc is not None else cell._value
+    start_attempt(runtime, attempt, None, hooks=False)
+    return Completion(attempt)
 
 
-def start_attempt(runtime: Runtime, attempt: Attempt, obj_id: str, request: Any) -> None:
+def start_attempt(runtime: Runtime, attempt: Attempt, request: Any, *, hooks: bool) -> None:
     """Run the factory, then queue the creation hooks on the new object's own gate; with
-    no hooks to run, the object is Ready at once (no turn needed)."""
+    no hooks to run (`hooks`, from `has_hooks`), the object is Ready at once (no turn
+    needed)."""
     engine = runtime.engine
-    kind = attempt.key[0]
-    info = attempt.info
+    kind, obj_id, info = attempt.kind, attempt.obj_id, attempt.info
     try:
         instance = info.cls()
-        config = SpotConfig()
-        if kind == "spot":
-            instance.configure(config)
+        subscriptions = configure_spot(instance) if kind == "spot" else ()
     except Exception as exc:
         _abort(runtime, attempt, internal_failure(f"{info.name}()", exc))
         return
@@ -97,14 +114,14 @@ def start_attempt(runtime: Runtime, attempt: Attempt, obj_id: str, request: Any)
         if kind == "spot"
         else engine.new_actor(obj_id, info, instance)
     )
-    act.subscriptions = config.subscriptions or ()
+    act.subscriptions = subscriptions
     ref = act.ref()
-    if not has_hooks(info.cls):
+    if not hooks:
         engine.make_ready(act, attempt.key)
-        attempt.terminal.set_result(Created(ref, None))
+        attempt.try_set(Created(ref, None), None)
         return
 
-    async def hooks(inst: Any, ctx: Any) -> Any:
+    async def creation_hooks(inst: Any, ctx: Any) -> Any:
         reply = await _maybe_await(inst.on_create(ctx, request))
         if isinstance(reply, Rejected):
             return reply
@@ -118,9 +135,9 @@ def start_attempt(runtime: Runtime, attempt: Attempt, obj_id: str, request: Any)
             _abort(runtime, attempt, None, value)
         else:
             engine.make_ready(act, attempt.key)
-            attempt.terminal.set_result(value)
+            attempt.set_result(value)
 
-    runtime.pool.enqueue(act.box, Record(K_CALL, hooks, done), lifecycle=True)
+    runtime.pool.enqueue(act.box, Record(K_CALL, creation_hooks, done), lifecycle=True)
 
 
 def _abort(
@@ -129,7 +146,7 @@ def _abort(
     # The id stays free: the attempt leaves the table before its callers hear of it.
     with runtime.engine.lock:
         runtime.engine.end_attempt(attempt.key)
-    attempt.terminal.try_set(value, exc)
+    attempt.try_set(value, exc)
 
 
 async def _maybe_await(value: Any) -> Any:

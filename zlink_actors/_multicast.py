@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Self
 
 from ._call import Call, check_token, settled
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
     from ._engine import Activation
     from ._runtime import Runtime
 
-__all__ = ["PublishCall", "Publisher"]
+__all__ = ["PublishCall", "Publisher", "PublisherStatistics"]
 
 log = logging.getLogger("zlink_actors")
 
@@ -45,6 +46,22 @@ class _Transaction:
         self.metadata = metadata
         self.cell: _Cell[None] = _Cell()
         self.registration: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class PublisherStatistics:
+    """A snapshot of a Host's publish admission (`HostStatistics.publisher`).
+
+    Attributes:
+        running: committed publishes still delivering, each holding a slot (a delivery
+            waits for lane space like a one-way send, so a full target keeps its slot).
+        waiting: publishes waiting, untimed, for a slot (not yet committed).
+        concurrency: the slots, `Host(publish_concurrency=...)`.
+    """
+
+    running: int
+    waiting: int
+    concurrency: int
 
 
 class Publisher:
@@ -74,6 +91,13 @@ class Publisher:
             tx.cell.set_exception(shutting_down())
         elif commit:
             self._commit(tx)
+
+    def statistics(self) -> PublisherStatistics:
+        """Running and waiting transactions now (takes the admission lock briefly)."""
+        with self._lock:
+            return PublisherStatistics(
+                running=self._running, waiting=len(self._waiting), concurrency=self.limit
+            )
 
     def cancel(self, tx: _Transaction) -> bool:
         """Cancellation before commit wins (nothing is delivered); after it, False."""

@@ -28,6 +28,7 @@ __all__ = [
     "SpotMode",
     "SpotRef",
     "check_id",
+    "configure_spot",
     "_Lifecycle",
 ]
 
@@ -69,6 +70,20 @@ class SpotConfig:
                 raise ValueError(f"{name} must not be empty")
         if (channel, topic) not in self.subscriptions:
             self.subscriptions.append((channel, topic))
+
+
+def configure_spot(instance: Any) -> list[tuple[str, str]] | tuple[()]:
+    """Run `instance.configure(cfg)`; return the subscriptions it declared.
+
+    A Spot that does not override `configure` declares none: no `SpotConfig` is made for
+    it (the base method does nothing).
+    """
+    configure = instance.configure
+    if getattr(configure, "__func__", None) is Spot.configure:
+        return ()
+    config = SpotConfig()
+    configure(config)
+    return config.subscriptions or ()
 
 
 class _Lifecycle:

@@ -19,11 +19,20 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ._validation import check_optional_seconds, check_seconds
 
-__all__ = ["Clock", "Deadline", "ManualClock", "SystemClock", "TimerHandle", "TimerService"]
+__all__ = [
+    "Clock",
+    "Deadline",
+    "ManualClock",
+    "SystemClock",
+    "TimerHandle",
+    "TimerService",
+    "TimerStatistics",
+]
 
 log = logging.getLogger("zlink_actors")
 
@@ -164,6 +173,28 @@ class Timed(Protocol):
     def fire(self) -> None: ...
 
 
+@dataclass(frozen=True, slots=True)
+class TimerStatistics:
+    """A snapshot of a Host's timer service (`HostStatistics.timers`).
+
+    Attributes:
+        pending: callbacks scheduled and not yet fired or cancelled: Spot and Actor
+            timers, deadlines of requests and worker calls with a `timeout()` of their
+            own and of create and close calls, and one scan entry for all the requests on
+            the Host's default timeout together (`DeadlineScan`). Counted by a scan of
+            `entries`.
+        entries: entries the service holds, including cancelled ones not yet dropped
+            (an answered request's deadline stays up to `SWEEP_SECONDS` in its FIFO).
+        delays: distinct delays that have a FIFO of their own (at most `MAX_FIFOS`).
+        threads: 1 while the timer thread is alive (it starts on first use), else 0.
+    """
+
+    pending: int
+    entries: int
+    delays: int
+    threads: int
+
+
 class TimerService:
     """One thread for every deadline and timer of a Host. Started lazily.
 
@@ -253,9 +284,28 @@ class TimerService:
 
     def pending(self) -> int:
         """Scheduled callbacks not yet fired or cancelled."""
+        return self.statistics().pending
+
+    def statistics(self) -> TimerStatistics:
+        """Pending callbacks and held entries now.
+
+        O(entries), never on a hot path. The lock is held only to copy the heap and the
+        FIFOs (in C, without running Python code: producers append to a FIFO without the
+        lock, and a copy made under the GIL sees each FIFO whole); the count runs after.
+        """
         with self._cond:
-            live = sum(1 for _, _, h in self._heap if h.fn is not None)
-            return live + sum(1 for f in self._fifos.values() for h in f if h.fn is not None)
+            heap = self._heap.copy()
+            fifos = [fifo.copy() for fifo in self._fifos.values()]
+            thread = self._thread
+        entries = len(heap) + sum(len(fifo) for fifo in fifos)
+        live = sum(1 for _, _, h in heap if h.fn is not None)
+        live += sum(1 for fifo in fifos for h in fifo if h.fn is not None)
+        return TimerStatistics(
+            pending=live,
+            entries=entries,
+            delays=len(fifos),
+            threads=1 if thread is not None and thread.is_alive() else 0,
+        )
 
     def stop(self, timeout: float | None = None) -> bool:
         """Stop the thread; callbacks not yet due never run. True if the thread ended."""

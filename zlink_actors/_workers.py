@@ -22,6 +22,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._call import YieldableCall
@@ -35,7 +36,14 @@ from ._state import HostState
 if TYPE_CHECKING:
     from ._runtime import Runtime
 
-__all__ = ["CpuPool", "CpuWorkerCall", "IoExecutor", "IoWorkerCall"]
+__all__ = [
+    "CpuPool",
+    "CpuPoolStatistics",
+    "CpuWorkerCall",
+    "IoExecutor",
+    "IoStatistics",
+    "IoWorkerCall",
+]
 
 log = logging.getLogger("zlink_actors")
 T = TypeVar("T")
@@ -73,6 +81,27 @@ def _fail(runtime: Runtime, route: int, fn: object, exc: BaseException) -> None:
     runtime.pending.finish(route, exc=internal_failure(f"worker {fn!r}", exc))
 
 
+@dataclass(frozen=True, slots=True)
+class CpuPoolStatistics:
+    """A snapshot of a Host's CPU worker pool (`HostStatistics.cpu`).
+
+    Attributes:
+        threads: pool threads started (on demand, up to `max_threads`; they stay until
+            the Host stops).
+        busy_threads: threads running a job now (a `run_cpu_worker` callable, or the
+            check that drops a job whose call already ended).
+        queued_jobs: jobs waiting for a free thread, in submission order. A job whose
+            call ended meanwhile (deadline, cancellation) is still counted until its
+            turn comes; it is then dropped unrun.
+        max_threads: the pool's size, `Host(cpu_workers=...)`.
+    """
+
+    threads: int
+    busy_threads: int
+    queued_jobs: int
+    max_threads: int
+
+
 class CpuPool:
     """A bounded pool of threads started on demand; jobs start in submission order."""
 
@@ -83,6 +112,8 @@ class CpuPool:
         self._cond = threading.Condition(threading.Lock())
         self._threads: list[threading.Thread] = []
         self._idle = 0
+        #: Threads between taking a job and coming back for the next one.
+        self._busy = 0
         self._stopped = False
 
     def submit(self, job: _CpuJob) -> bool:
@@ -107,6 +138,16 @@ class CpuPool:
         """Threads the pool has started and not yet ended."""
         return sum(1 for t in self._threads if t.is_alive())
 
+    def statistics(self) -> CpuPoolStatistics:
+        """Threads, busy threads and queued jobs now (takes the pool's lock briefly)."""
+        with self._cond:
+            return CpuPoolStatistics(
+                threads=len(self._threads),
+                busy_threads=self._busy,
+                queued_jobs=len(self._jobs),
+                max_threads=self.max_threads,
+            )
+
     def stop(self, timeout: float) -> bool:
         """End every thread; a thread still in user code after `timeout` is abandoned."""
         with self._cond:
@@ -122,8 +163,11 @@ class CpuPool:
     def _work(self) -> None:
         ctx = contextvars.copy_context()
         ctx.run(runtime_var.set, _CPU_CONTEXT)
+        ran = False
         while True:
             with self._cond:
+                if ran:  # the job before: counted here, in the acquisition made anyway
+                    self._busy -= 1
                 while not self._jobs and not self._stopped:
                     self._idle += 1
                     self._cond.wait()
@@ -131,10 +175,30 @@ class CpuPool:
                 if self._stopped:
                     return
                 job = self._jobs.popleft()
+                self._busy += 1
+                ran = True
             try:
                 ctx.run(job.run)
             except BaseException:
                 log.exception("CPU worker job failed")
+
+
+@dataclass(frozen=True, slots=True)
+class IoStatistics:
+    """A snapshot of a Host's I/O executor (`HostStatistics.io`).
+
+    Attributes:
+        running: `run_io_worker` coroutines started on the loop and not yet ended
+            (awaiting counts: a worker waiting for I/O holds no thread). A worker's
+            task is counted until it ends, a moment after its call completed.
+        tasks: every task on the loop now: those workers, plus the deliveries of
+            committed publishes (see `PublisherStatistics.running`).
+        threads: 1 while the loop's thread is alive (it starts on first use), else 0.
+    """
+
+    running: int
+    tasks: int
+    threads: int
 
 
 class IoExecutor:
@@ -146,6 +210,9 @@ class IoExecutor:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._tasks: set[asyncio.Task[Any]] = set()
+        #: Worker tasks among `_tasks`. Both change on the loop thread only, so they need
+        #: no lock; other threads only read them (`statistics`).
+        self._workers = 0
         self._stopped = False
 
     @property
@@ -174,14 +241,32 @@ class IoExecutor:
             return False
         return True
 
-    def create_task(self, make: Callable[[], Awaitable[Any]]) -> None:
-        """On the loop thread: start `make()` in a fresh I/O-worker context."""
+    def create_task(self, make: Callable[[], Awaitable[Any]], *, worker: bool = False) -> None:
+        """On the loop thread: start `make()` in a fresh I/O-worker context.
+
+        `worker`: the task runs a `run_io_worker` coroutine (counted in `running`).
+        """
         ctx = contextvars.Context()
         ctx.run(runtime_var.set, _IO_CONTEXT)
         loop = asyncio.get_running_loop()
         task = loop.create_task(_as_coroutine(make), context=ctx)
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        if worker:
+            self._workers += 1
+            task.add_done_callback(self._worker_done)
+        else:
+            task.add_done_callback(self._tasks.discard)
+
+    def _worker_done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        self._workers -= 1
+
+    def statistics(self) -> IoStatistics:
+        """Running workers and tasks now; takes no lock (the loop thread is their only
+        writer)."""
+        return IoStatistics(
+            running=self._workers, tasks=len(self._tasks), threads=self.running_threads()
+        )
 
     def stop(self, timeout: float) -> bool:
         """Cancel what still runs, stop the loop and join its thread."""
@@ -313,7 +398,9 @@ class IoWorkerCall(YieldableCall[T]):
         def start() -> None:
             if not cell.claim():
                 return
-            runtime.io.create_task(lambda: _drive(runtime, entry, fn, worker_token.token))
+            runtime.io.create_task(
+                lambda: _drive(runtime, entry, fn, worker_token.token), worker=True
+            )
 
         if not runtime.io.call_soon(start):
             runtime.pending.finish(entry.route_id, exc=ShuttingDownError("the Host is stopping"))  # type: ignore[arg-type]

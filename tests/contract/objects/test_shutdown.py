@@ -19,7 +19,6 @@ from zlink_actors import (
     ShuttingDownError,
     Spot,
     SpotContext,
-    _create,
     handler,
 )
 from zlink_actors.testing import WAIT, HostHarness, wait_until
@@ -161,17 +160,24 @@ def test_a_create_admitted_just_before_shutdown_sealed_cannot_escape_it(
             closings.append(reason)
 
     reached, go = threading.Event(), threading.Event()
-    real = _create.CreateCall._pre_cancelled
-
-    def paused(cancel: Any) -> Any:
-        # Stands for a preemption right after the admission check passed.
-        if threading.current_thread().name == "creator":
-            reached.set()
-            assert go.wait(WAIT)
-        return real(cancel)
-
-    monkeypatch.setattr(_create.CreateCall, "_pre_cancelled", staticmethod(paused))
     host = harness.host(spots=[Room])
+    engine = host._runtime.engine
+    real_lock = engine.lock
+
+    class PausingLock:
+        """The engine lock, entered after a pause on the creating thread: stands for a
+        preemption right after the create passed the admission check."""
+
+        def __enter__(self) -> None:
+            if threading.current_thread().name == "creator" and not reached.is_set():
+                reached.set()
+                assert go.wait(WAIT)
+            real_lock.acquire()
+
+        def __exit__(self, *exc: object) -> None:
+            real_lock.release()
+
+    monkeypatch.setattr(engine, "lock", PausingLock())
     results: list[Any] = []
     creator = threading.Thread(
         target=lambda: results.append(host.spots.get_or_create("late", Room).submit()),
