@@ -130,17 +130,24 @@ def _busy_type(kind: str, busy: _Busy) -> type:
     return Busy
 
 
+def _held(harness: HostHarness, kind: str, **options: object) -> tuple[Any, _Busy, Any]:
+    """A Host with object "x" of a `_Busy` type whose handler is held on its latch:
+    (host, busy, the held request)."""
+    busy = _Busy(harness)
+    cls = _busy_type(kind, busy)
+    host = host_with(harness, kind, cls, **options)
+    manager_of(host, kind).get_or_create("x", cls).submit_sync()
+    held = request_to(host, kind, "x", Hold()).timeout(60).submit()
+    assert busy.entered.wait(WAIT)
+    return host, busy, held
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_close_whose_deadline_passes_before_on_closing_does_not_happen(
     harness: HostHarness, kind: str
 ) -> None:
     clock = ManualClock()
-    busy = _Busy(harness)
-    cls = _busy_type(kind, busy)
-    host = host_with(harness, kind, cls, clock=clock)
-    manager_of(host, kind).get_or_create("x", cls).submit_sync()
-    held = request_to(host, kind, "x", Hold()).timeout(60).submit()
-    assert busy.entered.wait(WAIT)
+    host, busy, held = _held(harness, kind, clock=clock)
 
     closing = manager_of(host, kind).close("x").timeout(0.3).submit()
     # While the close is pending the object refuses new work.
@@ -164,12 +171,7 @@ def test_a_close_whose_deadline_passes_before_on_closing_does_not_happen(
 def test_a_cancelled_close_before_on_closing_does_not_happen(
     harness: HostHarness, kind: str
 ) -> None:
-    busy = _Busy(harness)
-    cls = _busy_type(kind, busy)
-    host = host_with(harness, kind, cls)
-    manager_of(host, kind).get_or_create("x", cls).submit_sync()
-    held = request_to(host, kind, "x", Hold()).submit()
-    assert busy.entered.wait(WAIT)
+    host, busy, held = _held(harness, kind)
 
     source = CancellationSource()
     closing = manager_of(host, kind).close("x").submit(cancel=source.token)
@@ -187,12 +189,7 @@ def test_a_cancelled_close_before_on_closing_does_not_happen(
 def test_completion_cancel_of_a_close_before_on_closing_withdraws_it(
     harness: HostHarness, kind: str
 ) -> None:
-    busy = _Busy(harness)
-    cls = _busy_type(kind, busy)
-    host = host_with(harness, kind, cls)
-    manager_of(host, kind).get_or_create("x", cls).submit_sync()
-    held = request_to(host, kind, "x", Hold()).submit()
-    assert busy.entered.wait(WAIT)
+    host, busy, held = _held(harness, kind)
 
     closing = manager_of(host, kind).close("x").submit()
     assert closing.cancel() is True
@@ -232,12 +229,7 @@ def test_a_close_goes_on_while_another_caller_still_waits_for_it(
     harness: HostHarness, kind: str
 ) -> None:
     clock = ManualClock()
-    busy = _Busy(harness)
-    cls = _busy_type(kind, busy)
-    host = host_with(harness, kind, cls, clock=clock)
-    manager_of(host, kind).get_or_create("x", cls).submit_sync()
-    held = request_to(host, kind, "x", Hold()).timeout(60).submit()
-    assert busy.entered.wait(WAIT)
+    host, busy, held = _held(harness, kind, clock=clock)
 
     impatient = manager_of(host, kind).close("x").timeout(0.3).submit()
     patient = manager_of(host, kind).close("x").timeout(30).submit()
@@ -254,12 +246,7 @@ def test_a_close_goes_on_while_another_caller_still_waits_for_it(
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_withdrawn_closes_leave_no_records_behind(harness: HostHarness, kind: str) -> None:
-    busy = _Busy(harness)
-    cls = _busy_type(kind, busy)
-    host = host_with(harness, kind, cls)
-    manager_of(host, kind).get_or_create("x", cls).submit_sync()
-    held = request_to(host, kind, "x", Hold()).submit()
-    assert busy.entered.wait(WAIT)
+    host, busy, held = _held(harness, kind)
 
     # More withdrawn closes than the lifecycle lane holds (128).
     for _ in range(200):
