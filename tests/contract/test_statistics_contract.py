@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 
@@ -21,12 +20,10 @@ from zlink_actors import (
     CompletionSource,
     CpuPoolStatistics,
     Host,
-    HostState,
     HostStatistics,
     IoStatistics,
     ManualClock,
     PublisherStatistics,
-    ShutdownOutcome,
     Spot,
     SpotConfig,
     SpotContext,
@@ -34,55 +31,9 @@ from zlink_actors import (
     TimerTick,
     handler,
 )
-
-#: Upper bound for every wait that is expected to succeed.
-WAIT = 5.0
+from zlink_actors.testing import WAIT, HeldJob, wait_until
 
 MakeHost = Callable[..., Host]
-
-
-def eventually(predicate: Callable[[], bool], within: float = WAIT) -> bool:
-    """Poll `predicate` until it holds or `within` seconds pass; callers assert the result
-    (for counts that settle just after the call they belong to completed)."""
-    pause = threading.Event()
-    end = time.monotonic() + within
-    while not predicate():
-        if time.monotonic() >= end:
-            return False
-        pause.wait(0.002)
-    return True
-
-
-class Held:
-    """A CPU job that reports when it starts and returns `value` once released."""
-
-    def __init__(self, value: object = None) -> None:
-        self.value = value
-        self.started = threading.Event()
-        self.released = threading.Event()
-
-    def __call__(self) -> object:
-        self.started.set()
-        if not self.released.wait(WAIT * 6):
-            raise TimeoutError("the job was never released")
-        return self.value
-
-
-@pytest.fixture
-def make_host() -> Iterator[MakeHost]:
-    """Started Hosts; each one still serving at teardown must stop cleanly."""
-    hosts: list[Host] = []
-
-    def make(**options: object) -> Host:
-        host = Host(**options).start()  # type: ignore[arg-type]  # options are Host's
-        hosts.append(host)
-        return host
-
-    yield make
-    for host in hosts:
-        if host.state is HostState.SERVING:
-            result = host.shutdown(deadline=WAIT)
-            assert result.outcome is ShutdownOutcome.STOPPED, result
 
 
 # -- shape -----------------------------------------------------------------------------
@@ -136,10 +87,10 @@ def test_a_fresh_host_reports_idle_pools_with_their_configured_sizes(
 
 
 def test_a_cpu_job_held_on_an_event_is_busy_and_the_one_behind_it_is_queued(
-    make_host: MakeHost,
+    make_host: MakeHost, held: Callable[..., HeldJob[object]]
 ) -> None:
     host = make_host(cpu_workers=1)
-    first, second = Held("first"), Held("second")
+    first, second = held("first"), held("second")
     running = host.run_cpu_worker(first).submit()
     assert first.started.wait(WAIT)
 
@@ -151,12 +102,12 @@ def test_a_cpu_job_held_on_an_event_is_busy_and_the_one_behind_it_is_queued(
     assert behind == CpuPoolStatistics(threads=1, busy_threads=1, queued_jobs=1, max_threads=1)
     assert not second.started.is_set()
 
-    first.released.set()
-    second.released.set()
+    first.release()
+    second.release()
     assert running.result(WAIT) == "first"
     assert queued.result(WAIT) == "second"
     # The thread counts itself idle when it comes back for the next job.
-    assert eventually(lambda: host.statistics().cpu.busy_threads == 0)
+    assert wait_until(lambda: host.statistics().cpu.busy_threads == 0)
     assert host.statistics().cpu.queued_jobs == 0
 
 
@@ -181,7 +132,7 @@ def test_an_io_worker_awaiting_a_completion_is_running_until_it_ends(
 
     gate.set_result("done")
     assert call.result(WAIT) == "done"
-    assert eventually(lambda: host.statistics().io.running == 0)
+    assert wait_until(lambda: host.statistics().io.running == 0)
     assert host.statistics().io == IoStatistics(running=0, tasks=0, threads=1)
 
 
@@ -270,10 +221,10 @@ def test_a_publish_waiting_for_the_only_slot_is_counted_waiting(make_host: MakeH
         assert stats.publisher == PublisherStatistics(running=1, waiting=1, concurrency=1)
         # The committed publish delivers on the I/O loop (its task starts just after the
         # commit): a task, but no I/O worker.
-        assert eventually(lambda: host.statistics().io.tasks == 1)
+        assert wait_until(lambda: host.statistics().io.tasks == 1)
         assert host.statistics().io.running == 0
     finally:
         release.set()
     assert waiting.result(WAIT) is None
-    assert eventually(lambda: host.statistics().publisher.running == 0)
+    assert wait_until(lambda: host.statistics().publisher.running == 0)
     assert host.statistics().publisher == PublisherStatistics(running=0, waiting=0, concurrency=1)

@@ -9,8 +9,6 @@ concurrent callers join and what a shutdown waits for. Constructors are held on 
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable
 
 import pytest
 
@@ -25,20 +23,7 @@ from zlink_actors import (
     _objects,
 )
 from zlink_actors._objects import configure_spot
-
-#: Upper bound for every wait that is expected to succeed.
-WAIT = 5.0
-
-
-def eventually(predicate: Callable[[], bool], within: float = WAIT) -> bool:
-    """Poll `predicate` until it holds or `within` seconds pass (callers assert it)."""
-    pause = threading.Event()
-    end = time.monotonic() + within
-    while not predicate():
-        if time.monotonic() >= end:
-            return False
-        pause.wait(0.002)
-    return True
+from zlink_actors.testing import WAIT, wait_until
 
 
 class HeldConstructor:
@@ -77,7 +62,7 @@ def test_shutdown_waiting_for_a_creation_held_in_its_constructor_ends_when_it_do
     try:
         # The shutdown waits for the attempt (it accepted the create before sealing).
         engine = host._runtime.engine
-        assert eventually(lambda: engine._attempt_waiters == 1)
+        assert wait_until(lambda: engine._attempt_waiters == 1)
     finally:
         held.release.set()
     creator.join(WAIT)
