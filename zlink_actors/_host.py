@@ -10,18 +10,18 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Self
 
-from . import _context
-from ._contexts import CallSurface
-from ._dispatcher import DispatcherStatistics, get_dispatcher
-from ._errors import ConfigurationError
-from ._multicast import PublisherStatistics
-from ._objects import Actor, ChannelHandler, Spot
-from ._runtime import Runtime
-from ._scheduler import PoolStatistics
-from ._state import HostState, ShutdownOutcome, ShutdownResult
-from ._timer import Clock, SystemClock, TimerStatistics
-from ._validation import check_seconds
-from ._workers import CpuPoolStatistics, IoStatistics
+from ._calls.contexts import CallSurface
+from ._core import context as _context
+from ._core.clock import Clock, SystemClock, TimerStatistics
+from ._core.dispatcher import DispatcherStatistics, get_dispatcher
+from ._core.errors import ConfigurationError
+from ._core.pool import PoolStatistics
+from ._core.state import HostState, ShutdownOutcome, ShutdownResult
+from ._core.validation import check_seconds
+from ._core.workers import CpuPoolStatistics, IoStatistics
+from ._engine.kernel import Runtime
+from ._engine.multicast import PublisherStatistics
+from ._engine.objects import Actor, ChannelHandler, Spot
 
 __all__ = ["Host", "HostStatistics"]
 

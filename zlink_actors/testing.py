@@ -26,12 +26,12 @@ from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 from typing import Any, Generic, Self, TypedDict, TypeVar, Unpack, overload
 
-from ._completion import CompletionSource
-from ._errors import InvalidOperationError
+from ._core.clock import Clock, ManualClock
+from ._core.completion import CompletionSource
+from ._core.errors import InvalidOperationError
+from ._core.state import HostState, ShutdownOutcome
+from ._engine.objects import Actor, ChannelHandler, Spot
 from ._host import Host
-from ._objects import Actor, ChannelHandler, Spot
-from ._state import HostState, ShutdownOutcome
-from ._timer import Clock, ManualClock
 
 __all__ = [
     "DispatcherBlocker",

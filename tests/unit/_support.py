@@ -10,7 +10,7 @@ from zlink_actors.testing import WAIT
 
 if TYPE_CHECKING:
     from zlink_actors import ManualClock
-    from zlink_actors._timer import TimerService
+    from zlink_actors._core.clock import TimerService
 
 
 def probe(service: TimerService, clock: ManualClock) -> None:

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from zlink_actors import ManualClock
-from zlink_actors._timer import TimerService
+from zlink_actors._core.clock import TimerService
 from zlink_actors.testing import WAIT
 
 

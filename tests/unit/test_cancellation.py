@@ -14,7 +14,7 @@ import threading
 import pytest
 
 from zlink_actors import CancellationSource, CancelledError, Host, Spot, SpotContext, handler
-from zlink_actors import _cancellation as cancellation
+from zlink_actors._core import cancellation
 from zlink_actors.testing import WAIT, finishes
 
 

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from zlink_actors import CancelledError
-from zlink_actors._completion import Completion
-from zlink_actors._operation import PendingTable, Request
+from zlink_actors._core.completion import Completion
+from zlink_actors._core.pending import PendingTable, Request
 from zlink_actors.testing import WAIT, finishes
 
 

@@ -20,9 +20,9 @@ from zlink_actors import (
     ShutdownResult,
     Spot,
     SpotConfig,
-    _objects,
 )
-from zlink_actors._objects import configure_spot
+from zlink_actors._engine import objects as _objects
+from zlink_actors._engine.objects import configure_spot
 from zlink_actors.testing import WAIT, wait_until
 
 

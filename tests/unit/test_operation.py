@@ -35,9 +35,9 @@ from zlink_actors import (
     ShuttingDownError,
     completion_dispatcher,
 )
-from zlink_actors._completion import _Cell
-from zlink_actors._operation import DeadlineScan, PendingEntry, PendingTable, Request, settle
-from zlink_actors._timer import TimerHandle, TimerService
+from zlink_actors._core.clock import TimerHandle, TimerService
+from zlink_actors._core.completion import _Cell
+from zlink_actors._core.pending import DeadlineScan, PendingEntry, PendingTable, Request, settle
 from zlink_actors.testing import WAIT, finishes
 
 U64_MAX = (1 << 64) - 1

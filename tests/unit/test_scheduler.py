@@ -10,9 +10,9 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from zlink_actors import _scheduler
-from zlink_actors._completion import _Cell
-from zlink_actors._scheduler import ADMITTED, FULL, AppPool, Gate, Mailbox, Record
+from zlink_actors._core import pool as _scheduler
+from zlink_actors._core.completion import _Cell
+from zlink_actors._core.pool import ADMITTED, FULL, AppPool, Gate, Mailbox, Record
 from zlink_actors.testing import WAIT, wait_until
 
 LIFE, APP = 1, 2

@@ -18,7 +18,7 @@ import pytest
 from _support import probe
 
 from zlink_actors import Clock, Deadline, ManualClock, SystemClock
-from zlink_actors._timer import TimerService
+from zlink_actors._core.clock import TimerService
 from zlink_actors.testing import WAIT, wait_until
 
 

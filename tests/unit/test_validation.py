@@ -31,7 +31,7 @@ from zlink_actors import (
     TimerTick,
     handler,
 )
-from zlink_actors._validation import (
+from zlink_actors._core.validation import (
     MAX_SECONDS,
     MIN_INTERVAL,
     check_id,

@@ -44,7 +44,7 @@ from zlink_actors import (
     ZlinkError,
     handler,
 )
-from zlink_actors._errors import error_for_kind
+from zlink_actors._core.errors import error_for_kind
 from zlink_actors.testing import WAIT
 
 UPSTREAM_KINDS = [

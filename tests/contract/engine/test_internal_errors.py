@@ -22,12 +22,12 @@ from zlink_actors import (
     Spot,
     SpotContext,
     TimerTick,
-    _engine,
-    _operation,
-    _scheduler,
-    _spot_timers,
     handler,
 )
+from zlink_actors._core import pending as _operation
+from zlink_actors._core import pool as _scheduler
+from zlink_actors._engine import registry as _engine
+from zlink_actors._engine import spot_timers as _spot_timers
 from zlink_actors.testing import WAIT, HostHarness, advance_and_settle
 
 from ._support import Note, Ping, Pong

@@ -22,9 +22,9 @@ from zlink_actors import (
     NotFoundError,
     ShutdownOutcome,
     SpotContext,
-    _lifecycle,
     handler,
 )
+from zlink_actors._engine import lifecycle as _lifecycle
 from zlink_actors.testing import WAIT, HostHarness
 
 from ._support import (

@@ -19,12 +19,10 @@ from collections.abc import Callable
 from time import monotonic as _monotonic
 from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 
-from ._call import Call, check_token, failed
-from ._cancellation import CancellationToken
-from ._completion import Completion, _Cell
-from ._context import runtime_var
-from ._driver import YieldAwaitable
-from ._errors import (
+from .._core.cancellation import CancellationToken
+from .._core.completion import Completion, _Cell
+from .._core.context import runtime_var
+from .._core.errors import (
     CancelledError,
     CapacityExceededError,
     DeadlineExceededError,
@@ -34,13 +32,15 @@ from ._errors import (
     TypeMismatchError,
     shutting_down,
 )
-from ._instance import activate_instance
-from ._objects import InstanceSpot
-from ._operation import Request, SyncRequest
-from ._scheduler import ADMITTED, CLOSED, SEALED, Record
-from ._state import HostState
-from ._turn import K_MESSAGE, TurnContext, current_turn, require_yield_turn
-from ._validation import STRUCT_META, reply_rule
+from .._core.pending import Request, SyncRequest
+from .._core.pool import ADMITTED, CLOSED, SEALED, Record
+from .._core.state import HostState
+from .._core.validation import STRUCT_META, reply_rule
+from .._engine.driver import YieldAwaitable
+from .._engine.instance import activate_instance
+from .._engine.objects import InstanceSpot
+from .._engine.turn import K_MESSAGE, TurnContext, current_turn, require_yield_turn
+from .call import Call, check_token, failed
 
 _SERVING = HostState.SERVING
 _NEVER = math.inf
@@ -48,9 +48,9 @@ _NEVER = math.inf
 _WAIT_MAX = threading.TIMEOUT_MAX
 
 if TYPE_CHECKING:
-    from ._engine import Activation
-    from ._handlers import HandlerInfo
-    from ._runtime import Runtime
+    from .._engine.handlers import HandlerInfo
+    from .._engine.kernel import Runtime
+    from .._engine.registry import Activation
 
 __all__ = ["RequestCall", "SendCall", "TargetKind"]
 

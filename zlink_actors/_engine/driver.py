@@ -15,13 +15,13 @@ from collections.abc import Callable, Coroutine, Generator
 from contextvars import Context
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from ._completion import Completion
-from ._errors import InvalidOperationError, UnavailableError
-from ._scheduler import SUSPENDED, Record
-from ._turn import K_RESUME, TurnContext
+from .._core.completion import Completion
+from .._core.errors import InvalidOperationError, UnavailableError
+from .._core.pool import SUSPENDED, Record
+from .turn import K_RESUME, TurnContext
 
 if TYPE_CHECKING:
-    from ._scheduler import AppPool, Gate, Mailbox
+    from .._core.pool import AppPool, Gate, Mailbox
 
 __all__ = ["Frame", "YieldAwaitable"]
 

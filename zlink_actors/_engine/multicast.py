@@ -19,16 +19,16 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Self
 
-from ._call import Call, check_token, settled
-from ._cancellation import CancellationToken
-from ._completion import Completion, _Cell
-from ._errors import InvalidOperationError, ZlinkError, shutting_down
-from ._scheduler import Record
-from ._turn import K_MESSAGE
+from .._calls.call import Call, check_token, settled
+from .._core.cancellation import CancellationToken
+from .._core.completion import Completion, _Cell
+from .._core.errors import InvalidOperationError, ZlinkError, shutting_down
+from .._core.pool import Record
+from .turn import K_MESSAGE
 
 if TYPE_CHECKING:
-    from ._engine import Activation
-    from ._runtime import Runtime
+    from .kernel import Runtime
+    from .registry import Activation
 
 __all__ = ["PublishCall", "Publisher", "PublisherStatistics"]
 

@@ -25,16 +25,16 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ._call import YieldableCall
-from ._cancellation import CancellationSource, CancellationToken
-from ._completion import Completion, _Cell
-from ._context import RuntimeContext, runtime_var
-from ._errors import ShuttingDownError, internal_failure
-from ._operation import PendingEntry
-from ._state import HostState
+from .._calls.call import YieldableCall
+from .cancellation import CancellationSource, CancellationToken
+from .completion import Completion, _Cell
+from .context import RuntimeContext, runtime_var
+from .errors import ShuttingDownError, internal_failure
+from .pending import PendingEntry
+from .state import HostState
 
 if TYPE_CHECKING:
-    from ._runtime import Runtime
+    from .._engine.kernel import Runtime
 
 __all__ = [
     "CpuPool",

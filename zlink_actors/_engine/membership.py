@@ -15,17 +15,17 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from ._errors import InvalidOperationError, NotFoundError
-from ._lifecycle import _maybe_await
-from ._objects import ActorRef, InstanceSpot, JoinResult, Spot, check_id
-from ._scheduler import ADMITTED, Gate, Record
-from ._state import HostState
-from ._turn import K_CALL, current_turn
+from .._core.errors import InvalidOperationError, NotFoundError
+from .._core.pool import ADMITTED, Gate, Record
+from .._core.state import HostState
+from .lifecycle import _maybe_await
+from .objects import ActorRef, InstanceSpot, JoinResult, Spot, check_id
+from .turn import K_CALL, current_turn
 
 if TYPE_CHECKING:
-    from ._engine import Activation
-    from ._runtime import Runtime
-    from ._turn import TurnContext
+    from .kernel import Runtime
+    from .registry import Activation
+    from .turn import TurnContext
 
 __all__ = [
     "JoinCall",

@@ -10,15 +10,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final
 
-from ._context import CallbackPoster, RuntimeContext, runtime_var
-from ._errors import InvalidOperationError
-from ._scheduler import Record
+from .._core.context import CallbackPoster, RuntimeContext, runtime_var
+from .._core.errors import InvalidOperationError
+from .._core.pool import Record
 
 if TYPE_CHECKING:
-    from ._driver import Frame
-    from ._engine import Activation
-    from ._runtime import Runtime
-    from ._scheduler import Gate, Mailbox
+    from .._core.pool import Gate, Mailbox
+    from .driver import Frame
+    from .kernel import Runtime
+    from .registry import Activation
 
 __all__ = [
     "K_CALL",

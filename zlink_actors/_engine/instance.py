@@ -14,23 +14,23 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ._call import failed
-from ._completion import Completion
-from ._errors import (
+from .._calls.call import failed
+from .._core.completion import Completion
+from .._core.errors import (
     InvalidOperationError,
     NotFoundError,
     TypeMismatchError,
     internal_failure,
     shutting_down,
 )
-from ._lifecycle import Attempt
-from ._objects import InstanceSpot, configure_spot
-from ._state import HostState
+from .._core.state import HostState
+from .lifecycle import Attempt
+from .objects import InstanceSpot, configure_spot
 
 if TYPE_CHECKING:
-    from ._engine import Activation
-    from ._handlers import HandlerInfo
-    from ._runtime import Runtime
+    from .handlers import HandlerInfo
+    from .kernel import Runtime
+    from .registry import Activation
 
 __all__ = ["activate_instance"]
 

@@ -17,15 +17,15 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ._scheduler import Gate, Mailbox, Record
-from ._state import HostState
-from ._turn import K_TICK
-from ._validation import MIN_INTERVAL, check_seconds
+from .._core.pool import Gate, Mailbox, Record
+from .._core.state import HostState
+from .._core.validation import MIN_INTERVAL, check_seconds
+from .turn import K_TICK
 
 if TYPE_CHECKING:
-    from ._engine import Activation
-    from ._runtime import Runtime
-    from ._timer import TimerHandle
+    from .._core.clock import TimerHandle
+    from .kernel import Runtime
+    from .registry import Activation
 
 __all__ = ["OverrunPolicy", "TimerSet", "TimerTick"]
 

@@ -13,7 +13,7 @@ import typing
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from ._errors import ConfigurationError
+from .._core.errors import ConfigurationError
 
 __all__ = ["HandlerInfo", "HandlerTable", "handler"]
 

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ._validation import check_optional_seconds, check_seconds
+from .validation import check_optional_seconds, check_seconds
 
 __all__ = [
     "Clock",

@@ -18,19 +18,19 @@ import threading
 from collections.abc import Callable
 from typing import Any, Final
 
-from ._cancellation import CancellationRegistration, CancellationSource, CancellationToken
-from ._completion import Completion, _Cell, _notify
-from ._errors import (
+from .._engine.turn import K_REQUEST
+from .cancellation import CancellationRegistration, CancellationSource, CancellationToken
+from .clock import Clock, Deadline, TimerHandle, TimerService
+from .completion import Completion, _Cell, _notify
+from .errors import (
     CancelledError,
     DeadlineExceededError,
     ProtocolError,
     ZlinkError,
     internal_failure,
 )
-from ._scheduler import Record
-from ._timer import Clock, Deadline, TimerHandle, TimerService
-from ._turn import K_REQUEST
-from ._validation import reply_mismatch
+from .pool import Record
+from .validation import reply_mismatch
 
 __all__ = [
     "DeadlineScan",

@@ -12,29 +12,29 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from ._call import failed
-from ._cancellation import CancellationToken
-from ._completion import Completion, _Cell
-from ._dispatcher import get_dispatcher
-from ._errors import (
+from .._calls.call import failed
+from .._core.cancellation import CancellationToken
+from .._core.clock import Clock, SystemClock, TimerService
+from .._core.completion import Completion, _Cell
+from .._core.dispatcher import get_dispatcher
+from .._core.errors import (
     InvalidOperationError,
     ShuttingDownError,
     UnavailableError,
     shutting_down,
 )
-from ._lifecycle import close_activation, drop_record
-from ._multicast import Publisher
-from ._objects import CloseReason
-from ._operation import DeadlineScan, PendingEntry, PendingTable, settle
-from ._scheduler import AppPool
-from ._spot_timers import TimerSet
-from ._state import HostState, ShutdownOutcome, ShutdownResult
-from ._timer import Clock, SystemClock, TimerService
-from ._workers import CpuPool, IoExecutor
+from .._core.pending import DeadlineScan, PendingEntry, PendingTable, settle
+from .._core.pool import AppPool
+from .._core.state import HostState, ShutdownOutcome, ShutdownResult
+from .._core.workers import CpuPool, IoExecutor
+from .lifecycle import close_activation, drop_record
+from .multicast import Publisher
+from .objects import CloseReason
+from .spot_timers import TimerSet
 
 if TYPE_CHECKING:
-    from ._engine import Activation
-    from ._lifecycle import Attempt
+    from .lifecycle import Attempt
+    from .registry import Activation
 
 __all__ = ["Runtime"]
 
@@ -60,8 +60,8 @@ class Runtime:
         name: str,
         publish_concurrency: int = 64,
     ) -> None:
-        from ._create import ActorManager, SpotManager
-        from ._engine import Engine
+        from .._calls.create import ActorManager, SpotManager
+        from .registry import Engine
 
         self.clock = clock
         self.name = name

@@ -11,7 +11,7 @@ import enum
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar
 
-from ._validation import check_id
+from .._core.validation import check_id
 
 __all__ = [
     "Actor",

@@ -14,10 +14,9 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING, Any, Self
 
-from ._call import Call, YieldableCall, failed, settled
-from ._cancellation import CancellationToken
-from ._completion import Completion, _Cell
-from ._errors import (
+from .._core.cancellation import CancellationToken
+from .._core.completion import Completion, _Cell
+from .._core.errors import (
     AlreadyExistsError,
     CancelledError,
     DeadlineExceededError,
@@ -28,15 +27,23 @@ from ._errors import (
     UnavailableError,
     shutting_down,
 )
-from ._lifecycle import Attempt, Closing, create_now, has_hooks, request_close, start_attempt
-from ._objects import CloseReason, Existing, InstanceSpot, check_id
-from ._operation import PendingEntry
-from ._state import HostState
-from ._turn import current_turn
+from .._core.pending import PendingEntry
+from .._core.state import HostState
+from .._engine.lifecycle import (
+    Attempt,
+    Closing,
+    create_now,
+    has_hooks,
+    request_close,
+    start_attempt,
+)
+from .._engine.objects import CloseReason, Existing, InstanceSpot, check_id
+from .._engine.turn import current_turn
+from .call import Call, YieldableCall, failed, settled
 
 if TYPE_CHECKING:
-    from ._engine import Activation, TypeInfo
-    from ._runtime import Runtime
+    from .._engine.kernel import Runtime
+    from .._engine.registry import Activation, TypeInfo
 
 __all__ = ["ActorManager", "CloseCall", "CreateCall", "SpotManager"]
 

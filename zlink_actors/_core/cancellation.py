@@ -16,7 +16,7 @@ import logging
 import threading
 from collections.abc import Callable
 
-from ._dispatcher import get_dispatcher
+from .dispatcher import get_dispatcher
 
 __all__ = ["CancellationRegistration", "CancellationSource", "CancellationToken"]
 

@@ -12,22 +12,22 @@ from collections.abc import Awaitable, Callable, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
-from ._cancellation import CancellationToken
-from ._errors import InvalidOperationError
-from ._membership import JoinCall, LeaveCall, join_call, leave_call
-from ._messaging import RequestCall, SendCall, TargetKind
-from ._multicast import PublishCall
-from ._objects import ActorRef
-from ._operation import turn_cancellation, turn_deadline
-from ._timer import Deadline
-from ._turn import TurnContext
-from ._validation import check_id
-from ._workers import CpuWorkerCall, IoWorkerCall
+from .._core.cancellation import CancellationToken
+from .._core.clock import Deadline
+from .._core.errors import InvalidOperationError
+from .._core.pending import turn_cancellation, turn_deadline
+from .._core.validation import check_id
+from .._core.workers import CpuWorkerCall, IoWorkerCall
+from .._engine.membership import JoinCall, LeaveCall, join_call, leave_call
+from .._engine.multicast import PublishCall
+from .._engine.objects import ActorRef
+from .._engine.turn import TurnContext
+from .messaging import RequestCall, SendCall, TargetKind
 
 if TYPE_CHECKING:
-    from ._create import ActorManager, SpotManager
-    from ._runtime import Runtime
-    from ._spot_timers import TimerSet
+    from .._engine.kernel import Runtime
+    from .._engine.spot_timers import TimerSet
+    from .create import ActorManager, SpotManager
 
 __all__ = ["ActorContext", "CallSurface", "ChannelContext", "SpotContext"]
 

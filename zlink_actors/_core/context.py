@@ -12,7 +12,7 @@ from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any
 
-from ._errors import InvalidOperationError
+from .errors import InvalidOperationError
 
 __all__ = [
     "CallbackPoster",

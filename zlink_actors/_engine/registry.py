@@ -18,14 +18,16 @@ from contextvars import Context
 from types import CoroutineType
 from typing import TYPE_CHECKING, Any, Final
 
-from ._context import runtime_var
-from ._driver import Frame
-from ._errors import (
+from .._core.context import runtime_var
+from .._core.errors import (
     ConfigurationError,
     InternalFailureError,
 )
-from ._handlers import HandlerInfo, HandlerTable
-from ._objects import (
+from .._core.pool import Gate, Mailbox, Record
+from .._core.validation import check_id
+from .driver import Frame
+from .handlers import HandlerInfo, HandlerTable
+from .objects import (
     Actor,
     ActorRef,
     ChannelHandler,
@@ -34,13 +36,11 @@ from ._objects import (
     SpotMode,
     SpotRef,
 )
-from ._scheduler import Gate, Mailbox, Record
-from ._turn import K_CALL, K_CALLBACK, K_MESSAGE, K_REQUEST, K_RESUME, K_TICK, TurnContext
-from ._validation import check_id
+from .turn import K_CALL, K_CALLBACK, K_MESSAGE, K_REQUEST, K_RESUME, K_TICK, TurnContext
 
 if TYPE_CHECKING:
-    from ._runtime import Runtime
-    from ._spot_timers import TimerSet
+    from .kernel import Runtime
+    from .spot_timers import TimerSet
 
 __all__ = ["Activation", "Engine", "TypeInfo"]
 
@@ -189,7 +189,7 @@ class Engine:
         #: create pays for no notify when nobody waits.
         self.attempt_ended = threading.Condition(self.lock)
         self._attempt_waiters = 0
-        from ._contexts import ActorContext, SpotContext  # _contexts imports this module
+        from .._calls.contexts import ActorContext, SpotContext  # _contexts imports this module
 
         self._spot_context = SpotContext
         self._actor_context = ActorContext
@@ -236,7 +236,7 @@ class Engine:
         return info
 
     def setup(self, channels: dict[str, type]) -> None:
-        from ._contexts import ChannelContext, SpotContext
+        from .._calls.contexts import ChannelContext, SpotContext
 
         entry_info = TypeInfo(_EntrySpot, SPOT, "zlink.EntrySpot")
         entry_id = f"{self.runtime.name}-entry-{uuid.uuid4()}"
@@ -479,7 +479,7 @@ class _ActorHandlerDone:
         ctx._scope = False
         deferred, ctx._defer = ctx._defer, None
         if deferred is not None and exc is None:
-            from ._membership import start_move
+            from .membership import start_move
 
             # Before the reply: a caller holding the reply knows the move has begun.
             start_move(self.runtime, ctx._act, deferred.spot_id)
@@ -492,7 +492,7 @@ async def _initialize_then(fn: Callable[..., Any], args: tuple[Any, ...]) -> Any
     If `on_initialize` fails the Spot is removed (the next message with instance intent
     activates a fresh one) and this record fails with that error.
     """
-    from ._lifecycle import _maybe_await, remove_activation
+    from .lifecycle import _maybe_await, remove_activation
 
     instance, ctx = args[0], args[1]
     try:

@@ -20,19 +20,19 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ._completion import _PENDING, Completion, _Cell
-from ._errors import (
+from .._core.completion import _PENDING, Completion, _Cell
+from .._core.errors import (
     CapacityExceededError,
     UnavailableError,
     internal_failure,
 )
-from ._objects import CloseReason, Created, Rejected, _Lifecycle, configure_spot
-from ._scheduler import ADMITTED, Record
-from ._turn import K_CALL, K_REQUEST, K_RESUME
+from .._core.pool import ADMITTED, Record
+from .objects import CloseReason, Created, Rejected, _Lifecycle, configure_spot
+from .turn import K_CALL, K_REQUEST, K_RESUME
 
 if TYPE_CHECKING:
-    from ._engine import Activation, TypeInfo
-    from ._runtime import Runtime
+    from .kernel import Runtime
+    from .registry import Activation, TypeInfo
 
 __all__ = [
     "Attempt",
@@ -290,7 +290,7 @@ def remove_activation(runtime: Runtime, act: Activation) -> None:
     if act.timers is not None:
         act.timers.cancel_all()
     if left is not None:
-        from ._membership import tell_left
+        from .membership import tell_left
 
         tell_left(runtime, act.spot, left)
 

@@ -14,16 +14,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 
-from . import _context
-from ._cancellation import CancellationToken
-from ._completion import Completion, _Cell
-from ._driver import YieldAwaitable
-from ._errors import CancelledError, InvalidOperationError
-from ._turn import require_yield_turn
-from ._validation import check_seconds
+from .._core import context as _context
+from .._core.cancellation import CancellationToken
+from .._core.completion import Completion, _Cell
+from .._core.errors import CancelledError, InvalidOperationError
+from .._core.validation import check_seconds
+from .._engine.driver import YieldAwaitable
+from .._engine.turn import require_yield_turn
 
 if TYPE_CHECKING:
-    from ._runtime import Runtime
+    from .._engine.kernel import Runtime
 
 __all__ = ["Call", "YieldableCall", "check_token", "failed", "settled"]
 

@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from time import sleep as _sleep
 from typing import Any, Final
 
-from ._completion import _notify
-from ._timer import SystemClock, TimerService
+from .clock import SystemClock, TimerService
+from .completion import _notify
 
 __all__ = [
     "ADMITTED",

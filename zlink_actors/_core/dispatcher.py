@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ._context import CallbackPoster, RuntimeContext, runtime_var
+from .context import CallbackPoster, RuntimeContext, runtime_var
 
 __all__ = [
     "CompletionDispatcher",

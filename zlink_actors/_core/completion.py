@@ -20,10 +20,10 @@ import logging
 from collections.abc import Callable, Generator
 from typing import Any, Generic, TypeVar
 
-from . import _context
-from ._dispatcher import get_dispatcher
-from ._errors import CancelledError
-from ._validation import check_optional_seconds
+from . import context as _context
+from .dispatcher import get_dispatcher
+from .errors import CancelledError
+from .validation import check_optional_seconds
 
 __all__ = [
     "Completion",

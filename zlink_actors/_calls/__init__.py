@@ -1,0 +1,1 @@
+"""_calls: see docs/architecture.md."""

@@ -1,0 +1,1 @@
+"""_engine: see docs/architecture.md."""
