@@ -1,4 +1,10 @@
-"""`Host`: the public face of one runtime."""
+"""`Host`: the public face of one runtime, and the one place that builds and wires it.
+
+`Host.__init__` is the composition root: it makes the timer service, the application
+pool, the registry, the workers and the publisher, hands them to the runtime kernel,
+provides the tier services (`_engine/services.py`) and gives the record runner the
+context class of each object kind. Nothing below this module constructs a collaborator.
+"""
 
 from __future__ import annotations
 
@@ -10,18 +16,31 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Self
 
-from ._calls.contexts import CallSurface
+from ._calls.contexts import (
+    ACTOR_MANAGER,
+    SPOT_MANAGER,
+    ActorContext,
+    CallSurface,
+    ChannelContext,
+    SpotContext,
+)
+from ._calls.create import ActorManager, SpotManager
 from ._core import context as _context
-from ._core.clock import Clock, SystemClock, TimerStatistics
+from ._core.clock import Clock, SystemClock, TimerService, TimerStatistics
 from ._core.dispatcher import DispatcherStatistics, get_dispatcher
 from ._core.errors import ConfigurationError
-from ._core.pool import PoolStatistics
+from ._core.pool import AppPool, PoolStatistics
 from ._core.state import HostState, ShutdownOutcome, ShutdownResult
 from ._core.validation import check_seconds
-from ._core.workers import CpuPoolStatistics, IoStatistics
+from ._core.workers import CpuPool, CpuPoolStatistics, IoExecutor, IoStatistics
+from ._engine import shutdown as _shutdown
 from ._engine.kernel import Runtime
-from ._engine.multicast import PublisherStatistics
-from ._engine.objects import Actor, ChannelHandler, Spot
+from ._engine.multicast import Publisher, PublisherStatistics
+from ._engine.objects import Actor, ChannelHandler, ObjectKind, Spot
+from ._engine.registry import Engine
+from ._engine.remote import LOCAL_ONLY
+from ._engine.runner import RecordRunner
+from ._engine.services import Services
 
 __all__ = ["Host", "HostStatistics"]
 
@@ -157,24 +176,48 @@ class Host(CallSurface):
         except (TypeError, ValueError) as exc:
             raise ConfigurationError(str(exc)) from None
         cpus = os.cpu_count() or 1
-        runtime = Runtime(
-            clock=clock if clock is not None else SystemClock(),
-            cpu_workers=_positive_int("cpu_workers", cpu_workers, cpus),
-            app_threads=_positive_int("app_threads", app_threads, min(4, cpus)),
-            lane_items=_positive_int("application_lane_items", application_lane_items, 1024),
-            default_request_timeout=timeout,
-            name=f"zlink-host{next(_host_numbers)}",
-            publish_concurrency=_positive_int("publish_concurrency", publish_concurrency, 64),
+        name = f"zlink-host{next(_host_numbers)}"
+        clock = clock if clock is not None else SystemClock()
+        pool = AppPool(
+            _positive_int("app_threads", app_threads, min(4, cpus)),
+            f"{name}-app",
+            _positive_int("application_lane_items", application_lane_items, 1024),
         )
-        engine = runtime.engine
+        io = IoExecutor(name=f"{name}-io")
+        engine = Engine(pool, name)
+        runtime = Runtime(
+            name=name,
+            clock=clock,
+            timers=TimerService(clock, name=f"{name}-timer"),
+            default_request_timeout=timeout,
+            pool=pool,
+            engine=engine,
+            cpu_pool=CpuPool(_positive_int("cpu_workers", cpu_workers, cpus), name=f"{name}-cpu"),
+            io=io,
+            publisher=Publisher(
+                pool, io, _positive_int("publish_concurrency", publish_concurrency, 64)
+            ),
+            services=Services(),
+            remote=LOCAL_ONLY,
+        )
         for cls in _classes("spots", spots):
-            engine.register(cls, "spot")
+            engine.register(cls, ObjectKind.SPOT)
         for cls in _classes("actors", actors):
-            engine.register(cls, "actor")
+            engine.register(cls, ObjectKind.ACTOR)
         if channels is not None and not isinstance(channels, Mapping):
             raise ConfigurationError("channels must be a mapping of name -> handler class")
-        engine.setup(dict(channels or {}))
+        engine.add_channels(dict(channels or {}))
+        runtime.services.provide(SPOT_MANAGER, SpotManager(runtime))
+        runtime.services.provide(ACTOR_MANAGER, ActorManager(runtime))
         self._runtime = runtime
+        self._runner = RecordRunner(
+            runtime,
+            {
+                ObjectKind.SPOT: SpotContext,
+                ObjectKind.ACTOR: ActorContext,
+                ObjectKind.CHANNEL: ChannelContext,
+            },
+        )
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -189,7 +232,7 @@ class Host(CallSurface):
         Raises:
             InvalidOperationError: the Host is draining or stopped.
         """
-        self._runtime.start()
+        self._runtime.start(self._runner)
         return self
 
     def shutdown(self, deadline: float = 30.0) -> ShutdownResult:
@@ -213,7 +256,7 @@ class Host(CallSurface):
         """
         seconds = check_seconds("deadline", deadline)
         _context.forbid_blocking("Host.shutdown()")
-        return self._runtime.shutdown(seconds)
+        return _shutdown.shutdown(self._runtime, seconds)
 
     def __enter__(self) -> Self:
         return self.start()
@@ -249,9 +292,9 @@ class Host(CallSurface):
         entry = engine.entry
         return HostStatistics(
             state=runtime.state,
-            spots=sum(1 for a in acts if a.kind == "spot" and a is not entry),
-            actors=sum(1 for a in acts if a.kind == "actor"),
-            channels=sum(1 for a in acts if a.kind == "channel"),
+            spots=sum(1 for a in acts if a.kind is ObjectKind.SPOT and a is not entry),
+            actors=sum(1 for a in acts if a.kind is ObjectKind.ACTOR),
+            channels=sum(1 for a in acts if a.kind is ObjectKind.CHANNEL),
             queued_records=sum(a.box.queued() for a in acts),
             waiting_sends=sum(len(a.box.waiters or ()) for a in acts),
             pending_calls=len(runtime.pending),

@@ -12,39 +12,20 @@ builder unused; operational failures complete the returned `Completion` exceptio
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
+from typing import Any, Generic, Self, TypeVar
 
 from .._core import context as _context
-from .._core.cancellation import CancellationToken
-from .._core.completion import Completion, _Cell
+from .._core.cancellation import CancellationToken, check_token
+from .._core.completion import Completion, failed
 from .._core.errors import CancelledError, InvalidOperationError
 from .._core.validation import check_seconds
 from .._engine.driver import YieldAwaitable
+from .._engine.kernel import Runtime
 from .._engine.turn import require_yield_turn
 
-if TYPE_CHECKING:
-    from .._engine.kernel import Runtime
-
-__all__ = ["Call", "YieldableCall", "check_token", "failed", "settled"]
+__all__ = ["Call", "YieldableCall"]
 
 T = TypeVar("T")
-
-
-def check_token(cancel: object) -> CancellationToken | None:
-    """Validate a `cancel=` argument."""
-    if cancel is None or isinstance(cancel, CancellationToken):
-        return cancel
-    raise TypeError(f"cancel= takes a CancellationToken, got {type(cancel).__name__}")
-
-
-def settled(value: T) -> Completion[T]:
-    """A fresh, already-successful completion."""
-    return Completion(_Cell.settled(value, None))
-
-
-def failed(exc: BaseException) -> Completion[Any]:
-    """A fresh, already-failed completion (a pre-cancelled call uses `CancelledError`)."""
-    return Completion(_Cell.settled(None, exc))
 
 
 class Call(Generic[T]):

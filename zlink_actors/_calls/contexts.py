@@ -10,26 +10,36 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import Any, TypeVar, overload
 
 from .._core.cancellation import CancellationToken
 from .._core.clock import Deadline
 from .._core.errors import InvalidOperationError
 from .._core.pending import turn_cancellation, turn_deadline
 from .._core.validation import check_id
-from .._core.workers import CpuWorkerCall, IoWorkerCall
-from .._engine.membership import JoinCall, LeaveCall, join_call, leave_call
-from .._engine.multicast import PublishCall
-from .._engine.objects import ActorRef
+from .._engine.kernel import Runtime
+from .._engine.objects import ActorRef, ObjectKind
+from .._engine.services import ServiceKey
+from .._engine.spot_timers import TimerSet, timers_for
 from .._engine.turn import TurnContext
-from .messaging import RequestCall, SendCall, TargetKind
+from .create import ActorManager, SpotManager
+from .membership import JoinCall, LeaveCall, join_call, leave_call
+from .messaging import RequestCall, SendCall
+from .publish import PublishCall
+from .workers import CpuWorkerCall, IoWorkerCall
 
-if TYPE_CHECKING:
-    from .._engine.kernel import Runtime
-    from .._engine.spot_timers import TimerSet
-    from .create import ActorManager, SpotManager
+__all__ = [
+    "ACTOR_MANAGER",
+    "SPOT_MANAGER",
+    "ActorContext",
+    "CallSurface",
+    "ChannelContext",
+    "SpotContext",
+]
 
-__all__ = ["ActorContext", "CallSurface", "ChannelContext", "SpotContext"]
+#: The Host's managers, provided by `_host.py` (one each: `SpotManager` caches type checks).
+SPOT_MANAGER: ServiceKey[SpotManager] = ServiceKey("spots")
+ACTOR_MANAGER: ServiceKey[ActorManager] = ServiceKey("actors")
 
 T = TypeVar("T")
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
@@ -46,17 +56,19 @@ class CallSurface:
     __slots__ = ()
     _runtime: Runtime
 
-    def send_to_spot(self, spot_id: str, payload: Any) -> SendCall:
+    def send_to_spot(self, spot_id: str, payload: object) -> SendCall:
         """A one-way send to a Spot; finish it with `submit()` or `submit_sync()`."""
-        return SendCall(self._runtime, TargetKind.SPOT, check_id("spot_id", spot_id), payload)
+        return SendCall(self._runtime, ObjectKind.SPOT, check_id("spot_id", spot_id), payload)
 
     @overload
-    def request_to_spot(self, spot_id: str, payload: Any) -> RequestCall[Any]: ...
+    def request_to_spot(self, spot_id: str, payload: object) -> RequestCall[Any]: ...
     @overload
-    def request_to_spot(self, spot_id: str, payload: Any, reply: type[T]) -> RequestCall[T]: ...
+    def request_to_spot(self, spot_id: str, payload: object, reply: type[T]) -> RequestCall[T]: ...
     @overload
-    def request_to_spot(self, spot_id: str, payload: Any, reply: object) -> RequestCall[Any]: ...
-    def request_to_spot(self, spot_id: str, payload: Any, reply: object = None) -> RequestCall[Any]:
+    def request_to_spot(self, spot_id: str, payload: object, reply: object) -> RequestCall[Any]: ...
+    def request_to_spot(
+        self, spot_id: str, payload: object, reply: object = None
+    ) -> RequestCall[Any]:
         """A request to a Spot; when `reply` is given the reply must conform to it.
 
         `reply` is a class (the reply must be an instance) or any type msgspec can
@@ -68,51 +80,59 @@ class CallSurface:
             ValueError: `spot_id` is not 1-255 bytes of strict UTF-8.
         """
         return RequestCall(
-            self._runtime, TargetKind.SPOT, check_id("spot_id", spot_id), payload, reply
+            self._runtime, ObjectKind.SPOT, check_id("spot_id", spot_id), payload, reply
         )
 
-    def send_to_actor(self, actor_id: str, payload: Any) -> SendCall:
+    def send_to_actor(self, actor_id: str, payload: object) -> SendCall:
         """A one-way send to an Actor (always into the Actor's own queue)."""
-        return SendCall(self._runtime, TargetKind.ACTOR, check_id("actor_id", actor_id), payload)
+        return SendCall(self._runtime, ObjectKind.ACTOR, check_id("actor_id", actor_id), payload)
 
     @overload
-    def request_to_actor(self, actor_id: str, payload: Any) -> RequestCall[Any]: ...
+    def request_to_actor(self, actor_id: str, payload: object) -> RequestCall[Any]: ...
     @overload
-    def request_to_actor(self, actor_id: str, payload: Any, reply: type[T]) -> RequestCall[T]: ...
-    @overload
-    def request_to_actor(self, actor_id: str, payload: Any, reply: object) -> RequestCall[Any]: ...
     def request_to_actor(
-        self, actor_id: str, payload: Any, reply: object = None
+        self, actor_id: str, payload: object, reply: type[T]
+    ) -> RequestCall[T]: ...
+    @overload
+    def request_to_actor(
+        self, actor_id: str, payload: object, reply: object
+    ) -> RequestCall[Any]: ...
+    def request_to_actor(
+        self, actor_id: str, payload: object, reply: object = None
     ) -> RequestCall[Any]:
         """A request to an Actor; `reply` as for `request_to_spot`."""
         return RequestCall(
-            self._runtime, TargetKind.ACTOR, check_id("actor_id", actor_id), payload, reply
+            self._runtime, ObjectKind.ACTOR, check_id("actor_id", actor_id), payload, reply
         )
 
-    def send_to_channel(self, channel: str, payload: Any) -> SendCall:
+    def send_to_channel(self, channel: str, payload: object) -> SendCall:
         """A one-way send to the handler registered under `channel`."""
-        return SendCall(self._runtime, TargetKind.CHANNEL, _check_channel(channel), payload)
+        return SendCall(self._runtime, ObjectKind.CHANNEL, _check_channel(channel), payload)
 
     @overload
-    def request_to_channel(self, channel: str, payload: Any) -> RequestCall[Any]: ...
+    def request_to_channel(self, channel: str, payload: object) -> RequestCall[Any]: ...
     @overload
-    def request_to_channel(self, channel: str, payload: Any, reply: type[T]) -> RequestCall[T]: ...
-    @overload
-    def request_to_channel(self, channel: str, payload: Any, reply: object) -> RequestCall[Any]: ...
     def request_to_channel(
-        self, channel: str, payload: Any, reply: object = None
+        self, channel: str, payload: object, reply: type[T]
+    ) -> RequestCall[T]: ...
+    @overload
+    def request_to_channel(
+        self, channel: str, payload: object, reply: object
+    ) -> RequestCall[Any]: ...
+    def request_to_channel(
+        self, channel: str, payload: object, reply: object = None
     ) -> RequestCall[Any]:
         """A request to the handler registered under `channel`; `reply` as for
         `request_to_spot`."""
         return RequestCall(
-            self._runtime, TargetKind.CHANNEL, _check_channel(channel), payload, reply
+            self._runtime, ObjectKind.CHANNEL, _check_channel(channel), payload, reply
         )
 
-    def publish(self, channel: str, topic: str, payload: Any) -> PublishCall:
+    def publish(self, channel: str, topic: str, payload: object) -> PublishCall:
         """Logical Multicast to every Spot subscribed to (`channel`, `topic`)."""
         return PublishCall(self._runtime, channel, topic, payload)
 
-    def run_cpu_worker(self, fn: Callable[..., T], *args: Any) -> CpuWorkerCall[T]:
+    def run_cpu_worker(self, fn: Callable[..., T], *args: object) -> CpuWorkerCall[T]:
         """A call that runs `fn(*args)` on the CPU pool (a slot is held only while it runs).
 
         Raises:
@@ -134,12 +154,12 @@ class CallSurface:
     @property
     def spots(self) -> SpotManager:
         """Create, get-or-create and close Spots."""
-        return self._runtime.spot_manager
+        return self._runtime.services.get(SPOT_MANAGER)
 
     @property
     def actors(self) -> ActorManager:
         """Create, get-or-create and close Actors."""
-        return self._runtime.actor_manager
+        return self._runtime.services.get(ACTOR_MANAGER)
 
 
 class _HandlerContext(TurnContext, CallSurface):
@@ -170,7 +190,7 @@ class _HandlerContext(TurnContext, CallSurface):
     @property
     def timers(self) -> TimerSet:
         """This object's timers: ticks run as records under its gate."""
-        return self._runtime.timers_for(self._act)
+        return timers_for(self._runtime, self._act)
 
     def join_spot(self, spot_id: str) -> JoinCall:
         """Move this Actor into Spot `spot_id` after this handler; finish with `defer()`.

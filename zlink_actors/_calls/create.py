@@ -12,10 +12,10 @@ covers the whole call.
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING, Any, Self
+from typing import Any, Self
 
 from .._core.cancellation import CancellationToken
-from .._core.completion import Completion, _Cell
+from .._core.completion import Completion, _Cell, failed, settled
 from .._core.errors import (
     AlreadyExistsError,
     CancelledError,
@@ -29,21 +29,18 @@ from .._core.errors import (
 )
 from .._core.pending import PendingEntry
 from .._core.state import HostState
+from .._engine.kernel import Runtime
 from .._engine.lifecycle import (
-    Attempt,
     Closing,
     create_now,
     has_hooks,
     request_close,
     start_attempt,
 )
-from .._engine.objects import CloseReason, Existing, InstanceSpot, check_id
+from .._engine.objects import CloseReason, Existing, InstanceSpot, ObjectKind, check_id
+from .._engine.registry import Activation, Attempt, TypeInfo
 from .._engine.turn import current_turn
-from .call import Call, YieldableCall, failed, settled
-
-if TYPE_CHECKING:
-    from .._engine.kernel import Runtime
-    from .._engine.registry import Activation, TypeInfo
+from .call import Call, YieldableCall
 
 __all__ = ["ActorManager", "CloseCall", "CreateCall", "SpotManager"]
 
@@ -57,7 +54,7 @@ class CreateCall(YieldableCall[Any]):
     __slots__ = ("_exclusive", "_id", "_info", "_kind", "_request")
 
     def __init__(
-        self, runtime: Runtime, kind: str, obj_id: str, info: TypeInfo, exclusive: bool
+        self, runtime: Runtime, kind: ObjectKind, obj_id: str, info: TypeInfo, exclusive: bool
     ) -> None:
         # Flat on purpose (one per create): `Call.__init__`'s fields, then our own.
         self._runtime = runtime
@@ -111,7 +108,7 @@ class CreateCall(YieldableCall[Any]):
                 return early
         kind, obj_id, info = self._kind, self._id, self._info
         engine = runtime.engine
-        table = engine.spots if kind == "spot" else engine.actors
+        table = engine.tables[kind]
         key = (kind, obj_id)
         attempt = owner = None
         closing = False
@@ -122,14 +119,14 @@ class CreateCall(YieldableCall[Any]):
                 closing = act.closing is not None
             else:
                 act = None
-                attempt = runtime.creating.get(key)
+                attempt = engine.creating.get(key)
                 if attempt is None:
                     if runtime.state is not HostState.SERVING:
                         # Shutdown began after the admission check: it may already have
                         # waited for the attempts in progress, so none may start now.
                         return failed(shutting_down())
                     attempt = owner = Attempt(kind, obj_id, info, runtime.pending.cell_lock)
-                    runtime.creating[key] = attempt
+                    engine.creating[key] = attempt
         if act is not None:
             if closing:
                 return failed(UnavailableError(f"{kind} {obj_id!r} is closing"))
@@ -137,7 +134,7 @@ class CreateCall(YieldableCall[Any]):
         assert attempt is not None
         if owner is None:
             turn = current_turn()
-            if turn is not None and turn._act.id == obj_id and turn._act.kind == kind:
+            if turn is not None and turn._act.id == obj_id and turn._act.kind is kind:
                 # Its own creation hook: joining the attempt would wait for itself.
                 raise InvalidOperationError(
                     f"{kind} {obj_id!r} is being created by the hook that runs "
@@ -194,7 +191,7 @@ class CloseCall(Call[bool]):
 
     __slots__ = ("_id", "_kind")
 
-    def __init__(self, runtime: Runtime, kind: str, obj_id: str) -> None:
+    def __init__(self, runtime: Runtime, kind: ObjectKind, obj_id: str) -> None:
         super().__init__(runtime)
         self._kind = kind
         self._id = obj_id
@@ -207,7 +204,7 @@ class CloseCall(Call[bool]):
         engine = runtime.engine
         turn = current_turn()
         with engine.lock:
-            table = engine.spots if self._kind == "spot" else engine.actors
+            table = engine.tables[self._kind]
             act = table.get(self._id)
             if act is None or act.closed or act is engine.entry:
                 return failed(NotFoundError(f"no {self._kind} {self._id!r} to close"))
@@ -263,12 +260,13 @@ class _CloseWait(PendingEntry):
         return table.finish(route, exc=exc)
 
 
-def _type_info(runtime: Runtime, cls: object, kind: str) -> TypeInfo:
+def _type_info(runtime: Runtime, cls: object, kind: ObjectKind) -> TypeInfo:
     info = runtime.engine.by_class.get(cls) if isinstance(cls, type) else None
-    if info is None or info.kind != kind:
+    if info is None or info.kind is not kind:
         name = getattr(cls, "__qualname__", repr(cls))
+        option = kind.name.lower()
         raise NotConfiguredError(
-            f"{name} is not a registered {kind} type of this Host; pass it to Host({kind}s=[...])"
+            f"{name} is not a registered {kind} type of this Host; pass it to Host({option}s=[...])"
         )
     return info
 
@@ -289,23 +287,25 @@ class SpotManager:
         info = self._user_spot(spot_type)
         # 48 characters of the type name at most: the id stays within 255 UTF-8 bytes.
         spot_id = f"{info.name[:48]}-{uuid.uuid4().hex}"
-        return CreateCall(self._runtime, "spot", spot_id, info, True)
+        return CreateCall(self._runtime, ObjectKind.SPOT, spot_id, info, True)
 
     def get_or_create(self, spot_id: str, spot_type: type) -> CreateCall:
         """Get Spot `spot_id`, creating it as a `spot_type` if it does not exist."""
         check_id("spot_id", spot_id)
-        return CreateCall(self._runtime, "spot", spot_id, self._user_spot(spot_type), False)
+        return CreateCall(
+            self._runtime, ObjectKind.SPOT, spot_id, self._user_spot(spot_type), False
+        )
 
     def close(self, spot_id: str) -> CloseCall:
         """Close Spot `spot_id`: True once closed, False while it still has members."""
-        return CloseCall(self._runtime, "spot", check_id("spot_id", spot_id))
+        return CloseCall(self._runtime, ObjectKind.SPOT, check_id("spot_id", spot_id))
 
     def _user_spot(self, spot_type: type) -> TypeInfo:
         if isinstance(spot_type, type):
             info = self._user_spots.get(spot_type)
             if info is not None:
                 return info
-        info = _type_info(self._runtime, spot_type, "spot")
+        info = _type_info(self._runtime, spot_type, ObjectKind.SPOT)
         if issubclass(info.cls, InstanceSpot):
             raise InvalidOperationError(
                 f"{info.name} is an InstanceSpot: it is activated by a message with "
@@ -326,15 +326,15 @@ class ActorManager:
     def create(self, actor_id: str, actor_type: type) -> CreateCall:
         """Create Actor `actor_id` (in the Entry Spot); `AlreadyExistsError` if it exists."""
         check_id("actor_id", actor_id)
-        info = _type_info(self._runtime, actor_type, "actor")
-        return CreateCall(self._runtime, "actor", actor_id, info, True)
+        info = _type_info(self._runtime, actor_type, ObjectKind.ACTOR)
+        return CreateCall(self._runtime, ObjectKind.ACTOR, actor_id, info, True)
 
     def get_or_create(self, actor_id: str, actor_type: type) -> CreateCall:
         """Get Actor `actor_id`, creating it as an `actor_type` (in the Entry Spot)."""
         check_id("actor_id", actor_id)
-        info = _type_info(self._runtime, actor_type, "actor")
-        return CreateCall(self._runtime, "actor", actor_id, info, False)
+        info = _type_info(self._runtime, actor_type, ObjectKind.ACTOR)
+        return CreateCall(self._runtime, ObjectKind.ACTOR, actor_id, info, False)
 
     def close(self, actor_id: str) -> CloseCall:
         """Close Actor `actor_id`: True once closed."""
-        return CloseCall(self._runtime, "actor", check_id("actor_id", actor_id))
+        return CloseCall(self._runtime, ObjectKind.ACTOR, check_id("actor_id", actor_id))

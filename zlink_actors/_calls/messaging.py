@@ -17,10 +17,10 @@ import math
 import threading
 from collections.abc import Callable
 from time import monotonic as _monotonic
-from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
+from typing import Any, Generic, Self, TypeVar
 
-from .._core.cancellation import CancellationToken
-from .._core.completion import Completion, _Cell
+from .._core.cancellation import CancellationToken, check_token
+from .._core.completion import Completion, _Cell, failed
 from .._core.context import runtime_var
 from .._core.errors import (
     CancelledError,
@@ -33,34 +33,32 @@ from .._core.errors import (
     shutting_down,
 )
 from .._core.pending import Request, SyncRequest
-from .._core.pool import ADMITTED, CLOSED, SEALED, Record
+from .._core.pool import ADMITTED, CLOSED, SEALED
+from .._core.record import Message
 from .._core.state import HostState
 from .._core.validation import STRUCT_META, reply_rule
 from .._engine.driver import YieldAwaitable
+from .._engine.handlers import HandlerInfo
 from .._engine.instance import activate_instance
-from .._engine.objects import InstanceSpot
-from .._engine.turn import K_MESSAGE, TurnContext, current_turn, require_yield_turn
-from .call import Call, check_token, failed
+from .._engine.kernel import Runtime
+from .._engine.objects import InstanceSpot, ObjectKind
+from .._engine.registry import Activation
+from .._engine.turn import TurnContext, current_turn, require_yield_turn
+from .call import Call
 
 _SERVING = HostState.SERVING
 _NEVER = math.inf
 #: The longest timed lock wait the platform accepts; a longer deadline takes the timer.
 _WAIT_MAX = threading.TIMEOUT_MAX
 
-if TYPE_CHECKING:
-    from .._engine.handlers import HandlerInfo
-    from .._engine.kernel import Runtime
-    from .._engine.registry import Activation
 
 __all__ = ["RequestCall", "SendCall", "TargetKind"]
 
 T = TypeVar("T")
 
 
-class TargetKind:
-    SPOT = "Spot"
-    ACTOR = "Actor"
-    CHANNEL = "channel"
+#: Kept for the contexts that name call targets (one spelling: `ObjectKind`).
+TargetKind = ObjectKind
 
 
 #: `_target_handler` found no Spot, and the call carries instance intent.
@@ -72,7 +70,7 @@ class _MessageCall(Call[T]):
     __slots__ = ("_intent", "_kind", "_payload", "_reply", "_table", "_target")
 
     def __init__(
-        self, runtime: Runtime, kind: str, target: str, payload: Any, reply: object = None
+        self, runtime: Runtime, kind: ObjectKind, target: str, payload: object, reply: object = None
     ) -> None:
         # Flat on purpose: this runs once per message. `reply` is a request's reply type;
         # a plain class or a Struct class is its own rule (`isinstance`, which never
@@ -101,7 +99,7 @@ class _MessageCall(Call[T]):
             NotConfiguredError: `spot_type` is not a registered InstanceSpot type.
         """
         self._check_open("activate()")
-        if self._kind != TargetKind.SPOT:
+        if self._kind is not ObjectKind.SPOT:
             raise InvalidOperationError("activate() is for calls to Spots")
         if self._intent is not None:
             raise InvalidOperationError("activate() was already set on this call")
@@ -230,7 +228,7 @@ class SendCall(_MessageCall[None]):
         """Admit or park the send; `turn` is the caller's turn (None on an application
         thread)."""
         box = act.box
-        rec = Record(K_MESSAGE, self._payload, self._metadata, info)
+        rec = Message(self._payload, self._metadata, info)
         pool = self._runtime.pool
         if turn is not None and turn._gate is box.gate:
             # Behind our own gate waiting could never end: append even past the limit.
@@ -353,7 +351,7 @@ class RequestCall(_MessageCall[T], Generic[T]):
         token = check_token(cancel)
         turn = require_yield_turn("request")
         act = self._table.get(self._target)
-        if act is not None and act is turn._act and act.kind == "actor":
+        if act is not None and act is turn._act and act.kind is ObjectKind.ACTOR:
             raise InvalidOperationError(
                 "a request to your own Actor can never be answered: its queue claim is held "
                 "by this handler"
@@ -421,7 +419,7 @@ class RequestCall(_MessageCall[T], Generic[T]):
                 return Completion(cell)
             if cancel is not None:
                 req.registration = cancel._register_internal(req.cancel)
-            status = runtime.pool.enqueue(act.box, req)  # type: ignore[arg-type]  # a record by shape
+            status = runtime.pool.enqueue(act.box, req)
             if status != ADMITTED:
                 pending.finish(route, exc=self._refusal(status))
                 return Completion(cell)

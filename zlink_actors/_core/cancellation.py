@@ -18,7 +18,12 @@ from collections.abc import Callable
 
 from .dispatcher import get_dispatcher
 
-__all__ = ["CancellationRegistration", "CancellationSource", "CancellationToken"]
+__all__ = [
+    "CancellationRegistration",
+    "CancellationSource",
+    "CancellationToken",
+    "check_token",
+]
 
 log = logging.getLogger("zlink_actors")
 
@@ -154,3 +159,10 @@ class CancellationSource:
             state.registrations.clear()
         for reg in registrations:
             reg._run()
+
+
+def check_token(cancel: object) -> CancellationToken | None:
+    """Validate a `cancel=` argument."""
+    if cancel is None or isinstance(cancel, CancellationToken):
+        return cancel
+    raise TypeError(f"cancel= takes a CancellationToken, got {type(cancel).__name__}")

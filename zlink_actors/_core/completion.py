@@ -31,6 +31,8 @@ __all__ = [
     "_PENDING",
     "_Cell",
     "_notify",
+    "failed",
+    "settled",
 ]
 
 T = TypeVar("T")
@@ -446,3 +448,13 @@ class CompletionSource(Generic[T]):
     def done(self) -> bool:
         """True once completed."""
         return self._cell.done()
+
+
+def settled(value: T) -> Completion[T]:
+    """A fresh, already-successful completion."""
+    return Completion(_Cell.settled(value, None))
+
+
+def failed(exc: BaseException) -> Completion[Any]:
+    """A fresh, already-failed completion (a pre-cancelled call uses `CancelledError`)."""
+    return Completion(_Cell.settled(None, exc))

@@ -16,9 +16,8 @@ import math
 import secrets
 import threading
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
-from .._engine.turn import K_REQUEST
 from .cancellation import CancellationRegistration, CancellationSource, CancellationToken
 from .clock import Clock, Deadline, TimerHandle, TimerService
 from .completion import Completion, _Cell, _notify
@@ -29,11 +28,12 @@ from .errors import (
     ZlinkError,
     internal_failure,
 )
-from .pool import Record
+from .record import K_REQUEST, Handler, Record
 from .validation import reply_mismatch
 
 __all__ = [
     "DeadlineScan",
+    "FailureCount",
     "OperationId",
     "PendingEntry",
     "PendingTable",
@@ -46,6 +46,12 @@ __all__ = [
 ]
 
 _U64: Final = (1 << 64) - 1
+
+
+class FailureCount(Protocol):
+    """Where a request counts a handler that raised (the engine's registry)."""
+
+    handler_failures: int
 
 
 def _check_u64(name: str, value: object) -> int:
@@ -173,9 +179,9 @@ class PendingEntry:
 def _reply(
     table: PendingTable,
     route: int,
-    engine: Any,
+    engine: FailureCount,
     expected: type | None,
-    value: Any,
+    value: object,
     exc: BaseException | None,
 ) -> None:
     """Finish the request behind `route` with the handler's outcome (a late one finds no
@@ -194,20 +200,19 @@ def _reply(
 
 
 def _register(
-    req: Any,
-    payload: Any,
-    metadata: Any,
-    info: Any,
-    engine: Any,
+    req: Request | SyncRequest,
+    payload: object,
+    metadata: dict[str, object] | None,
+    handler: Handler,
+    engine: FailureCount,
     reply_type: type | None,
     table: PendingTable,
 ) -> None:
     """Fill a self-replying request's record and entry fields and register it (SC §10:
     before anything is submitted). Flat: this runs once per call."""
-    req.kind = K_REQUEST
-    req.a = payload
-    req.b = metadata
-    req.c = info
+    req.payload = payload
+    req.metadata = metadata
+    req.handler = handler
     req.reserved = False
     req.engine = engine
     req.reply_type = reply_type
@@ -216,20 +221,21 @@ def _register(
     table._entries[route] = req
 
 
-class _SelfReplying:
+class _SelfReplying(Record):
     """A queued request that is also its own pending entry (a mixin; the classes give
     the slots): `c` is the handler, and `reply` delivers the handler's outcome to the one
     winner of the table removal. Subclasses say how a winning outcome reaches the caller
-    (`settle`). Both are records by shape (`kind`, `a`, `b`, `c`, `reserved`, `reply`)."""
+    (`settle`). Both are records by shape (`kind`, `payload`, `metadata`, `handler`,
+    `reserved`, `reply`)."""
 
     __slots__ = ()
 
-    kind: int
-    a: Any
-    b: Any
-    c: Any
+    kind = K_REQUEST
+    payload: object
+    metadata: dict[str, object] | None
+    handler: Handler
     reserved: bool
-    engine: Any
+    engine: FailureCount
     reply_type: type | None
     route_id: int
     table: PendingTable
@@ -281,14 +287,13 @@ class Request(_SelfReplying, _Cell[Any]):
     """
 
     __slots__ = (
-        "a",
-        "b",
-        "c",
         "deadline",
         "due",
         "engine",
         "expires",
-        "kind",
+        "handler",
+        "metadata",
+        "payload",
         "registration",
         "reply_type",
         "reserved",
@@ -301,10 +306,10 @@ class Request(_SelfReplying, _Cell[Any]):
 
     def __init__(
         self,
-        payload: Any,
-        metadata: Any,
-        info: Any,
-        engine: Any,
+        payload: object,
+        metadata: dict[str, object] | None,
+        handler: Handler,
+        engine: FailureCount,
         reply_type: type | None,
         table: PendingTable,
         expires: float | None,
@@ -320,7 +325,7 @@ class Request(_SelfReplying, _Cell[Any]):
         self.due = due if due is not None else expires if expires is not None else math.inf
         #: Made when the handler first asks for `ctx.cancellation`.
         self.source: CancellationSource | None = None
-        _register(self, payload, metadata, info, engine, reply_type, table)
+        _register(self, payload, metadata, handler, engine, reply_type, table)
 
     @property
     def cell(self) -> Request:
@@ -354,7 +359,7 @@ class Request(_SelfReplying, _Cell[Any]):
             deadline.fn = None
 
 
-class SyncRequest(_SelfReplying, Record):
+class SyncRequest(_SelfReplying):
     """A request whose only observer is an application thread blocked in `submit_sync()`:
     one object is its record, its pending entry and its result.
 
@@ -367,7 +372,11 @@ class SyncRequest(_SelfReplying, Record):
         "due",
         "engine",
         "exc",
+        "handler",
+        "metadata",
+        "payload",
         "reply_type",
+        "reserved",
         "route_id",
         "source",
         "table",
@@ -381,10 +390,10 @@ class SyncRequest(_SelfReplying, Record):
 
     def __init__(
         self,
-        payload: Any,
-        metadata: Any,
-        info: Any,
-        engine: Any,
+        payload: object,
+        metadata: dict[str, object] | None,
+        handler: Handler,
+        engine: FailureCount,
         reply_type: type | None,
         table: PendingTable,
         due: float = math.inf,
@@ -396,7 +405,7 @@ class SyncRequest(_SelfReplying, Record):
         self.source: CancellationSource | None = None
         self.waiter = waiter = _thread.allocate_lock()
         waiter.acquire()
-        _register(self, payload, metadata, info, engine, reply_type, table)
+        _register(self, payload, metadata, handler, engine, reply_type, table)
 
     def settle(self, value: Any, exc: BaseException | None) -> None:
         # Reached only by the winner of `PendingTable.pop`: no lock needed.

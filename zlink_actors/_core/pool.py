@@ -1,21 +1,10 @@
-"""Gates, mailboxes and the shared application pool (digest §4, architecture §3-4).
+"""The shared application pool: a ready set of gates and a fixed set of threads.
 
-A *mailbox* is where work waits: two FIFO lanes, lifecycle and application, with the
-application lane bounded by items. A *gate* decides who may run: at most one turn at a time
-in its scope. A SpotWide Spot has one gate over its own mailbox and every member Actor's;
-an Entry or PerActor Spot gives each Actor, each timer and the Spot's own work a gate of
-its own. No thread belongs to a gate: a fixed pool runs the turns of every gate.
-
-Gate states::
-
-    IDLE --work arrives--> READY --a pool thread takes it--> RUNNING
-    RUNNING --no work left--> IDLE          RUNNING --10 ms used--> READY (back of the set)
-    RUNNING --handler awaits--> SUSPENDED --result settles--> READY (resumes first)
-
-Rules kept here: nothing runs inline when a queue is full; no queue-jumping; a record's
-post-turn work (reply, reservation release) finishes before the gate is released; the
-enqueuing side is the only one that takes the gate's lock to make work visible; lanes and
-their lists exist only while they hold work, so an idle owner costs a few hundred bytes.
+Pool threads take READY gates (`gate.py`) in turn and run the records of their mailboxes
+(`mailbox.py`) through the record runner the Host gives `start()`. Rules kept here:
+nothing runs inline when a queue is full; no queue-jumping; a record's post-turn work
+(reply, reservation release) finishes before the gate is released; the enqueuing side is
+the only one that takes the gate's lock to make work visible.
 """
 
 from __future__ import annotations
@@ -27,39 +16,31 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from time import sleep as _sleep
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from .clock import SystemClock, TimerService
 from .completion import _notify
+from .gate import IDLE, READY, RUNNING, SUSPENDED, Gate, wait_free
+from .mailbox import Mailbox, lock_box, trim
+from .record import Message, Record
 
 __all__ = [
     "ADMITTED",
-    "AppPool",
     "CLOSED",
     "FULL",
-    "Gate",
-    "Mailbox",
-    "PoolStatistics",
-    "Record",
     "SEALED",
-    "SUSPENDED",
+    "AppPool",
+    "PoolStatistics",
+    "RecordRunner",
 ]
 
 log = logging.getLogger("zlink_actors")
-
-IDLE: Final = 0
-READY: Final = 1
-RUNNING: Final = 2
-SUSPENDED: Final = 3
 
 ADMITTED: Final = 0
 FULL: Final = 1
 CLOSED: Final = 2
 SEALED: Final = 3
 
-#: Consecutive lifecycle turns after which one application turn is forced (yield debt).
-LIFECYCLE_BURST: Final = 8
 #: How long one owner may keep a pool thread, checked between records.
 BATCH_SECONDS: Final = 0.010
 #: A running pool thread that finished no record for this long counts as stalled.
@@ -72,134 +53,6 @@ BATCH_RECORDS: Final = 32
 _HANDED_OFF: Final = 0  # SUSPENDED by an await: the resume will push it again
 _WENT_IDLE: Final = 1
 _REQUEUE: Final = 2  # 10 ms used and work left: back of the ready set
-
-
-class Record:
-    """One unit of work in a lane. `kind` is interpreted by the mailbox's owner."""
-
-    __slots__ = ("a", "b", "c", "kind", "reserved")
-
-    def __init__(self, kind: int, a: Any = None, b: Any = None, c: Any = None) -> None:
-        self.kind = kind
-        self.a = a
-        self.b = b
-        self.c = c
-        #: True while this record holds an application-lane reservation.
-        self.reserved = False
-
-    def reply(self, value: Any, exc: BaseException | None) -> None:
-        """A request record's post-turn work: deliver the handler's outcome."""
-        raise AssertionError(f"record kind {self.kind} carries no reply")
-
-    def drop(self, exc: BaseException) -> None:
-        """A request record that will never run: its caller hears `exc`."""
-        raise AssertionError(f"record kind {self.kind} carries no reply")
-
-
-class Gate:
-    """The right to run a turn, shared by the mailboxes attached to it."""
-
-    __slots__ = ("frame", "lock", "pool", "pos", "ready_boxes", "run", "spotwide", "state")
-
-    def __init__(self, pool: AppPool, spotwide: bool = False) -> None:
-        self.lock = _thread.allocate_lock()
-        self.pool = pool
-        self.state = IDLE
-        #: Mailboxes with runnable records, round-robin; created on first use.
-        self.ready_boxes: list[Mailbox] | None = None
-        #: The suspended coroutine to resume first (an `await` that keeps the turn).
-        self.frame: Any = None
-        #: True for a SpotWide / Instance gate: `yield_()` may release it.
-        self.spotwide = spotwide
-        #: The run of records a pool thread took, (mailbox, records), and the index of the
-        #: one running: a turn that suspends hands the rest back (`AppPool.hand_back`).
-        self.run: tuple[Mailbox, list[Record]] | None = None
-        self.pos = 0
-
-    def _list(self, box: Mailbox) -> bool:
-        """Make `box` runnable; return True if the gate must be pushed to the pool.
-
-        Caller holds `self.lock`.
-        """
-        if box.listed or box.claimed:
-            return False
-        box.listed = True
-        boxes = self.ready_boxes
-        if boxes is None:
-            self.ready_boxes = boxes = []
-        boxes.append(box)
-        if self.state == IDLE:
-            self.state = READY
-            return True
-        return False
-
-
-class Mailbox:
-    """Two FIFO lanes and their accounting for one owner (Spot, Actor, timer, channel)."""
-
-    __slots__ = (
-        "app",
-        "app_reserved",
-        "claimed",
-        "closed",
-        "closing",
-        "debt",
-        "gate",
-        "life",
-        "listed",
-        "owner",
-        "waiters",
-    )
-
-    def __init__(self, owner: Any, gate: Gate) -> None:
-        self.owner = owner
-        self.gate = gate
-        # Lists, not deques: most lanes hold one record at a time, and a list costs a
-        # tenth of a deque to make (both lanes are dropped whenever they empty).
-        self.app: list[Record] | None = None
-        self.life: list[Record] | None = None
-        #: Application records admitted and not yet terminal (queued + running).
-        self.app_reserved = 0
-        #: One-way sends waiting for capacity, FIFO: (record, the caller's result cell).
-        self.waiters: deque[tuple[Record, Any]] | None = None
-        self.listed = False
-        #: A SpotWide member Actor's queue claim held across `yield_()`.
-        self.claimed = False
-        self.closed = False
-        #: close() was requested: no new application work, no waiter is admitted.
-        self.closing = False
-        self.debt = 0
-
-    # Everything below runs with `self.gate.lock` held.
-
-    def _push(self, rec: Record, lifecycle: bool) -> bool:
-        if lifecycle:
-            lane = self.life
-            if lane is None:
-                self.life = lane = []
-        else:
-            lane = self.app
-            if lane is None:
-                self.app = lane = []
-        lane.append(rec)
-        return self.gate._list(self)
-
-    def _take(self) -> Record | None:
-        life, app = self.life, self.app
-        if life and (self.debt < LIFECYCLE_BURST or not app):
-            self.debt += 1
-            return life.pop(0)
-        if app:
-            self.debt = 0
-            return app.pop(0)
-        return None
-
-    def _has_work(self) -> bool:
-        return bool(self.life) or bool(self.app)
-
-    def queued(self) -> int:
-        """Records waiting in both lanes (not running)."""
-        return len(self.life or ()) + len(self.app or ())
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,35 +79,27 @@ class PoolStatistics:
 class AppPool:
     """The shared application pool: a ready set of gates and a fixed set of threads.
 
-    `run_record(box, record)` is supplied by the runtime; it returns True when the turn
-    was handed off (the gate is SUSPENDED and must not be touched by the caller). A record
-    whose handler has not reached its terminal completion when `run_record` returns (a
+    The records run through the `RecordRunner` given to `start()`. A record whose
+    handler has not reached its terminal completion when `run_record` returns (a
     coroutine parked by `await` or `yield_()`) has its `reserved` flag moved to that
     coroutine, which releases the slot with `release_reservation` when it ends.
     """
 
     def __init__(
-        self,
-        threads: int,
-        run_record: Callable[[Mailbox, Record], bool],
-        name: str,
-        lane_items: int,
-        lifecycle_items: int = 128,
-        fail_record: Callable[[Mailbox, Record], None] | None = None,
+        self, threads: int, name: str, lane_items: int, lifecycle_items: int = 128
     ) -> None:
         self.size = threads
         self.lane_items = lane_items
         self.lifecycle_items = lifecycle_items
-        self._run_record = run_record
-        #: Ends a record whose run failed inside the runtime (its caller hears it).
-        self._fail_record = fail_record
+        self._runner: RecordRunner = _NO_RUNNER
+        self._run_record = _NO_RUNNER.run_record
         self._name = name
         self._mutex = threading.Lock()
         self._quiet = threading.Condition(self._mutex)
-        self._ready: deque[Gate] = deque()
-        self._idle: list[list[Any]] = []
+        self._ready: deque[Gate[Mailbox]] = deque()
+        self._idle: list[_Slot] = []
         #: Every pool thread's slot (see `_work`).
-        self._slots: list[list[Any]] = []
+        self._slots: list[_Slot] = []
         self._threads: list[threading.Thread] = []
         self._busy = 0
         self._active = 0
@@ -275,10 +120,13 @@ class AppPool:
 
     # -- lifecycle ---------------------------------------------------------------------
 
-    def start(self) -> None:
+    def start(self, runner: RecordRunner) -> None:
+        """Start the threads; they run every record through `runner`."""
         with self._mutex:
             if self._threads:
                 return
+            self._runner = runner
+            self._run_record = runner.run_record
             for i in range(self.size):
                 thread = threading.Thread(target=self._work, name=f"{self._name}-{i}", daemon=True)
                 self._threads.append(thread)
@@ -298,7 +146,7 @@ class AppPool:
             idle, self._idle = self._idle, []
             threads = list(self._threads)
         for slot in idle:
-            slot[0].release()
+            slot.wake.release()
         end = time.monotonic() + timeout
         for thread in threads:
             if thread is not threading.current_thread():
@@ -319,7 +167,7 @@ class AppPool:
 
     # -- scheduling --------------------------------------------------------------------
 
-    def push(self, gate: Gate) -> None:
+    def push(self, gate: Gate[Mailbox]) -> None:
         """A gate became READY: put it at the back of the ready set.
 
         An idle thread is woken at once only when no pool thread is running: otherwise the
@@ -330,14 +178,14 @@ class AppPool:
         """
         self._ready_append(gate, activate=True)
 
-    def requeue(self, gate: Gate) -> None:
+    def requeue(self, gate: Gate[Mailbox]) -> None:
         """A READY gate that was already active goes to the back of the ready set."""
         self._ready_append(gate, activate=False)
 
-    def _ready_append(self, gate: Gate, activate: bool) -> None:
+    def _ready_append(self, gate: Gate[Mailbox], activate: bool) -> None:
         arm = False
         if self._mutex.locked():
-            _wait_free(self._mutex)
+            wait_free(self._mutex)
         with self._mutex:
             if activate:
                 self._active += 1
@@ -348,7 +196,7 @@ class AppPool:
                 if not self._ready:
                     # Hand the gate straight to the idle thread (it is busy from now on).
                     slot = self._idle.pop()
-                    slot[1] = gate
+                    slot.gate = gate
                     self._busy += 1
                 else:
                     self._ready.append(gate)
@@ -359,11 +207,11 @@ class AppPool:
                 if not self._check_armed:
                     self._check_armed = arm = True
         if slot is not None:
-            slot[0].release()
+            slot.wake.release()
         elif arm:
             self._watch.call_after(STALL_SECONDS, self._stall_check)
 
-    def _start_idle(self, gate: Gate, box: Mailbox, rec: Record) -> None:
+    def _start_idle(self, gate: Gate[Mailbox], box: Mailbox, rec: Record) -> None:
         """Work arrived for an IDLE gate: with one acquisition of the pool mutex, either
         hand `rec` straight to an idle thread, if no pool thread is running (the gate
         becomes RUNNING and the record never enters a lane), or queue it and put the gate
@@ -375,7 +223,7 @@ class AppPool:
         """
         arm = False
         if self._mutex.locked():
-            _wait_free(self._mutex)
+            wait_free(self._mutex)
         with self._mutex:
             self._active += 1
             idle = self._idle
@@ -383,14 +231,14 @@ class AppPool:
                 slot = idle.pop()
                 self._busy += 1
                 gate.state = RUNNING
-                slot[1:4] = gate, box, rec
-                slot[0].release()
+                slot.gate, slot.first_box, slot.first = gate, box, rec
+                slot.wake.release()
                 return
-            box._push(rec, False)  # the gate becomes READY
+            box.push(rec, False)  # the gate becomes READY
             self._ready.append(gate)
             if idle:
                 if not self._busy:
-                    idle.pop()[0].release()  # woken with no gate: it takes the ready head
+                    idle.pop().wake.release()  # woken with no gate: it takes the ready head
                 elif not self._check_armed:
                     self._check_armed = arm = True
         if arm:
@@ -401,7 +249,7 @@ class AppPool:
         for `STALL_SECONDS` (every running thread is stuck in a handler)."""
         slot = None
         if self._mutex.locked():
-            _wait_free(self._mutex)
+            wait_free(self._mutex)
         with self._mutex:
             self._check_armed = False
             if self._ready and self._idle:
@@ -410,7 +258,7 @@ class AppPool:
                 else:
                     self._check_armed = True  # progress is being made: look again later
         if slot is not None:
-            slot[0].release()
+            slot.wake.release()
         elif self._check_armed:
             self._watch.call_after(STALL_SECONDS, self._stall_check)
 
@@ -422,20 +270,20 @@ class AppPool:
     def park(self) -> None:
         """A continuation released its gate (`yield_()`) and waits for a result."""
         if self._mutex.locked():
-            _wait_free(self._mutex)
+            wait_free(self._mutex)
         with self._mutex:
             self._parked += 1
 
     def unpark(self) -> None:
         if self._mutex.locked():
-            _wait_free(self._mutex)
+            wait_free(self._mutex)
         with self._mutex:
             self._parked -= 1
             self._note_quiet()
 
     def enqueue(self, box: Mailbox, rec: Record, *, lifecycle: bool = False) -> int:
         """Admit a bounded application (or lifecycle) record; FULL or CLOSED otherwise."""
-        gate = _lock_box(box)
+        gate = lock_box(box)
         started = False
         try:
             if box.closed:
@@ -454,14 +302,14 @@ class AppPool:
                 if gate.state == IDLE and not box.claimed:
                     started = True
                     self._start_idle(gate, box, rec)
-            push = not started and box._push(rec, lifecycle)
+            push = not started and box.push(rec, lifecycle)
         finally:
             gate.lock.release()
         if push:
             self.push(gate)
         return ADMITTED
 
-    def send(self, box: Mailbox, rec: Record, make_cell: Callable[[Any], Any]) -> Any:
+    def send(self, box: Mailbox, rec: Message, make_cell: Callable[[Any], Any]) -> Any:
         """Admit a one-way record, or park it FIFO behind the target's other waiters.
 
         Returns None when admitted now; when parked, the caller's new result cell (made by
@@ -469,7 +317,7 @@ class AppPool:
         once a reservation frees a slot); CLOSED; or SEALED (shutdown began: a send may no
         longer start waiting, since the shutdown sweep of waiters may have passed).
         """
-        gate = _lock_box(box)
+        gate = lock_box(box)
         started = False
         try:
             if box.closed or box.closing:
@@ -488,7 +336,7 @@ class AppPool:
             if gate.state == IDLE and not box.claimed:
                 started = True
                 self._start_idle(gate, box, rec)
-            push = not started and box._push(rec, False)
+            push = not started and box.push(rec, False)
         finally:
             gate.lock.release()
         if push:
@@ -500,34 +348,34 @@ class AppPool:
     ) -> bool:
         """Append already-admitted work (resume, callback, tick, self-send; a leave notice
         to the lifecycle lane), ignoring the limit. Returns False if the mailbox is closed."""
-        gate = _lock_box(box)
+        gate = lock_box(box)
         try:
             if box.closed:
                 return False
             if reserve:
                 box.app_reserved += 1
                 rec.reserved = True
-            push = box._push(rec, lifecycle)
+            push = box.push(rec, lifecycle)
         finally:
             gate.lock.release()
         if push:
             self.push(gate)
         return True
 
-    def resume(self, gate: Gate) -> None:
+    def resume(self, gate: Gate[Mailbox]) -> None:
         """The result a SUSPENDED gate awaited has settled: run its continuation next."""
         if gate.lock.locked():
-            _wait_free(gate.lock)
+            wait_free(gate.lock)
         with gate.lock:
             gate.state = READY
         self.requeue(gate)
 
     def release_claim(self, box: Mailbox) -> None:
         """End a SpotWide member Actor's claim taken by `yield_()`."""
-        gate = _lock_box(box)
+        gate = lock_box(box)
         try:
             box.claimed = False
-            push = box._has_work() and gate._list(box)
+            push = box.has_work() and gate.list_box(box)
         finally:
             gate.lock.release()
         if push:
@@ -537,7 +385,7 @@ class AppPool:
         """A record's handler reached its terminal completion: free its slot and admit
         the oldest waiting send, if any."""
         admitted: list[Any] = []
-        gate = _lock_box(box)
+        gate = lock_box(box)
         try:
             box.app_reserved -= 1
             push = self._admit_waiters(box, admitted, gate.lock)
@@ -549,7 +397,7 @@ class AppPool:
 
     def claim(self, box: Mailbox) -> None:
         """Hold `box`'s queue claim: its records wait until `release_claim`."""
-        gate = _lock_box(box)
+        gate = lock_box(box)
         try:
             box.claimed = True
         finally:
@@ -557,7 +405,7 @@ class AppPool:
 
     def mark_closing(self, box: Mailbox) -> None:
         """close() was requested: refuse new application work, admit no more waiters."""
-        gate = _lock_box(box)
+        gate = lock_box(box)
         try:
             box.closing = True
         finally:
@@ -569,13 +417,13 @@ class AppPool:
         work again, and the sends that waited meanwhile as room allows. Returns what
         settles those sends, for the caller to run once it holds no lock."""
         admitted: list[Any] = []
-        gate = _lock_box(box)
+        gate = lock_box(box)
         try:
             life = box.life
             if rec is not None and life and rec in life:
                 life.remove(rec)
                 if not life and not box.app:
-                    _trim(box)  # a listed mailbox with nothing left is skipped when taken
+                    trim(box)  # a listed mailbox with nothing left is skipped when taken
             box.closing = False
             push = self._admit_waiters(box, admitted, gate.lock)
         finally:
@@ -586,7 +434,7 @@ class AppPool:
 
     def close_box(self, box: Mailbox) -> list[Record]:
         """Close `box` to new work and take out the records still queued in it."""
-        gate = _lock_box(box)
+        gate = lock_box(box)
         try:
             box.closed = True
             records = [*(box.life or ()), *(box.app or ())]
@@ -595,9 +443,9 @@ class AppPool:
             gate.lock.release()
         return records
 
-    def move(self, box: Mailbox, gate: Gate) -> None:
+    def move(self, box: Mailbox, gate: Gate[Mailbox]) -> None:
         """Put a claimed `box` under `gate` (a Join). The claim keeps it from running."""
-        old = _lock_box(box)
+        old = lock_box(box)
         try:
             assert box.claimed, "only a claimed mailbox can change gate"
             if box.listed:
@@ -619,7 +467,7 @@ class AppPool:
         logged at debug level: its `submit()` returned long ago, and nothing else would
         tell that the message never arrived.
         """
-        gate = _lock_box(box)
+        gate = lock_box(box)
         try:
             waiters, box.waiters = box.waiters, None
         finally:
@@ -636,7 +484,7 @@ class AppPool:
                 log.debug(
                     "a one-way send of %s to %s %r ended with %s after submit() returned, "
                     "and nothing observes its Completion",
-                    type(rec.a).__qualname__,
+                    type(rec.payload).__qualname__,
                     owner.kind,
                     owner.id,
                     type(exc).__name__,
@@ -674,28 +522,40 @@ class AppPool:
         box.app_reserved += room
         if not waiters:
             box.waiters = None
-        return box.gate._list(box)
+        return box.gate.list_box(box)
 
     # -- the pool thread ---------------------------------------------------------------
+    #
+    # The hot path. A pool thread loops in `_work`: one critical section of the pool
+    # mutex per batch (account for the batch just run, take the next ready gate), then
+    # `_run_gate` on that gate, which alternates two steps until the gate has no work,
+    # 10 ms have passed or a turn handed off:
+    #
+    #   `_take_run`  one acquisition of the gate lock: settle the reservations of the
+    #                records just run (admitting waiting sends), then take the next run
+    #                of records (up to `BATCH_RECORDS` of one mailbox);
+    #   `_run_batch` run them without the lock, checking between records whether the
+    #                run must end early (another owner or lifecycle work waits, a claim
+    #                or close arrived, 10 ms used); what it did not run goes back to the
+    #                front of its lane.
+    #
+    # Everything a batch knows lives on the thread's `_Slot`, so that an error anywhere
+    # in it can be recovered from (`_recover`) without losing a record or a lane slot.
 
     def _work(self) -> None:
-        wake = _thread.allocate_lock()
-        wake.acquire()
-        # [wake lock, gate handed over, the mailbox and record of a direct hand-off, and
-        # when the record running now started (0.0 between records)]
-        slot: list[Any] = [wake, None, None, None, 0.0]
+        slot = _Slot()
         with self._mutex:
             self._slots.append(slot)
         ready = self._ready
         idle = self._idle
         mutex = self._mutex
-        gate: Gate | None = None
+        gate: Gate[Mailbox] | None = None
         ended = _HANDED_OFF
         arm = False
         while True:
             # One critical section a batch: account for the batch just run, take the next.
             if mutex.locked():
-                _wait_free(mutex)
+                wait_free(mutex)
             with mutex:
                 if gate is not None:
                     self._busy -= 1
@@ -716,207 +576,192 @@ class AppPool:
                     gate = None
                     if ready and not self._check_armed:
                         self._check_armed = arm = True
-            first_box = first = None
             if gate is None:
                 if arm:
                     arm = False
                     self._watch.call_after(STALL_SECONDS, self._stall_check)
-                wake.acquire()
-                gate, first_box, first = slot[1], slot[2], slot[3]
-                slot[1] = slot[2] = slot[3] = None
+                slot.wake.acquire()
+                gate, slot.gate = slot.gate, None
                 if gate is None:
                     continue
                 ended = _HANDED_OFF
             try:
-                ended = self._run_gate(gate, first_box, first, slot)
+                ended = self._run_gate(gate, slot)
             except BaseException:  # pragma: no cover - the loop must survive anything
                 log.exception("scheduler error")
                 self.internal_errors += 1
                 ended = self._recover(gate, None, [], None, 0)
-            slot[4] = 0.0
+            slot.since = 0.0
 
-    def _others_stalled(self, mine: list[Any]) -> bool:
+    def _others_stalled(self, mine: _Slot) -> bool:
         """True if another pool thread has been inside one record for `STALL_SECONDS`
         (blocked in a handler): then this one keeps running other work. Mutex held."""
         now = time.monotonic()
         for slot in self._slots:
-            since = slot[4]
+            since = slot.since
             if slot is not mine and since and now - since >= STALL_SECONDS:
                 return True
         return False
 
-    def _run_gate(
-        self, gate: Gate, first_box: Mailbox | None, first: Record | None, slot: list[Any]
-    ) -> int:
-        """Run turns of `gate` until it has no work, 10 ms passed, or a turn handed off.
-
-        `first` is a record handed over directly (`_start_idle`): it runs before anything else.
-        """
-        run_record = self._run_record
-        monotonic = time.monotonic
+    def _run_gate(self, gate: Gate[Mailbox], slot: _Slot) -> int:
+        """Run turns of `gate` until it has no work, 10 ms passed, or a turn handed off
+        (see the comment above `_work`). A record handed over directly (`_start_idle`,
+        in `slot.first`) or a suspended frame runs before anything else."""
         gate.run = None
-        self._progress = now = monotonic()
-        deadline = now + BATCH_SECONDS
-        turns = 0
-        done_box: Mailbox | None = None
-        # Records of `done_box` that ended holding a reservation: released together.
-        done = 0
-        if first is not None:
-            assert first_box is not None
-            turns = 1
-            slot[4] = now
-            try:
-                handed = run_record(first_box, first)
-            except BaseException:
-                handed = self._internal_error(gate, first_box, first)
-            if handed:
-                self._turns += turns
+        self._progress = now = time.monotonic()
+        slot.begin(now)
+        if slot.first is not None or gate.frame is not None:
+            if self._run_opening(gate, slot):
+                self._turns += slot.turns
                 return _HANDED_OFF
-            self._progress = now = monotonic()
-            if first.reserved:
-                first.reserved = False
-                done = 1
-                done_box = first_box
-        elif gate.frame is not None:
-            if gate.lock.locked():
-                _wait_free(gate.lock)
-            with gate.lock:
-                gate.state = RUNNING
-                frame, gate.frame = gate.frame, None
-            if frame is not None:
-                turns += 1
-                slot[4] = now
-                try:
-                    handed = frame.resume()
-                except BaseException:
-                    handed = self._internal_error(gate, None, None)
-                if handed:
-                    self._turns += turns
-                    return _HANDED_OFF
-                self._progress = now = monotonic()
         else:
-            # Set under the lock of the first take below.
-            gate.state = RUNNING
-        # Locals the recovery below needs: the run taken (`batch`, of `box`) and the
-        # index of its first record that has not run (`start`).
-        box = None
-        batch: list[Record] | None = None
-        start = 0
+            gate.state = RUNNING  # (under the lock of the first take below)
         try:
             while True:
-                admitted: list[Any] | None = None
-                moved = False
-                requeue = False
-                box = None
-                batch = None
-                start = 0
-                if gate.lock.locked():
-                    _wait_free(gate.lock)
-                with gate.lock:
-                    # Post-turn work of the records just run before anything else runs.
-                    if done:
-                        assert done_box is not None
-                        done_box.app_reserved -= done
-                        done = 0
-                        if done_box.waiters:
-                            admitted = []
-                            # True only if a Join moved the mailbox to a gate that is idle
-                            # (this one is running): that gate needs a push.
-                            moved = self._admit_waiters(done_box, admitted, gate.lock)
-                    boxes = gate.ready_boxes
-                    if boxes and turns and monotonic() >= deadline:
-                        # 10 ms used: back of the ready set, behind every other owner.
-                        gate.state = READY
-                        requeue = True
-                    else:
-                        while boxes:
-                            box = boxes.pop(0)
-                            app, life = box.app, box.life
-                            if box.claimed:
-                                rec = None
-                            elif not boxes and not life and app:
-                                # The only ready mailbox, application records only: take a
-                                # run of them under this one acquisition (they count as
-                                # running; the rest of the lane stays queued).
-                                batch = app[:BATCH_RECORDS]
-                                del app[:BATCH_RECORDS]
-                                box.debt = 0
-                                rec = batch[0]
-                            else:
-                                rec = box._take()
-                            if rec is not None and (box.app or box.life):
-                                boxes.append(box)
-                            else:
-                                box.listed = False
-                                _trim(box)
-                            if rec is not None:
-                                if batch is None:
-                                    batch = [rec]
-                                break
-                        if batch is None:
-                            gate.state = IDLE
-                            gate.ready_boxes = None
-                if admitted:
-                    _settle_admitted(admitted)
-                if moved:
-                    assert done_box is not None
-                    self.push(done_box.gate)
-                if batch is None:
-                    self._turns += turns  # statistics only: a lost update is harmless
-                    return _REQUEUE if requeue else _WENT_IDLE
-                assert box is not None
-                done_box = box
-                handed = False
-                stop = len(batch)
-                gate.run = (box, batch)
-                for i, rec in enumerate(batch):
-                    # Checked between records: 10 ms, other owners or lifecycle work waiting,
-                    # or a claim taken by the previous turn end the run early. (Unlocked
-                    # reads: at worst one more record runs before the run ends.)
-                    others = gate.ready_boxes
-                    if i and (
-                        box.life
-                        or box.claimed
-                        or box.closing
-                        or box.closed
-                        or now >= deadline
-                        or (others and (len(others) > 1 or others[0] is not box))
-                    ):
-                        stop = i
-                        break
-                    turns += 1
-                    slot[4] = now
-                    gate.pos = i
-                    try:
-                        handed = run_record(box, rec)
-                    except BaseException:
-                        handed = self._internal_error(gate, box, rec)
-                    start = i + 1
-                    if handed:
-                        # Handed off: the gate is SUSPENDED and no longer ours; the record's
-                        # reservation went with its coroutine.
-                        handed = True
-                        stop = i + 1
-                        break
-                    self._progress = now = monotonic()  # read by the stall check
-                    if rec.reserved:
-                        rec.reserved = False
-                        done += 1
-                gate.run = None  # (already None if a turn suspended and handed the rest back)
-                if stop < len(batch) or handed:
-                    rest, batch = batch[stop:], None  # from now on `_put_back` owns them
-                    self._put_back(gate, box, rest, done)
-                    done = 0
-                    if handed:
-                        self._turns += turns
-                        return _HANDED_OFF
+                ended = self._take_run(gate, slot)
+                if ended is None:
+                    ended = self._run_batch(gate, slot)
+                if ended is not None:
+                    self._turns += slot.turns  # statistics only: a lost update is harmless
+                    return ended
         except BaseException:  # pragma: no cover - planted faults only (see the tests)
             log.exception("scheduler error in a batch (the owner keeps serving)")
             self.internal_errors += 1
-            rest = batch[start:] if batch is not None else []
-            return self._recover(gate, box, rest, done_box, done)
+            batch = slot.batch
+            rest = batch[slot.start :] if batch is not None else []
+            return self._recover(gate, slot.box, rest, slot.done_box, slot.done)
 
-    def _internal_error(self, gate: Gate, box: Mailbox | None, rec: Record | None) -> bool:
+    def _run_opening(self, gate: Gate[Mailbox], slot: _Slot) -> bool:
+        """Run the record handed over with the gate, or resume its suspended frame; True
+        if that turn handed off."""
+        first, first_box = slot.first, slot.first_box
+        if first is not None and first_box is not None:
+            slot.first = slot.first_box = None
+            slot.turns = 1
+            slot.since = slot.now
+            try:
+                handed = self._run_record(first_box, first)
+            except BaseException:
+                handed = self._internal_error(gate, first_box, first)
+            if handed:
+                return True
+            self._progress = slot.now = time.monotonic()
+            if first.reserved:
+                first.reserved = False
+                slot.done = 1
+                slot.done_box = first_box
+            return False
+        if gate.lock.locked():
+            wait_free(gate.lock)
+        with gate.lock:
+            gate.state = RUNNING
+            frame, gate.frame = gate.frame, None
+        if frame is None:
+            return False
+        slot.turns += 1
+        slot.since = slot.now
+        try:
+            handed = frame.resume()
+        except BaseException:
+            handed = self._internal_error(gate, None, None)
+        if handed:
+            return True
+        self._progress = slot.now = time.monotonic()
+        return False
+
+    def _take_run(self, gate: Gate[Mailbox], slot: _Slot) -> int | None:
+        """Under one acquisition of the gate lock: finish the post-turn accounting of the
+        records just run, then take the next run into `slot`. Returns how the gate's
+        batch ends if there is nothing to take (or 10 ms are used), else None."""
+        admitted: list[Any] | None = None
+        moved = False
+        requeue = False
+        slot.box = slot.batch = None
+        slot.start = 0
+        done_box = slot.done_box
+        taken = False
+        if gate.lock.locked():
+            wait_free(gate.lock)
+        with gate.lock:
+            if slot.done and done_box is not None:
+                done_box.app_reserved -= slot.done
+                slot.done = 0
+                if done_box.waiters:
+                    admitted = []
+                    # True only if a Join moved the mailbox to a gate that is idle (this
+                    # one is running): that gate needs a push.
+                    moved = self._admit_waiters(done_box, admitted, gate.lock)
+            boxes = gate.ready_boxes
+            if boxes and slot.turns and time.monotonic() >= slot.deadline:
+                # 10 ms used: back of the ready set, behind every other owner.
+                gate.state = READY
+                requeue = True
+            else:
+                taken = _take(boxes, slot)
+                if not taken:
+                    gate.state = IDLE
+                    gate.ready_boxes = None
+        if admitted:
+            _settle_admitted(admitted)
+        if moved and done_box is not None:
+            self.push(done_box.gate)
+        if not taken:
+            return _REQUEUE if requeue else _WENT_IDLE
+        slot.done_box = slot.box
+        return None
+
+    def _run_batch(self, gate: Gate[Mailbox], slot: _Slot) -> int | None:
+        """Run the run `_take_run` took; _HANDED_OFF if a turn suspended, else None."""
+        box, batch = slot.box, slot.batch
+        assert box is not None
+        assert batch is not None
+        run_record = self._run_record
+        monotonic = time.monotonic
+        now, deadline = slot.now, slot.deadline
+        handed = False
+        stop = len(batch)
+        gate.run = (box, batch)
+        for i, rec in enumerate(batch):
+            # Checked between records: 10 ms, other owners or lifecycle work waiting, or
+            # a claim taken by the previous turn end the run early. (Unlocked reads: at
+            # worst one more record runs before the run ends.)
+            others = gate.ready_boxes
+            if i and (
+                box.life
+                or box.claimed
+                or box.closing
+                or box.closed
+                or now >= deadline
+                or (others and (len(others) > 1 or others[0] is not box))
+            ):
+                stop = i
+                break
+            slot.turns += 1
+            slot.since = now
+            gate.pos = i
+            try:
+                handed = run_record(box, rec)
+            except BaseException:
+                handed = self._internal_error(gate, box, rec)
+            slot.start = i + 1
+            if handed:
+                # Handed off: the gate is SUSPENDED and no longer ours; the record's
+                # reservation went with its coroutine.
+                stop = i + 1
+                break
+            self._progress = now = monotonic()  # read by the stall check
+            if rec.reserved:
+                rec.reserved = False
+                slot.done += 1
+        slot.now = now
+        gate.run = None  # (already None if a turn suspended and handed the rest back)
+        if stop < len(batch) or handed:
+            rest, slot.batch = batch[stop:], None  # from now on `_put_back` owns them
+            self._put_back(gate, box, rest, slot.done)
+            slot.done = 0
+        return _HANDED_OFF if handed else None
+
+    def _internal_error(self, gate: Gate[Mailbox], box: Mailbox | None, rec: Record | None) -> bool:
         """A record's run raised past the runtime's own handling (a framework bug in its
         post-turn work): log and count it, end the record so that its caller hears of it
         (`fail_record`), and tell the batch loop whether the turn was handed off all the
@@ -924,16 +769,16 @@ class AppPool:
         thread that stopped looking after it."""
         log.exception("internal error while running a record (the owner keeps serving)")
         self.internal_errors += 1
-        if box is not None and rec is not None and self._fail_record is not None:
+        if box is not None and rec is not None:
             try:
-                self._fail_record(box, rec)
+                self._runner.fail_record(box, rec)
             except BaseException:
                 log.exception("ending a record after an internal error")
         return gate.state == SUSPENDED and gate.frame is not None
 
     def _recover(
         self,
-        gate: Gate,
+        gate: Gate[Mailbox],
         box: Mailbox | None,
         rest: list[Record],
         done_box: Mailbox | None,
@@ -958,7 +803,7 @@ class AppPool:
             gate.ready_boxes = None
             return _WENT_IDLE
 
-    def hand_back(self, gate: Gate) -> None:
+    def hand_back(self, gate: Gate[Mailbox]) -> None:
         """A turn of `gate` suspends (`await`): return the records taken after it in the
         same run to the front of their lane now, before the gate can be resumed (by
         another thread, perhaps) and a record that arrived later could overtake them.
@@ -977,15 +822,15 @@ class AppPool:
         if app is None:
             box.app = app = []
         app[0:0] = rest
-        gate._list(box)  # the gate is SUSPENDED: its resume finds the mailbox listed
+        gate.list_box(box)  # the gate is SUSPENDED: its resume finds the mailbox listed
 
-    def _put_back(self, gate: Gate, box: Mailbox, rest: list[Record], done: int) -> None:
+    def _put_back(self, gate: Gate[Mailbox], box: Mailbox, rest: list[Record], done: int) -> None:
         """End a run early: release the reservations of the records that ran, and return
         the ones that did not to the front of their lane, in order."""
         admitted: list[Any] = []
         dropped: list[Record] = []
         if gate.lock.locked():
-            _wait_free(gate.lock)
+            wait_free(gate.lock)
         with gate.lock:
             box.app_reserved -= done
             push = False
@@ -997,19 +842,14 @@ class AppPool:
                     if app is None:
                         box.app = app = []
                     app[0:0] = rest
-                    push = gate._list(box)
+                    push = gate.list_box(box)
             if box.waiters:
                 push = self._admit_waiters(box, admitted, gate.lock) or push
         if push:
             self.push(gate)
         _settle_admitted(admitted)
         for rec in dropped:
-            self.drop_record(box, rec)
-
-    def drop_record(self, box: Mailbox, rec: Record) -> None:
-        """A taken record whose mailbox closed before it ran; the runtime replaces this
-        with its drop path (a request's caller hears why)."""
-        log.error("record dropped: its mailbox closed before it ran")
+            self._runner.drop_record(box, rec)
 
 
 def _settle_admitted(admitted: list[Any]) -> None:
@@ -1022,39 +862,110 @@ def _settle_admitted(admitted: list[Any]) -> None:
             item.try_set(None, None)
 
 
-def _lock_box(box: Mailbox) -> Gate:
-    """Acquire the lock of the gate `box` belongs to now (an Actor's mailbox changes gate
-    when it joins a Spot); returns that gate with its lock held."""
-    while True:
-        gate = box.gate
-        if gate.lock.locked():
-            _wait_free(gate.lock)
-        gate.lock.acquire()
-        if box.gate is gate:
-            return gate
-        gate.lock.release()
+class RecordRunner(Protocol):
+    """What the pool runs records with (the engine's record runner)."""
+
+    def run_record(self, box: Mailbox, rec: Record) -> bool:
+        """Run one record under its gate; True if the turn was handed off (the gate is
+        SUSPENDED and the pool thread must not touch it again)."""
+        ...
+
+    def fail_record(self, box: Mailbox, rec: Record) -> None:
+        """The pool's own work around `rec` raised: end it so that its caller hears."""
+        ...
+
+    def drop_record(self, box: Mailbox, rec: Record) -> None:
+        """`rec` was taken but its mailbox closed before it ran: end it unrun."""
+        ...
 
 
-def _wait_free(lock: Any) -> None:
-    """Wait, without blocking in C, until a scheduler lock that another thread holds is
-    free; the caller then takes it with `with` (which an interrupt cannot split from the
-    release).
+class _NoRunner:
+    """The runner of a pool that was never started (it runs nothing)."""
 
-    A thread blocked in `acquire()` owns the lock the moment it is released and only
-    then waits for the GIL; the releasing thread, still running Python, soon wants the
-    lock again and blocks on it, and from then on every acquisition costs both threads
-    a context switch (a lock convoy; measured: one switch per request on each thread
-    when 10,000 requests go to 10,000 idle Spots). The holder of a scheduler lock is a
-    thread inside a few lines of Python, so it can only be waiting for the GIL: hand the
-    GIL over (`sleep(0)`) until the lock is free.
-    """
-    while lock.locked():
-        _sleep(0)
+    def run_record(self, box: Mailbox, rec: Record) -> bool:
+        raise AssertionError("the pool runs records only after start()")
+
+    def fail_record(self, box: Mailbox, rec: Record) -> None:
+        return None
+
+    def drop_record(self, box: Mailbox, rec: Record) -> None:
+        log.error("record dropped: its mailbox closed before it ran")
 
 
-def _trim(box: Mailbox) -> None:
-    # Give back empty lanes: an idle owner keeps no list.
-    if box.app is not None and not box.app:
-        box.app = None
-    if box.life is not None and not box.life:
-        box.life = None
+_NO_RUNNER: Final = _NoRunner()
+
+
+class _Slot:
+    """One pool thread: how it is woken and handed work, and what its batch knows."""
+
+    __slots__ = (
+        "batch",
+        "box",
+        "deadline",
+        "done",
+        "done_box",
+        "first",
+        "first_box",
+        "gate",
+        "now",
+        "since",
+        "start",
+        "turns",
+        "wake",
+    )
+
+    def __init__(self) -> None:
+        self.wake = _thread.allocate_lock()
+        self.wake.acquire()
+        #: A gate (and maybe its first record) handed over to the sleeping thread.
+        self.gate: Gate[Mailbox] | None = None
+        self.first_box: Mailbox | None = None
+        self.first: Record | None = None
+        #: When the record running now started (0.0 between records; the stall check).
+        self.since = 0.0
+        self.begin(0.0)
+
+    def begin(self, now: float) -> None:
+        """A new batch on one gate starts at `now`."""
+        self.now = now
+        self.deadline = now + BATCH_SECONDS
+        self.turns = 0
+        #: Records of `done_box` that ended holding a reservation: released together.
+        self.done = 0
+        self.done_box: Mailbox | None = None
+        #: The run taken (`batch`, of `box`) and the index of its first record not run.
+        self.box: Mailbox | None = None
+        self.batch: list[Record] | None = None
+        self.start = 0
+
+
+def _take(boxes: list[Mailbox] | None, slot: _Slot) -> bool:
+    """Take the next run of a gate's ready mailboxes into `slot`, round-robin: one
+    record, or, if one mailbox with only application records is all that is ready, up to
+    `BATCH_RECORDS` of them (they count as running; the rest of the lane stays queued).
+    False if nothing is runnable. Gate lock held.
+
+    The run is in `slot` before any bookkeeping, so that a fault after the take loses
+    no record (`_recover` puts it back)."""
+    while boxes:
+        box = boxes.pop(0)
+        app, life = box.app, box.life
+        if box.claimed:
+            rec = None
+        elif not boxes and not life and app:
+            slot.box, slot.batch = box, app[:BATCH_RECORDS]
+            del app[:BATCH_RECORDS]
+            box.debt = 0
+            rec = slot.batch[0]
+        else:
+            rec = box.take()
+            if rec is not None:
+                slot.box, slot.batch = box, [rec]
+        if rec is not None and (box.app or box.life):
+            boxes.append(box)
+        else:
+            box.listed = False
+            trim(box)
+        if rec is not None:
+            return True
+    return False

@@ -1,13 +1,9 @@
-"""Worker offload: a bounded CPU pool and a one-loop asyncio I/O executor (SC §3).
+"""Worker threads: a bounded CPU pool and a one-loop asyncio I/O executor (SC §3).
 
-A CPU slot is held only while the callable runs. Jobs wait for a slot in submission order;
-the wait is bounded only by the call's deadline (`DeadlineExceededError`). An I/O worker's
-coroutine runs on the I/O executor's event loop and holds no CPU slot while it waits, so
-far more I/O calls than CPU threads can be pending at once.
-
-Every worker call is a pending operation: its result, its deadline, its caller's
-cancellation and shutdown race for one terminal. A callable that finishes after losing
-that race makes no second terminal; its result is dropped.
+A CPU slot is held only while the callable runs. Jobs wait for a slot in submission
+order. An I/O worker's coroutine runs on the I/O executor's event loop and holds no CPU
+slot while it waits, so far more I/O calls than CPU threads can be pending at once. The
+calls that use them (`run_cpu_worker`, `run_io_worker`) are in `_calls/workers.py`.
 """
 
 from __future__ import annotations
@@ -15,70 +11,34 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import functools
-import inspect
 import logging
 import threading
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol
 
-from .._calls.call import YieldableCall
-from .cancellation import CancellationSource, CancellationToken
-from .completion import Completion, _Cell
 from .context import RuntimeContext, runtime_var
-from .errors import ShuttingDownError, internal_failure
-from .pending import PendingEntry
-from .state import HostState
-
-if TYPE_CHECKING:
-    from .._engine.kernel import Runtime
 
 __all__ = [
+    "CpuJob",
     "CpuPool",
     "CpuPoolStatistics",
-    "CpuWorkerCall",
     "IoExecutor",
     "IoStatistics",
-    "IoWorkerCall",
 ]
 
 log = logging.getLogger("zlink_actors")
-T = TypeVar("T")
 
 _CPU_CONTEXT = RuntimeContext("CPU worker")
 _IO_CONTEXT = RuntimeContext("I/O worker")
 
 
-class _CpuJob:
-    __slots__ = ("args", "entry", "fn", "runtime")
+class CpuJob(Protocol):
+    """What the CPU pool runs: `run()` on a pool thread, once."""
 
-    def __init__(
-        self, runtime: Runtime, entry: PendingEntry, fn: Callable[..., Any], args: tuple[Any, ...]
-    ) -> None:
-        self.runtime = runtime
-        self.entry = entry
-        self.fn = fn
-        self.args = args
-
-    def run(self) -> None:
-        entry = self.entry
-        # A job whose deadline passed, or that was cancelled while queued, never starts.
-        if not entry.cell.claim():
-            return
-        try:
-            value = self.fn(*self.args)
-        except BaseException as exc:
-            _fail(self.runtime, entry.route_id, self.fn, exc)  # type: ignore[arg-type]
-        else:
-            self.runtime.pending.finish(entry.route_id, value)  # type: ignore[arg-type]
-
-
-def _fail(runtime: Runtime, route: int, fn: object, exc: BaseException) -> None:
-    # SC §3: the work itself failed; whatever it raised is the cause.
-    runtime.pending.finish(route, exc=internal_failure(f"worker {fn!r}", exc))
+    def run(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +68,7 @@ class CpuPool:
     def __init__(self, max_threads: int, name: str = "zlink-cpu") -> None:
         self.max_threads = max_threads
         self._name = name
-        self._jobs: deque[_CpuJob] = deque()
+        self._jobs: deque[CpuJob] = deque()
         self._cond = threading.Condition(threading.Lock())
         self._threads: list[threading.Thread] = []
         self._idle = 0
@@ -116,7 +76,7 @@ class CpuPool:
         self._busy = 0
         self._stopped = False
 
-    def submit(self, job: _CpuJob) -> bool:
+    def submit(self, job: CpuJob) -> bool:
         """Queue `job`; False once the pool was stopped."""
         with self._cond:
             if self._stopped:
@@ -308,133 +268,3 @@ class IoExecutor:
 
 async def _as_coroutine(make: Callable[[], Awaitable[Any]]) -> Any:
     return await make()
-
-
-def _is_async(fn: object) -> bool:
-    """True for a coroutine function, a `functools.partial` of one, or an object whose
-    `__call__` is one: calling it only makes a coroutine."""
-    while isinstance(fn, functools.partial):
-        fn = fn.func
-    if inspect.iscoroutinefunction(fn):
-        return True
-    if inspect.isroutine(fn) or isinstance(fn, type):
-        return False
-    return inspect.iscoroutinefunction(type(fn).__call__)
-
-
-class CpuWorkerCall(YieldableCall[T]):
-    """`run_cpu_worker(fn, *args)`: run `fn(*args)` on the CPU pool.
-
-    Created by `Host.run_cpu_worker` (or a context); not constructed by users.
-
-    Raises:
-        TypeError: `fn` is not callable, or is async (a coroutine function, a partial of
-            one, an object with an `async def __call__`): that is `run_io_worker`'s.
-    """
-
-    __slots__ = ("_args", "_fn")
-
-    def __init__(self, runtime: Runtime, fn: Callable[..., T], args: tuple[Any, ...]) -> None:
-        if not callable(fn):
-            raise TypeError(f"run_cpu_worker() takes a callable, got {type(fn).__name__}")
-        if _is_async(fn):
-            # On a CPU thread it would only make a coroutine, never run it.
-            raise TypeError(
-                f"run_cpu_worker() runs a plain callable on a thread; {fn!r} is async: "
-                "use run_io_worker(async_fn) for coroutines"
-            )
-        super().__init__(runtime)
-        self._fn = fn
-        self._args = args
-
-    def _start(self, cancel: CancellationToken | None) -> Completion[T]:
-        runtime = self._runtime
-        early = self._refused(cancel)
-        if early is not None:
-            return early
-        cell: _Cell[T] = _Cell()
-        entry = runtime.begin(cell, self._timeout, cancel)
-        if not runtime.cpu_pool.submit(_CpuJob(runtime, entry, self._fn, self._args)):
-            runtime.pending.finish(entry.route_id, exc=ShuttingDownError("the Host is stopping"))  # type: ignore[arg-type]
-        return runtime.handle(entry)
-
-
-class IoWorkerCall(YieldableCall[T]):
-    """`run_io_worker(async_fn)`: run `await async_fn(token)` on the I/O executor.
-
-    `token` is a `CancellationToken` cancelled when the caller cancels or the deadline
-    passes. Created by `Host.run_io_worker` (or a context); not constructed by users.
-
-    Raises:
-        TypeError: `fn` is not a coroutine function, a `functools.partial` of one, or an
-            object whose `__call__` is `async def` (a plain callable is
-            `run_cpu_worker`'s).
-    """
-
-    __slots__ = ("_fn",)
-
-    def __init__(self, runtime: Runtime, fn: Callable[[CancellationToken], Awaitable[T]]) -> None:
-        if not callable(fn):
-            raise TypeError(f"run_io_worker() takes an async callable, got {type(fn).__name__}")
-        if not _is_async(fn):
-            raise TypeError(
-                f"run_io_worker() awaits a coroutine function (async def); {fn!r} is not "
-                "one: use run_cpu_worker(fn, *args) for a plain callable"
-            )
-        super().__init__(runtime)
-        self._fn = fn
-
-    def _start(self, cancel: CancellationToken | None) -> Completion[T]:
-        runtime = self._runtime
-        early = self._refused(cancel)
-        if early is not None:
-            return early
-        cell: _Cell[T] = _Cell()
-        worker_token = CancellationSource()
-        entry = runtime.begin(cell, self._timeout, cancel)
-        entry.on_finish = _cancel_unless_succeeded(entry, worker_token)
-        fn = self._fn
-
-        def start() -> None:
-            if not cell.claim():
-                return
-            runtime.io.create_task(
-                lambda: _drive(runtime, entry, fn, worker_token.token), worker=True
-            )
-
-        if not runtime.io.call_soon(start):
-            runtime.pending.finish(entry.route_id, exc=ShuttingDownError("the Host is stopping"))  # type: ignore[arg-type]
-        return runtime.handle(entry)
-
-
-def _cancel_unless_succeeded(entry: PendingEntry, source: CancellationSource) -> Callable[[], None]:
-    def on_finish() -> None:
-        # The worker's token tells the coroutine its caller is gone (cancel, deadline,
-        # shutdown); a worker that produced the result needs no signal.
-        if entry.cell._exc is not None:
-            source.cancel()
-
-    return on_finish
-
-
-async def _drive(
-    runtime: Runtime,
-    entry: PendingEntry,
-    fn: Callable[[CancellationToken], Awaitable[Any]],
-    token: CancellationToken,
-) -> None:
-    route = entry.route_id
-    assert route is not None
-    try:
-        value = await fn(token)
-    except asyncio.CancelledError:
-        if runtime.state is HostState.SERVING:
-            # The coroutine cancelled itself: that is a failure of the work, not a stop.
-            _fail(runtime, route, fn, asyncio.CancelledError())
-        else:
-            runtime.pending.finish(route, exc=ShuttingDownError("the Host stopped the worker"))
-        raise
-    except BaseException as exc:
-        _fail(runtime, route, fn, exc)
-    else:
-        runtime.pending.finish(route, value)

@@ -11,24 +11,41 @@ waits.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Coroutine, Generator
+from collections.abc import Coroutine, Generator
 from contextvars import Context
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from .._core.completion import Completion
 from .._core.errors import InvalidOperationError, UnavailableError
-from .._core.pool import SUSPENDED, Record
-from .turn import K_RESUME, TurnContext
+from .._core.gate import SUSPENDED, Gate
+from .._core.mailbox import Mailbox
+from .._core.pool import AppPool
+from .._core.record import OnDone, Record, Resume
 
-if TYPE_CHECKING:
-    from .._core.pool import AppPool, Gate, Mailbox
-
-__all__ = ["Frame", "YieldAwaitable"]
+__all__ = ["Frame", "Parking", "TurnHost", "YieldAwaitable"]
 
 log = logging.getLogger("zlink_actors")
 T = TypeVar("T")
 
-OnDone = Callable[[Any, BaseException | None], None]
+
+class Parking(Protocol):
+    """The object a turn belongs to, as the driver sees it: where parked coroutines wait
+    (`registry.Activation`)."""
+
+    parked: set[Frame] | None
+
+
+class TurnHost(Protocol):
+    """A turn context as the driver (and the registry's spare slot) see it
+    (`turn.TurnContext`, which the contexts of `_calls` extend)."""
+
+    _box: Mailbox
+    _gate: Gate[Mailbox]
+    _frame: Frame | None
+    _rec: Record | None
+
+    @property
+    def _act(self) -> Parking: ...
 
 
 class YieldAwaitable(Generic[T]):
@@ -66,8 +83,8 @@ class Frame:
 
     def __init__(
         self,
-        coro: Coroutine[Any, Any, Any],
-        ctx: TurnContext,
+        coro: Coroutine[Any, Any, object],
+        ctx: TurnHost,
         context: Context,
         rec: Record,
         on_done: OnDone,
@@ -156,7 +173,7 @@ class Frame:
     def _enqueue_resume(self, _: Completion[Any]) -> None:
         if not self._unpark():
             return  # discarded when its object closed
-        if not self.pool.force(self.resume_box, Record(K_RESUME, self)):
+        if not self.pool.force(self.resume_box, Resume(self)):
             self.discard(UnavailableError("the object closed while its handler waited"))
 
     def discard(self, exc: BaseException) -> None:
@@ -171,7 +188,7 @@ class Frame:
             log.exception("closing a parked handler coroutine raised")
         self._finish(None, exc)
 
-    def _finish(self, value: Any, exc: BaseException | None) -> None:
+    def _finish(self, value: object, exc: BaseException | None) -> None:
         self.ended = True
         try:
             self.on_done(value, exc)
@@ -193,7 +210,7 @@ class _Resume:
 
     __slots__ = ("gate", "pool")
 
-    def __init__(self, pool: AppPool, gate: Gate) -> None:
+    def __init__(self, pool: AppPool, gate: Gate[Mailbox]) -> None:
         self.pool = pool
         self.gate = gate
 

@@ -12,10 +12,9 @@ Spot of another type) -> `TypeMismatchError`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .._calls.call import failed
-from .._core.completion import Completion
+from .._core.completion import Completion, failed
 from .._core.errors import (
     InvalidOperationError,
     NotFoundError,
@@ -24,29 +23,27 @@ from .._core.errors import (
     shutting_down,
 )
 from .._core.state import HostState
-from .lifecycle import Attempt
-from .objects import InstanceSpot, configure_spot
+from .handlers import HandlerInfo
+from .kernel import Runtime
+from .objects import InstanceSpot, ObjectKind, configure_spot
+from .registry import Activation, Attempt
 
-if TYPE_CHECKING:
-    from .handlers import HandlerInfo
-    from .kernel import Runtime
-    from .registry import Activation
+__all__ = ["Admit", "activate_instance"]
 
-__all__ = ["activate_instance"]
-
-Admit = Callable[["Activation", "HandlerInfo"], Completion[Any]]
+#: Admits the message to the (new or found) Spot; returns the call's completion.
+Admit = Callable[[Activation, HandlerInfo], Completion[Any]]
 
 
 def activate_instance(
-    runtime: Runtime, spot_id: str, explicit: type | None, payload: Any, admit: Admit
+    runtime: Runtime, spot_id: str, explicit: type | None, payload: object, admit: Admit
 ) -> Completion[Any]:
     """Deliver with instance intent to `spot_id`, activating it if it is missing."""
     engine = runtime.engine
-    key = ("spot", spot_id)
-    with runtime.activation_lock:
+    key = (ObjectKind.SPOT, spot_id)
+    with engine.activation_lock:
         with engine.lock:
             act = engine.spots.get(spot_id)
-            creating = runtime.creating.get(key)
+            creating = engine.creating.get(key)
         if creating is not None:
             return failed(
                 TypeMismatchError(f"Spot {spot_id!r} is being created as a {creating.info.name}")
@@ -86,7 +83,9 @@ def activate_instance(
                 # Shutdown began after the admission check (see `CreateCall._start`).
                 return failed(shutting_down())
             # Seen by a concurrent get-or-create of this id: TypeMismatchError there.
-            runtime.creating[key] = Attempt("spot", spot_id, type_info, runtime.pending.cell_lock)
+            engine.creating[key] = Attempt(
+                ObjectKind.SPOT, spot_id, type_info, runtime.pending.cell_lock
+            )
         try:
             instance = type_info.cls()
             subscriptions = configure_spot(instance)

@@ -17,67 +17,46 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import Any, cast
 
-from .._core.completion import _PENDING, Completion, _Cell
+from .._core.completion import Completion, _Cell
 from .._core.errors import (
     CapacityExceededError,
     UnavailableError,
     internal_failure,
 )
-from .._core.pool import ADMITTED, Record
-from .objects import CloseReason, Created, Rejected, _Lifecycle, configure_spot
-from .turn import K_CALL, K_REQUEST, K_RESUME
-
-if TYPE_CHECKING:
-    from .kernel import Runtime
-    from .registry import Activation, TypeInfo
+from .._core.mailbox import Mailbox
+from .._core.pool import ADMITTED
+from .._core.record import K_CALL, K_REQUEST, K_RESUME, Job, Record, Resume
+from .._core.state import HostState
+from .kernel import Runtime
+from .objects import (
+    ActorRef,
+    CloseReason,
+    Created,
+    ObjectKind,
+    Rejected,
+    Spot,
+    _Lifecycle,
+    configure_spot,
+)
+from .registry import Activation, Attempt
 
 __all__ = [
-    "Attempt",
     "Closing",
     "close_activation",
     "create_now",
     "drop_record",
     "has_hooks",
+    "maybe_await",
     "remove_activation",
     "request_close",
     "start_attempt",
-    "_maybe_await",
+    "tell_left",
 ]
 
 log = logging.getLogger("zlink_actors")
-
-
-class Attempt(_Cell[Any]):
-    """One creation in progress, and its terminal: the callers that join it observe this
-    cell (each through a handle of its own).
-
-    Its lock is the Host's shared result-cell lock (`PendingTable.cell_lock`): a cell
-    never takes another lock while it holds its own, so sharing one is safe, and an
-    attempt costs no lock object of its own.
-    """
-
-    __slots__ = ("info", "kind", "obj_id")
-
-    def __init__(self, kind: str, obj_id: str, info: TypeInfo, lock: Any) -> None:
-        # Flat on purpose (one per create): what `_Cell.__init__` sets, then our own.
-        self._lock = lock
-        self._state = _PENDING
-        self._value = None
-        self._exc = None
-        self._listeners = None
-        # Not the key tuple: the handle of a created object keeps its attempt (the
-        # result cell) alive, and one tracked object less per create is less collection.
-        self.kind = kind
-        self.obj_id = obj_id
-        self.info = info
-
-    @property
-    def key(self) -> tuple[str, str]:
-        """The attempt's key in `runtime.creating`: (kind, id)."""
-        return (self.kind, self.obj_id)
 
 
 def has_hooks(cls: type) -> bool:
@@ -105,13 +84,13 @@ def start_attempt(runtime: Runtime, attempt: Attempt, request: Any, *, hooks: bo
     kind, obj_id, info = attempt.kind, attempt.obj_id, attempt.info
     try:
         instance = info.cls()
-        subscriptions = configure_spot(instance) if kind == "spot" else ()
+        subscriptions = configure_spot(instance) if kind is ObjectKind.SPOT else ()
     except Exception as exc:
         _abort(runtime, attempt, internal_failure(f"{info.name}()", exc))
         return
     act = (
         engine.new_spot(obj_id, info, instance)
-        if kind == "spot"
+        if kind is ObjectKind.SPOT
         else engine.new_actor(obj_id, info, instance)
     )
     act.subscriptions = subscriptions
@@ -122,10 +101,10 @@ def start_attempt(runtime: Runtime, attempt: Attempt, request: Any, *, hooks: bo
         return
 
     async def creation_hooks(inst: Any, ctx: Any) -> Any:
-        reply = await _maybe_await(inst.on_create(ctx, request))
+        reply = await maybe_await(inst.on_create(ctx, request))
         if isinstance(reply, Rejected):
             return reply
-        await _maybe_await(inst.on_initialize(ctx))
+        await maybe_await(inst.on_initialize(ctx))
         return Created(ref, reply)
 
     def done(value: Any, exc: BaseException | None) -> None:
@@ -137,7 +116,7 @@ def start_attempt(runtime: Runtime, attempt: Attempt, request: Any, *, hooks: bo
             engine.make_ready(act, attempt.key)
             attempt.set_result(value)
 
-    runtime.pool.enqueue(act.box, Record(K_CALL, creation_hooks, done), lifecycle=True)
+    runtime.pool.enqueue(act.box, Job(creation_hooks, done), lifecycle=True)
 
 
 def _abort(
@@ -149,9 +128,10 @@ def _abort(
     attempt.try_set(value, exc)
 
 
-async def _maybe_await(value: Any) -> Any:
+async def maybe_await(value: object) -> object:
+    """`await value` if it is awaitable (a hook may be plain or `async def`)."""
     if inspect.isawaitable(value):
-        return await value
+        return await cast(Awaitable[object], value)
     return value
 
 
@@ -233,15 +213,16 @@ def request_close(
     that may. Returns the close, or the error that refused it. Caller holds the engine
     lock.
     """
-    closing: Closing | None = act.closing
+    closing = act.closing
     if closing is None:
         closing = Closing(runtime, act)
-        rec = closing.record = Record(K_CALL, _on_closing(closing, reason), closing)
+        rec = closing.record = Job(_on_closing(closing, reason), closing)
         status = runtime.pool.enqueue(act.box, rec, lifecycle=True)
         if status != ADMITTED:
             return CapacityExceededError(f"{act!r}: lifecycle lane is full")
         runtime.pool.mark_closing(act.box)
         act.closing = closing
+    assert isinstance(closing, Closing)
     if hold:
         closing.held = True
     else:
@@ -290,25 +271,54 @@ def remove_activation(runtime: Runtime, act: Activation) -> None:
     if act.timers is not None:
         act.timers.cancel_all()
     if left is not None:
-        from .membership import tell_left
-
         tell_left(runtime, act.spot, left)
 
 
-def drop_record(runtime: Runtime, box: Any, rec: Record, exc: BaseException) -> None:
+def drop_record(runtime: Runtime, box: Mailbox, rec: Record, exc: BaseException) -> None:
     """End a record that will never run: a request's caller hears `exc`."""
     if rec.kind == K_REQUEST:
         rec.drop(exc)  # not a handler failure: the handler never ran
     elif rec.kind == K_RESUME:
-        rec.a.discard(exc)
+        cast(Resume, rec).frame.discard(exc)
     elif rec.kind == K_CALL:
+        job = cast(Job, rec)
         # Lifecycle work (a Join decision, say) still hears that it will never run.
         try:
-            rec.b(None, exc)
+            job.on_done(None, exc)
         except Exception:
-            log.exception("dropping lifecycle record %r", rec.a)
+            log.exception("dropping lifecycle record %r", job.fn)
     else:
         runtime.engine.dropped_records += 1
     if rec.reserved:
         rec.reserved = False
         runtime.pool.release_reservation(box)
+
+
+def tell_left(runtime: Runtime, spot: Activation, ref: ActorRef) -> None:
+    """`ref` is no longer a member of `spot`: queue `spot.on_actor_leave(ctx, ref)`, a
+    lifecycle record under the Spot's gate, unless the Spot's own close has begun.
+
+    Leaves during shutdown are not reported (object-model.md, "Members"): every Spot
+    hears `on_closing(HOST_SHUTDOWN)`, whatever its members did meanwhile.
+    """
+    if spot.type.cls.on_actor_leave is Spot.on_actor_leave:  # type: ignore[attr-defined]
+        return  # not overridden: nothing to run, no record
+    if spot.closing is not None or runtime.state is not HostState.SERVING:
+        return
+    ran = False
+
+    def tell(inst: Spot, ctx: object) -> object:
+        nonlocal ran
+        if spot.closing is not None:  # a close accepted after the Actor left
+            return None
+        ran = True
+        return inst.on_actor_leave(ctx, ref)
+
+    def told(value: object, exc: BaseException | None) -> None:
+        if exc is not None and ran:  # not ran: dropped because the Spot closed
+            runtime.engine.handler_failures += 1
+            log.error("%r on_actor_leave raised", spot, exc_info=exc)
+
+    # Past the lifecycle lane's limit: one notice per member that left, so bounded by
+    # the Joins this Spot approved, and a leave must never be lost to a full lane.
+    runtime.pool.force(spot.box, Job(tell, told), lifecycle=True)

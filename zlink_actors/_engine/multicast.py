@@ -17,35 +17,33 @@ import logging
 import threading
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Self
 
-from .._calls.call import Call, check_token, settled
-from .._core.cancellation import CancellationToken
+from .._core.cancellation import CancellationRegistration
 from .._core.completion import Completion, _Cell
-from .._core.errors import InvalidOperationError, ZlinkError, shutting_down
-from .._core.pool import Record
-from .turn import K_MESSAGE
+from .._core.errors import ZlinkError, shutting_down
+from .._core.pool import AppPool
+from .._core.record import Message
+from .._core.workers import IoExecutor
+from .registry import Activation
 
-if TYPE_CHECKING:
-    from .kernel import Runtime
-    from .registry import Activation
-
-__all__ = ["PublishCall", "Publisher", "PublisherStatistics"]
+__all__ = ["Publisher", "PublisherStatistics", "Transaction"]
 
 log = logging.getLogger("zlink_actors")
 
 
-class _Transaction:
+class Transaction:
+    """One publish: its targets (snapshot at start), what it delivers, and its result."""
+
     __slots__ = ("cell", "metadata", "payload", "registration", "targets")
 
     def __init__(
-        self, targets: list[Activation], payload: Any, metadata: dict[str, Any] | None
+        self, targets: list[Activation], payload: object, metadata: dict[str, object] | None
     ) -> None:
         self.targets = targets
         self.payload = payload
         self.metadata = metadata
         self.cell: _Cell[None] = _Cell()
-        self.registration: Any = None
+        self.registration: CancellationRegistration | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,16 +65,17 @@ class PublisherStatistics:
 class Publisher:
     """Admits publish transactions: at most `limit` running, the rest waiting FIFO."""
 
-    def __init__(self, runtime: Runtime, limit: int) -> None:
-        self.runtime = runtime
+    def __init__(self, pool: AppPool, io: IoExecutor, limit: int) -> None:
+        self.pool = pool
+        self.io = io
         self.limit = limit
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._running = 0
-        self._waiting: deque[_Transaction] = deque()
+        self._waiting: deque[Transaction] = deque()
         self._sealed = False
 
-    def submit(self, tx: _Transaction) -> None:
+    def submit(self, tx: Transaction) -> None:
         with self._lock:
             if self._sealed:
                 commit = False
@@ -99,7 +98,7 @@ class Publisher:
                 running=self._running, waiting=len(self._waiting), concurrency=self.limit
             )
 
-    def cancel(self, tx: _Transaction) -> bool:
+    def cancel(self, tx: Transaction) -> bool:
         """Cancellation before commit wins (nothing is delivered); after it, False."""
         with self._lock:
             if tx not in self._waiting:
@@ -120,12 +119,12 @@ class Publisher:
         with self._idle:
             return self._idle.wait_for(lambda: self._running == 0, timeout)
 
-    def _commit(self, tx: _Transaction) -> None:
+    def _commit(self, tx: Transaction) -> None:
         # Committed: the slot is ours and delivery is being scheduled.
         if tx.registration is not None:
             tx.registration.unregister()
         tx.cell.set_result(None)
-        io = self.runtime.io
+        io = self.io
         if not io.call_soon(io.create_task, lambda: self._deliver(tx)):
             self._release()
 
@@ -139,8 +138,8 @@ class Publisher:
         if nxt is not None:
             self._commit(nxt)
 
-    async def _deliver(self, tx: _Transaction) -> None:
-        pool = self.runtime.pool
+    async def _deliver(self, tx: Transaction) -> None:
+        pool = self.pool
         try:
             for act in tx.targets:
                 if act.closed:
@@ -149,7 +148,7 @@ class Publisher:
                 if info is None:
                     log.debug("publish: %r has no handler for %s", act, type(tx.payload))
                     continue
-                rec = Record(K_MESSAGE, tx.payload, tx.metadata, info)
+                rec = Message(tx.payload, tx.metadata, info)
                 waiting = pool.send(act.box, rec, _Cell)
                 if isinstance(waiting, _Cell):  # no room yet: wait like a one-way send
                     try:
@@ -158,58 +157,3 @@ class Publisher:
                         log.debug("publish to %r ended: %r", act, exc)
         finally:
             self._release()
-
-
-class PublishCall(Call[None]):
-    """`publish(channel, topic, payload)`. Created by the runtime; not constructed by
-    users. Terminators `submit()` and `submit_sync()`; no `yield_()`, no `timeout()`."""
-
-    __slots__ = ("_channel", "_payload", "_topic")
-
-    def __init__(self, runtime: Runtime, channel: str, topic: str, payload: Any) -> None:
-        for name, value in (("channel", channel), ("topic", topic)):
-            if not isinstance(value, str):
-                raise TypeError(f"{name} must be a str, got {type(value).__name__}")
-            if not value:
-                raise ValueError(f"{name} must not be empty")
-        super().__init__(runtime)
-        self._channel = channel
-        self._topic = topic
-        self._payload = payload
-
-    def timeout(self, seconds: float) -> Self:
-        """Not offered: a publish waits for a slot with no time limit (docs/object-model.md)."""
-        raise InvalidOperationError("publish has no timeout: it waits untimed for a slot")
-
-    def submit(self, cancel: CancellationToken | None = None) -> Completion[None]:
-        """Publish to every Spot subscribed to (channel, topic) now.
-
-        Completes when: the transaction commits (value `None`), also with 0 targets.
-        Before commit it may wait for a slot with no time limit; cancellation then wins
-        and nothing is delivered. After commit cancellation changes nothing.
-        Turn: `await` keeps the turn.
-        Raises (in the Completion): `ShuttingDownError`, `CancelledError`.
-        """
-        return super().submit(cancel)
-
-    def submit_sync(self, cancel: CancellationToken | None = None) -> None:
-        """Publish from an application thread, blocking until commit (see `submit()`)."""
-        return super().submit_sync(cancel)
-
-    def _start(self, cancel: CancellationToken | None) -> Completion[None]:
-        runtime = self._runtime
-        early = self._refused(check_token(cancel))
-        if early is not None:
-            return early
-        engine = runtime.engine
-        with engine.lock:  # the target snapshot, taken when the operation starts
-            ids = engine.subscribers.get((self._channel, self._topic), ())
-            targets = [engine.spots[i] for i in ids if i in engine.spots]
-        if not targets:
-            return settled(None)
-        tx = _Transaction(targets, self._payload, self._metadata)
-        publisher = runtime.publisher
-        if cancel is not None:
-            tx.registration = cancel._register_internal(lambda: publisher.cancel(tx))
-        publisher.submit(tx)
-        return Completion(tx.cell, lambda: publisher.cancel(tx))

@@ -22,6 +22,7 @@ __all__ = [
     "Existing",
     "InstanceSpot",
     "JoinResult",
+    "ObjectKind",
     "Rejected",
     "Spot",
     "SpotConfig",
@@ -33,6 +34,16 @@ __all__ = [
 ]
 
 R = TypeVar("R")
+
+
+class ObjectKind(enum.StrEnum):
+    """What a live object is: the one spelling of the three kinds, inside the runtime and
+    in messages ("no Spot 'lobby'"). A `StrEnum`, so it hashes and compares at C speed
+    as a dict key."""
+
+    SPOT = "Spot"
+    ACTOR = "Actor"
+    CHANNEL = "channel"
 
 
 class SpotMode(enum.Enum):

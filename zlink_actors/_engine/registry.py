@@ -1,54 +1,50 @@
-"""Activations, the object registry and record execution for one Host.
+"""The registry of one Host: registered types, live objects and creations in progress.
 
 An `Activation` is one live Spot, Actor or channel handler: the user's instance, its
-handler table, its mailbox and its gate. `Engine.run_record` is what a pool thread calls
-for each record: it builds the turn context, runs the handler (stepping it with the
-coroutine driver when it is `async def`) and does the record's post-turn work (the reply,
-the failure count) before the gate moves on.
+handler table, its mailbox and its gate. `Engine` holds every table and the lock that
+guards them (the engine lock); running records is the record runner's (`runner.py`).
 """
 
 from __future__ import annotations
 
 import inspect
-import logging
 import threading
 import uuid
-from collections.abc import Callable
-from contextvars import Context
-from types import CoroutineType
-from typing import TYPE_CHECKING, Any, Final
+from typing import Final, Protocol
 
-from .._core.context import runtime_var
-from .._core.errors import (
-    ConfigurationError,
-    InternalFailureError,
-)
-from .._core.pool import Gate, Mailbox, Record
+from .._core.completion import _PENDING, _Cell
+from .._core.errors import ConfigurationError
+from .._core.gate import Gate
+from .._core.mailbox import Mailbox
+from .._core.pool import AppPool
 from .._core.validation import check_id
-from .driver import Frame
-from .handlers import HandlerInfo, HandlerTable
+from .driver import Frame, TurnHost
+from .handlers import HandlerTable
 from .objects import (
     Actor,
     ActorRef,
     ChannelHandler,
     InstanceSpot,
+    ObjectKind,
     Spot,
     SpotMode,
     SpotRef,
 )
-from .turn import K_CALL, K_CALLBACK, K_MESSAGE, K_REQUEST, K_RESUME, K_TICK, TurnContext
 
-if TYPE_CHECKING:
-    from .kernel import Runtime
-    from .spot_timers import TimerSet
+__all__ = ["Activation", "Attempt", "Engine", "ObjectTimers", "TypeInfo"]
 
-__all__ = ["Activation", "Engine", "TypeInfo"]
+SPOT: Final = ObjectKind.SPOT
+ACTOR: Final = ObjectKind.ACTOR
+CHANNEL: Final = ObjectKind.CHANNEL
 
-log = logging.getLogger("zlink_actors")
 
-SPOT: Final = "spot"
-ACTOR: Final = "actor"
-CHANNEL: Final = "channel"
+class ObjectTimers(Protocol):
+    """An object's timers as the registry and the close path see them
+    (`spot_timers.TimerSet`)."""
+
+    def own_boxes(self) -> list[Mailbox]: ...
+
+    def cancel_all(self) -> None: ...
 
 
 class TypeInfo:
@@ -56,7 +52,7 @@ class TypeInfo:
 
     __slots__ = ("cls", "kind", "name", "table")
 
-    def __init__(self, cls: type, kind: str, name: str) -> None:
+    def __init__(self, cls: type, kind: ObjectKind, name: str) -> None:
         self.cls = cls
         self.kind = kind
         self.name = name
@@ -70,7 +66,6 @@ class Activation:
         "box",
         "closed",
         "closing",
-        "ctx_type",
         "generation",
         "id",
         "init_pending",
@@ -89,30 +84,30 @@ class Activation:
 
     def __init__(
         self,
-        kind: str,
+        kind: ObjectKind,
         obj_id: str,
         type_info: TypeInfo,
-        instance: Any,
+        instance: object,
         generation: int,
-        ctx_type: type[TurnContext],
+        gate: Gate[Mailbox],
+        spot: Activation | None = None,
     ) -> None:
         self.kind = kind
         self.id = obj_id
         self.type = type_info
         self.instance = instance
         self.generation = generation
-        self.ctx_type = ctx_type
-        self.box: Mailbox = None  # type: ignore[assignment]  # set right after
+        self.box = Mailbox(self, gate)
         #: The Spot this object belongs to (itself for a Spot).
-        self.spot: Activation = self
-        self.timers: TimerSet | None = None
+        self.spot: Activation = self if spot is None else spot
+        self.timers: ObjectTimers | None = None
         self.closed = False
         #: A pristine turn context, and the `Context` that holds it, left by the last
         #: plain turn (reused by the next one; no tuple, since most Spots keep one).
-        self.spare: TurnContext | None = None
-        self.spare_context: Any = None
-        #: Set once a close was queued; later closes observe the same result.
-        self.closing: Any = None
+        self.spare: TurnHost | None = None
+        self.spare_context: object = None
+        #: The close in progress (`lifecycle.Closing`); later closes observe its result.
+        self.closing: object = None
         #: A User Spot's members in join order, Actor id -> ref; allocated on first
         #: member, dropped when the last one leaves. Changed under the engine lock.
         self.members: dict[str, ActorRef] | None = None
@@ -157,7 +152,7 @@ class Activation:
         return ref
 
     def ref(self) -> SpotRef | ActorRef:
-        if self.kind == ACTOR:
+        if self.kind is ACTOR:
             return ActorRef(self.id, self.generation)
         return SpotRef(self.id, self.generation)
 
@@ -165,38 +160,73 @@ class Activation:
         return f"<{self.kind} {self.id!r} {self.type.name}>"
 
 
-class Engine:
-    """The registry of types and live objects, and the record runner."""
+class Attempt(_Cell[object]):
+    """One creation in progress, and its terminal: the callers that join it observe this
+    cell (each through a handle of its own).
 
-    def __init__(self, runtime: Runtime) -> None:
-        self.runtime = runtime
+    Its lock is the Host's shared result-cell lock (`PendingTable.cell_lock`): a cell
+    never takes another lock while it holds its own, so sharing one is safe, and an
+    attempt costs no lock object of its own.
+    """
+
+    __slots__ = ("info", "kind", "obj_id")
+
+    def __init__(
+        self, kind: ObjectKind, obj_id: str, info: TypeInfo, lock: threading.RLock
+    ) -> None:
+        # Flat on purpose (one per create): what `_Cell.__init__` sets, then our own.
+        self._lock = lock
+        self._state = _PENDING
+        self._value = None
+        self._exc = None
+        self._listeners = None
+        # Not the key tuple: the handle of a created object keeps its attempt (the
+        # result cell) alive, and one tracked object less per create is less collection.
+        self.kind = kind
+        self.obj_id = obj_id
+        self.info = info
+
+    @property
+    def key(self) -> tuple[ObjectKind, str]:
+        """The attempt's key in `Engine.creating`: (kind, id)."""
+        return (self.kind, self.obj_id)
+
+
+class Engine:
+    """The registry of types, live objects and creations in progress of one Host."""
+
+    def __init__(self, pool: AppPool, name: str) -> None:
+        self.pool = pool
         self.lock = threading.Lock()
         self.types: dict[str, TypeInfo] = {}
         self.by_class: dict[type, TypeInfo] = {}
         self.spots: dict[str, Activation] = {}
         self.actors: dict[str, Activation] = {}
         self.channels: dict[str, Activation] = {}
-        #: The live-object table of each call target kind ("Spot", "Actor", "channel").
-        self.tables = {"Spot": self.spots, "Actor": self.actors, "channel": self.channels}
+        #: The live-object table of each kind.
+        self.tables = {SPOT: self.spots, ACTOR: self.actors, CHANNEL: self.channels}
         self.generations = 0
         self.handler_failures = 0
         self.dropped_records = 0
         #: (channel, topic) -> ids of the Ready Spots subscribed to it.
         self.subscribers: dict[tuple[str, str], set[str]] = {}
-        self.entry: Activation = None  # type: ignore[assignment]  # made by setup()
-        #: Notified whenever a creation attempt leaves `runtime.creating` while a thread
-        #: waits for that (`wait_no_attempts`: shutdown); counted under `lock`, so a
-        #: create pays for no notify when nobody waits.
+        #: get-or-create attempts in progress: (kind, id) -> the attempt.
+        self.creating: dict[tuple[ObjectKind, str], Attempt] = {}
+        #: Serialises cold activations of Instance Spots (their factory runs once).
+        self.activation_lock = threading.RLock()
+        #: Notified whenever a creation attempt leaves `creating` while a thread waits
+        #: for that (`wait_no_attempts`: shutdown); counted under `lock`, so a create
+        #: pays for no notify when nobody waits.
         self.attempt_ended = threading.Condition(self.lock)
         self._attempt_waiters = 0
-        from .._calls.contexts import ActorContext, SpotContext  # _contexts imports this module
-
-        self._spot_context = SpotContext
-        self._actor_context = ActorContext
+        entry_info = TypeInfo(_EntrySpot, SPOT, "zlink.EntrySpot")
+        #: The Host's Entry Spot: the default membership of Actors, a gate per Actor.
+        self.entry = self._activate(SPOT, f"{name}-entry-{uuid.uuid4()}", entry_info, _EntrySpot())
+        self.spots[self.entry.id] = self.entry
 
     # -- registration ------------------------------------------------------------------
 
-    def register(self, cls: type, kind: str) -> TypeInfo:
+    def register(self, cls: type, kind: ObjectKind) -> TypeInfo:
         """Register a user class; every mistake that would only fail later is refused
         here (docs/validation.md, "Registration").
 
@@ -222,7 +252,7 @@ class Engine:
         if name in self.types:
             raise ConfigurationError(f"type name {name!r} is registered twice in one Host")
         mode = getattr(cls, "mode", None)
-        if kind == SPOT and not isinstance(mode, SpotMode):
+        if kind is SPOT and not isinstance(mode, SpotMode):
             raise ConfigurationError(f"{cls.__qualname__}.mode must be a SpotMode")
         if issubclass(cls, InstanceSpot) and mode is not SpotMode.SPOT_WIDE:
             raise ConfigurationError(
@@ -235,13 +265,8 @@ class Engine:
         self.by_class[cls] = info
         return info
 
-    def setup(self, channels: dict[str, type]) -> None:
-        from .._calls.contexts import ChannelContext, SpotContext
-
-        entry_info = TypeInfo(_EntrySpot, SPOT, "zlink.EntrySpot")
-        entry_id = f"{self.runtime.name}-entry-{uuid.uuid4()}"
-        self.entry = self._activate(SPOT, entry_id, entry_info, _EntrySpot(), SpotContext)
-        self.spots[entry_id] = self.entry
+    def add_channels(self, channels: dict[str, type]) -> None:
+        """Make one channel handler (an instance and a gate) per channel name."""
         for name, cls in channels.items():
             try:
                 check_id("channel name", name)
@@ -253,49 +278,44 @@ class Engine:
                 instance = cls()
             except Exception as exc:
                 raise ConfigurationError(f"channel handler {cls.__qualname__}() raised") from exc
-            self.channels[name] = self._activate(CHANNEL, name, info, instance, ChannelContext)
+            self.channels[name] = self._activate(CHANNEL, name, info, instance)
 
     def _activate(
         self,
-        kind: str,
+        kind: ObjectKind,
         obj_id: str,
         info: TypeInfo,
-        instance: Any,
-        ctx_type: type[TurnContext],
+        instance: object,
         spot: Activation | None = None,
     ) -> Activation:
         self.generations += 1
-        act = Activation(kind, obj_id, info, instance, self.generations, ctx_type)
-        pool = self.runtime.pool
         if spot is not None:
-            act.spot = spot
             # SpotWide: the Spot's gate covers its members; Entry / PerActor: own gate.
-            gate = spot.box.gate if spot.box.gate.spotwide else Gate(pool)
+            gate: Gate[Mailbox] = spot.box.gate if spot.box.gate.spotwide else Gate()
         else:
-            spotwide = kind == SPOT and getattr(info.cls, "mode", None) is SpotMode.SPOT_WIDE
-            gate = Gate(pool, spotwide=spotwide and info.cls is not _EntrySpot)
-        act.box = Mailbox(act, gate)
-        return act
+            spotwide = kind is SPOT and getattr(info.cls, "mode", None) is SpotMode.SPOT_WIDE
+            gate = Gate(spotwide=spotwide and info.cls is not _EntrySpot)
+        return Activation(kind, obj_id, info, instance, self.generations, gate, spot)
 
-    def new_spot(self, spot_id: str, info: TypeInfo, instance: Any) -> Activation:
-        return self._activate(SPOT, spot_id, info, instance, self._spot_context)
+    def new_spot(self, spot_id: str, info: TypeInfo, instance: object) -> Activation:
+        return self._activate(SPOT, spot_id, info, instance)
 
-    def new_actor(self, actor_id: str, info: TypeInfo, instance: Any) -> Activation:
-        return self._activate(ACTOR, actor_id, info, instance, self._actor_context, spot=self.entry)
+    def new_actor(self, actor_id: str, info: TypeInfo, instance: object) -> Activation:
+        return self._activate(ACTOR, actor_id, info, instance, spot=self.entry)
 
-    def make_ready(self, act: Activation, attempt_key: tuple[str, str] | None) -> None:
+    def make_ready(self, act: Activation, attempt_key: tuple[ObjectKind, str] | None) -> None:
         """Register `act` (it becomes reachable) and apply its subscriptions."""
         with self.lock:
-            table = self.spots if act.kind == SPOT else self.actors
+            table = self.spots if act.kind is SPOT else self.actors
             table[act.id] = act
             if attempt_key is not None:
                 self.end_attempt(attempt_key)
             for key in act.subscriptions:
                 self.subscribers.setdefault(key, set()).add(act.id)
 
-    def end_attempt(self, key: tuple[str, str]) -> None:
-        """Take a creation attempt out of `runtime.creating`. Caller holds `lock`."""
-        self.runtime.creating.pop(key, None)
+    def end_attempt(self, key: tuple[ObjectKind, str]) -> None:
+        """Take a creation attempt out of `creating`. Caller holds `lock`."""
+        self.creating.pop(key, None)
         if self._attempt_waiters:
             self.attempt_ended.notify_all()
 
@@ -304,7 +324,7 @@ class Engine:
         with self.lock:
             self._attempt_waiters += 1
             try:
-                return self.attempt_ended.wait_for(lambda: not self.runtime.creating, timeout)
+                return self.attempt_ended.wait_for(lambda: not self.creating, timeout)
             finally:
                 self._attempt_waiters -= 1
 
@@ -313,7 +333,7 @@ class Engine:
         of an Actor that was a User Spot's member (that Spot is still `act.spot`)."""
         with self.lock:
             act.closed = True
-            table = self.spots if act.kind == SPOT else self.actors
+            table = self.spots if act.kind is SPOT else self.actors
             if table.get(act.id) is act:
                 del table[act.id]
             for key in act.subscriptions:
@@ -322,121 +342,17 @@ class Engine:
                     ids.discard(act.id)
                     if not ids:
                         del self.subscribers[key]
-            return act.spot.drop_member(act.id) if act.kind == ACTOR else None
+            return act.spot.drop_member(act.id) if act.kind is ACTOR else None
 
     def all_activations(self) -> list[Activation]:
         with self.lock:
             return [*self.spots.values(), *self.actors.values(), *self.channels.values()]
 
-    # -- running records ---------------------------------------------------------------
 
-    def run_record(self, box: Mailbox, rec: Record) -> bool:
-        """Run one record under its gate; True if the turn was handed off."""
-        kind = rec.kind
-        if kind == K_RESUME:
-            frame: Frame = rec.a
-            return frame.resume()
-        if kind == K_REQUEST and rec.route_id not in rec.table._entries:  # type: ignore[attr-defined]
-            # Already terminal (cancelled, expired, or shut down while queued): its caller
-            # has its result, so its handler never runs.
-            return False
-        act: Activation = box.owner
-        on_done: Callable[[Any, BaseException | None], None]
-        args: tuple[Any, ...]
-        if kind <= K_REQUEST and rec.b is None and act.kind != ACTOR and not act.init_pending:
-            # A plain turn: reuse the last turn's context objects if that turn left them
-            # pristine (synchronous, no context variable of its own, no metadata).
-            ctx = act.spare
-            fn = rec.c.fn
-            if ctx is None:
-                ctx = act.ctx_type(self.runtime, act, box, None)
-                context = Context()
-                context.run(runtime_var.set, ctx)
-            else:
-                act.spare = None
-                context = act.spare_context
-            ctx._rec = rec
-            try:
-                result = context.run(fn, act.instance, ctx, rec.a)
-            except BaseException as exc:
-                (self._message_done if kind == K_MESSAGE else rec.reply)(None, exc)
-                return False
-            if type(result) is CoroutineType:
-                on_done = self._message_done if kind == K_MESSAGE else rec.reply
-                frame = Frame(result, ctx, context, rec, on_done, self.runtime.pool, act.resume_box)
-                return frame.resume()
-            if len(context) == 1 and context.get(runtime_var) is ctx and ctx._box is box:
-                ctx._rec = None  # a spare context keeps no request (nor its reply) alive
-                act.spare_context = context
-                act.spare = ctx
-            if kind != K_MESSAGE:
-                rec.reply(result, None)  # a one-way message's success needs nothing
-            return False
-        if kind == K_MESSAGE:
-            info: HandlerInfo = rec.c
-            ctx = act.ctx_type(self.runtime, act, box, rec.b)
-            ctx._rec = rec
-            fn, args, on_done = info.fn, (act.instance, ctx, rec.a), self._message_done
-        elif kind == K_REQUEST:
-            info, on_done = rec.c, rec.reply
-            ctx = act.ctx_type(self.runtime, act, box, rec.b)
-            ctx._rec = rec
-            fn, args = info.fn, (act.instance, ctx, rec.a)
-        elif kind == K_CALL:
-            ctx = act.ctx_type(self.runtime, act, box, None)
-            fn, args, on_done = rec.a, (act.instance, ctx), rec.b
-        elif kind == K_CALLBACK:
-            ctx = act.ctx_type(self.runtime, act, box, None)
-            fn, args, on_done = rec.a, (rec.b,), self._callback_done
-        elif kind == K_TICK:
-            timer, tick = rec.a, rec.b
-            if timer.cancelled:  # restarted or cancelled after this tick was queued
-                return False
-            ctx = act.ctx_type(self.runtime, act, box, None)
-            fn, args, on_done = timer.callback, (ctx, tick), timer.tick_done
-        else:  # pragma: no cover - the scheduler only carries these kinds
-            raise AssertionError(f"unknown record kind {kind}")
-        if kind <= K_REQUEST:
-            if act.kind == ACTOR:
-                # The registration scope of defer(): the handler's own run.
-                ctx._scope = True
-                on_done = _ActorHandlerDone(self.runtime, ctx, on_done)
-            if act.init_pending:
-                act.init_pending = False
-                fn, args = _initialize_then, (fn, args)
-        # Each turn runs in a context of its own (a coroutine keeps its context across
-        # resumptions, as an asyncio task does): context variables set by one owner's
-        # handler never leak into another's, whatever thread runs them.
-        context = Context()
-        context.run(runtime_var.set, ctx)
-        try:
-            result = context.run(fn, *args)
-        except BaseException as exc:
-            on_done(None, exc)
-            return False
-        if type(result) is CoroutineType:
-            frame = Frame(result, ctx, context, rec, on_done, self.runtime.pool, act.resume_box)
-            return frame.resume()
-        on_done(result, None)
-        return False
+class _EntrySpot(Spot):
+    """The framework's default membership for Actors: a gate per Actor, no handlers."""
 
-    def fail_record(self, box: Mailbox, rec: Record) -> None:
-        """The runtime's own work around `rec` raised (`AppPool._internal_error`): a
-        request's caller hears `InternalFailureError` now instead of waiting for its
-        deadline (if its outcome was already delivered, this finds nothing to end)."""
-        if rec.kind == K_REQUEST:
-            rec.drop(InternalFailureError("the runtime failed while running this request"))
-
-    def _message_done(self, value: Any, exc: BaseException | None) -> None:
-        # SC §4: a one-way call completed at admission; a later failure is only logged.
-        if exc is not None:
-            self.handler_failures += 1
-            log.error("one-way handler raised", exc_info=exc)
-
-    def _callback_done(self, value: Any, exc: BaseException | None) -> None:
-        if exc is not None:
-            self.handler_failures += 1
-            log.error("completion callback raised", exc_info=exc)
+    mode = SpotMode.PER_ACTOR
 
 
 #: The framework's base classes: only their subclasses are registered.
@@ -456,54 +372,3 @@ def _check_constructor(cls: type) -> None:
         raise ConfigurationError(
             f"{cls.__qualname__}() must take no arguments (the framework creates it): {exc}"
         ) from None
-
-
-class _ActorHandlerDone:
-    """Post-turn work of an Actor's handler: close the `defer()` scope, start a deferred
-    Join or Leave if the handler ended normally, then the record's own post-turn work."""
-
-    __slots__ = ("ctx", "inner", "runtime")
-
-    def __init__(
-        self,
-        runtime: Runtime,
-        ctx: TurnContext,
-        inner: Callable[[Any, BaseException | None], None],
-    ) -> None:
-        self.runtime = runtime
-        self.ctx = ctx
-        self.inner = inner
-
-    def __call__(self, value: Any, exc: BaseException | None) -> None:
-        ctx = self.ctx
-        ctx._scope = False
-        deferred, ctx._defer = ctx._defer, None
-        if deferred is not None and exc is None:
-            from .membership import start_move
-
-            # Before the reply: a caller holding the reply knows the move has begun.
-            start_move(self.runtime, ctx._act, deferred.spot_id)
-        self.inner(value, exc)
-
-
-async def _initialize_then(fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
-    """An Instance Spot's first record: `on_initialize`, then the message's handler.
-
-    If `on_initialize` fails the Spot is removed (the next message with instance intent
-    activates a fresh one) and this record fails with that error.
-    """
-    from .lifecycle import _maybe_await, remove_activation
-
-    instance, ctx = args[0], args[1]
-    try:
-        await _maybe_await(instance.on_initialize(ctx))
-    except BaseException:
-        remove_activation(ctx._runtime, ctx._act)
-        raise
-    return await _maybe_await(fn(*args))
-
-
-class _EntrySpot(Spot):
-    """The framework's default membership for Actors: a gate per Actor, no handlers."""
-
-    mode = SpotMode.PER_ACTOR

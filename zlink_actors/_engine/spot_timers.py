@@ -15,19 +15,19 @@ import math
 import threading
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .._core.pool import Gate, Mailbox, Record
+from .._core.clock import TimerHandle
+from .._core.gate import Gate
+from .._core.mailbox import Mailbox
+from .._core.record import Tick
 from .._core.state import HostState
 from .._core.validation import MIN_INTERVAL, check_seconds
-from .turn import K_TICK
+from .kernel import Runtime
+from .objects import ObjectKind
+from .registry import Activation
 
-if TYPE_CHECKING:
-    from .._core.clock import TimerHandle
-    from .kernel import Runtime
-    from .registry import Activation
-
-__all__ = ["OverrunPolicy", "TimerSet", "TimerTick"]
+__all__ = ["OverrunPolicy", "TimerSet", "TimerTick", "timers_for"]
 
 log = logging.getLogger("zlink_actors")
 
@@ -112,7 +112,7 @@ class _Timer:
         tick = TimerTick(self.key, self.delivered + 1, index, index - self.scheduled - 1)
         self.scheduled = index
         self.delivered += 1
-        if not runtime.pool.force(self.box, Record(K_TICK, self, tick)):
+        if not runtime.pool.force(self.box, Tick(self, tick)):
             self.cancelled = True
 
     def tick_done(self, value: Any, exc: BaseException | None) -> None:
@@ -224,11 +224,27 @@ class TimerSet:
 
     def _box_for(self, key: Hashable) -> Mailbox:
         act = self._act
-        if act.kind != "spot" or act.box.gate.spotwide:
+        if act.kind is not ObjectKind.SPOT or act.box.gate.spotwide:
             return act.box
         # PerActor Spot: each of its own timers gets a gate of its own.
         with self._lock:
             box = self._gates.get(key)
             if box is None:
-                box = self._gates[key] = Mailbox(act, Gate(self.runtime.pool))
+                box = self._gates[key] = Mailbox(act, Gate())
             return box
+
+
+def timers_for(runtime: Runtime, act: Activation) -> TimerSet:
+    """The timer set of `act` (`ctx.timers`), created on first use."""
+    timers = act.timers
+    if timers is None:
+        with _made_lock:
+            timers = act.timers
+            if timers is None:
+                timers = act.timers = TimerSet(runtime, act)
+    assert isinstance(timers, TimerSet)
+    return timers
+
+
+#: Serialises the first use of `ctx.timers` (rare: once per object that uses timers).
+_made_lock = threading.Lock()

@@ -8,36 +8,27 @@ before anything is submitted.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Callable
+from typing import Protocol
 
 from .._core.context import CallbackPoster, RuntimeContext, runtime_var
 from .._core.errors import InvalidOperationError
-from .._core.pool import Record
+from .._core.gate import Gate
+from .._core.mailbox import Mailbox
+from .._core.record import CallbackRecord, Record
+from .driver import Frame
+from .kernel import Runtime
+from .registry import Activation
 
-if TYPE_CHECKING:
-    from .._core.pool import Gate, Mailbox
-    from .driver import Frame
-    from .kernel import Runtime
-    from .registry import Activation
+__all__ = ["DeferredMove", "TurnContext", "current_turn", "require_yield_turn"]
 
-__all__ = [
-    "K_CALL",
-    "K_CALLBACK",
-    "K_MESSAGE",
-    "K_REQUEST",
-    "K_RESUME",
-    "K_TICK",
-    "TurnContext",
-    "current_turn",
-    "require_yield_turn",
-]
 
-K_MESSAGE: Final = 0
-K_REQUEST: Final = 1
-K_CALLBACK: Final = 2
-K_RESUME: Final = 3
-K_TICK: Final = 4
-K_CALL: Final = 5
+class DeferredMove(Protocol):
+    """A Join or Leave a handler deferred (`_calls/membership`): the Spot it goes to
+    (None: back to the Entry Spot)."""
+
+    @property
+    def spot_id(self) -> str | None: ...
 
 
 class TurnContext(RuntimeContext):
@@ -56,31 +47,35 @@ class TurnContext(RuntimeContext):
     )
 
     def __init__(
-        self, runtime: Runtime, act: Activation, box: Mailbox, metadata: dict[str, Any] | None
+        self,
+        runtime: Runtime,
+        act: Activation,
+        box: Mailbox,
+        metadata: dict[str, object] | None,
     ) -> None:
         self.kind = "handler turn"
         self._runtime = runtime
         self._act = act
         self._box = box
-        self._gate: Gate = box.gate
+        self._gate: Gate[Mailbox] = box.gate
         self._frame: Frame | None = None
         self._metadata = metadata
         #: True while an Actor's message handler runs: the scope in which `defer()` works.
         self._scope = False
         #: The Join or Leave a handler deferred (runs after it ends normally).
-        self._defer: Any = None
+        self._defer: DeferredMove | None = None
         #: The message or request record this turn handles (None for other turns): where
         #: `deadline` and `cancellation` come from.
-        self._rec: Any = None
+        self._rec: Record | None = None
 
     def callback_poster(self) -> CallbackPoster:
         box = self._box
         pool = self._runtime.pool
 
-        def post(fn: Any, completion: Any) -> None:
+        def post(fn: Callable[[object], object], completion: object) -> None:
             # Already-admitted work: never refused for capacity (dropped only if the
             # owner closed meanwhile).
-            if not pool.force(box, Record(K_CALLBACK, fn, completion)):
+            if not pool.force(box, CallbackRecord(fn, completion)):
                 self._runtime.log_dropped_callback(fn)
 
         return post

@@ -26,7 +26,7 @@ from zlink_actors import (
 )
 from zlink_actors._core import pending as _operation
 from zlink_actors._core import pool as _scheduler
-from zlink_actors._engine import registry as _engine
+from zlink_actors._engine import runner as _runner
 from zlink_actors._engine import spot_timers as _spot_timers
 from zlink_actors.testing import WAIT, HostHarness, advance_and_settle
 
@@ -90,7 +90,7 @@ def test_a_failing_post_turn_step_of_a_one_way_message_leaves_the_spot_serving(
 
     host = harness.host(spots=[Room])
     host.spots.get_or_create("r", Room).submit_sync()
-    monkeypatch.setattr(_engine.Engine, "_message_done", _raise)
+    monkeypatch.setattr(_runner.RecordRunner, "_message_done", _raise)
 
     for _ in range(3):
         host.send_to_spot("r", Note()).submit_sync()
@@ -142,7 +142,7 @@ def test_a_fault_in_the_batch_loop_loses_no_taken_record(
     host.send_to_spot("r", Note()).submit_sync()
     assert entered.wait(WAIT)
     queued = host.request_to_spot("r", Ping(1)).submit()  # taken with the next run
-    real_trim = _scheduler._trim
+    real_trim = _scheduler.trim
     fired: list[bool] = []
 
     def trim_once(box: object) -> None:
@@ -151,7 +151,7 @@ def test_a_fault_in_the_batch_loop_loses_no_taken_record(
             raise _Planted("planted fault in the batch loop")
         real_trim(box)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(_scheduler, "_trim", trim_once)
+    monkeypatch.setattr(_scheduler, "trim", trim_once)
     latch.set()
 
     assert queued.result(WAIT) == Pong(1)

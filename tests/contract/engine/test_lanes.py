@@ -401,7 +401,7 @@ def test_a_waiting_send_that_fails_on_close_is_logged_at_debug_only_when_nothing
         assert _unobserved_logs(caplog) == []
     else:
         assert _unobserved_logs(caplog) == [
-            "a one-way send of Note to spot 'room' ended with UnavailableError after "
+            "a one-way send of Note to Spot 'room' ended with UnavailableError after "
             "submit() returned, and nothing observes its Completion"
         ]
 
@@ -439,6 +439,6 @@ def test_a_waiting_send_ended_by_shutdown_that_nothing_observes_is_logged_at_deb
     assert results[0].outcome is ShutdownOutcome.STOPPED
     assert isinstance(waiting.exception(0), ShuttingDownError)
     assert _unobserved_logs(caplog) == [
-        "a one-way send of Note to spot 'room' ended with ShuttingDownError after "
+        "a one-way send of Note to Spot 'room' ended with ShuttingDownError after "
         "submit() returned, and nothing observes its Completion"
     ]
