@@ -22,6 +22,7 @@ test: lint typecheck pytest
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports --no-cache
 
 typecheck: $(STAMP)
 	$(BIN)/mypy --strict zlink_actors transports

@@ -12,6 +12,7 @@ import math
 import threading
 import typing
 from collections.abc import Callable
+from fractions import Fraction
 from typing import Annotated, Any
 
 import msgspec
@@ -271,8 +272,6 @@ def test_messages_say_what_was_wrong(value: object, message: str) -> None:
 
 
 def test_other_real_numbers_are_seconds_too() -> None:
-    from fractions import Fraction
-
     assert check_seconds("timeout", Fraction(1, 4)) == 0.25
     assert check_seconds("timeout", MAX_SECONDS) == MAX_SECONDS
     with pytest.raises(ValueError, match="> 0"):

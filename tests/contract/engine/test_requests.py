@@ -5,6 +5,7 @@ anything later is dropped. Handler failures are classified by type.
 """
 
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -436,8 +437,6 @@ def test_answered_requests_are_not_kept_alive_behind_a_pending_deadline(
 ) -> None:
     # Found by review: answered requests waited in the timer FIFO behind the live
     # deadline of a slow one, keeping their replies alive until that deadline passed.
-    import weakref
-
     latch = harness.latch()
     entered = threading.Event()
     replies: list[weakref.ref[Bulky]] = []

@@ -1,0 +1,273 @@
+"""The layering of docs/architecture.md, over every import the package has.
+
+import-linter (`lint-imports`, run by `make test`) checks the layers on the imports that
+run. This test reads the source instead, so it also sees what import-linter does not:
+imports under `if TYPE_CHECKING:` and imports inside functions. The rules:
+
+1. every intra-package import points down the table `ALLOWED` (a module may always
+   import from its own sub-package, and the package's `__init__` and the public test kit
+   `testing` may import anything);
+2. no import of the package sits inside a function;
+3. the graph of all those imports, `TYPE_CHECKING` ones included, has no cycle;
+4. `transports` imports nothing of `zlink_actors`.
+
+The last tests plant each kind of violation in a copy of a small tree and check that the
+checker reports it: a check that cannot fail would be worth nothing.
+"""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+#: Layer -> the layers it may import (besides itself). Tiers not written yet are listed
+#: so that the rule holds from their first module on (docs/architecture.md).
+ALLOWED: dict[str, frozenset[str]] = {
+    "_core": frozenset(),
+    "_engine": frozenset({"_core"}),
+    "_calls": frozenset({"_engine", "_core"}),
+    "location": frozenset({"_core"}),
+    "http": frozenset({"_calls", "_engine", "_core"}),
+    "mesh": frozenset({"location", "_calls", "_engine", "_core", "transports"}),
+    "_host": frozenset({"_calls", "_engine", "_core", "location", "mesh", "http"}),
+}
+#: Modules of `zlink_actors` outside the layers: they may import any of them.
+UNLAYERED = frozenset({"", "testing"})
+
+
+@dataclass(frozen=True)
+class Import:
+    """One import of a module of the checked packages."""
+
+    source: str  # dotted module name of the importer
+    target: str  # dotted name of what it imports (a module, or a package)
+    line: int
+    where: str  # "top", "type-checking" or "function"
+
+
+def _module_name(root: pathlib.Path, path: pathlib.Path) -> str:
+    parts = path.relative_to(root).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _resolve(root: pathlib.Path, importer: str, is_package: bool, node: ast.ImportFrom) -> str:
+    base = importer.split(".")
+    if not is_package:
+        base = base[:-1]
+    if node.level:
+        base = base[: len(base) - (node.level - 1)]
+        return ".".join([*base, node.module] if node.module else base)
+    return node.module or ""
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def imports(root: pathlib.Path, packages: tuple[str, ...]) -> Iterator[Import]:
+    """Every import, anywhere in a module, of a module of `packages` under `root`."""
+    for package in packages:
+        for path in sorted((root / package).rglob("*.py")):
+            importer = _module_name(root, path)
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            yield from _walk(root, importer, path.name == "__init__.py", tree, "top", packages)
+
+
+def _walk(
+    root: pathlib.Path,
+    importer: str,
+    is_package: bool,
+    node: ast.AST,
+    where: str,
+    packages: tuple[str, ...],
+) -> Iterator[Import]:
+    for child in ast.iter_child_nodes(node):
+        inner = where
+        if isinstance(child, ast.If) and _is_type_checking(child.test):
+            inner = "type-checking"
+        elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            inner = "function"
+        if isinstance(child, ast.ImportFrom):
+            target = _resolve(root, importer, is_package, child)
+            for alias in child.names:
+                # `from . import x` names a sub-module x when one exists.
+                sub = f"{target}.{alias.name}"
+                named = sub if _exists(root, sub) else target
+                if named.split(".")[0] in packages:
+                    yield Import(importer, named, child.lineno, inner)
+        elif isinstance(child, ast.Import):
+            for alias in child.names:
+                if alias.name.split(".")[0] in packages:
+                    yield Import(importer, alias.name, child.lineno, inner)
+        yield from _walk(root, importer, is_package, child, inner, packages)
+
+
+def _exists(root: pathlib.Path, dotted: str) -> bool:
+    path = root.joinpath(*dotted.split("."))
+    return path.with_suffix(".py").exists() or (path / "__init__.py").exists()
+
+
+def _layer(module: str) -> str | None:
+    """The layer of a `zlink_actors` module (None: outside the layers)."""
+    parts = module.split(".")
+    if parts[0] != "zlink_actors":
+        return parts[0]
+    rest = parts[1] if len(parts) > 1 else ""
+    return None if rest in UNLAYERED else rest
+
+
+def violations(root: pathlib.Path, packages: tuple[str, ...]) -> list[str]:
+    """What breaks the rules of the module docstring, one line each."""
+    found: list[str] = []
+    edges: dict[str, set[str]] = {}
+    for imp in imports(root, packages):
+        if imp.where == "function":
+            found.append(f"{imp.source}:{imp.line} imports {imp.target} inside a function")
+        if imp.source.split(".")[0] == "transports" and imp.target.split(".")[0] != "transports":
+            found.append(f"{imp.source}:{imp.line} imports {imp.target}: transports is standalone")
+        src, dst = _layer(imp.source), _layer(imp.target)
+        if (
+            imp.source.startswith("zlink_actors")
+            and src is not None
+            and dst is not None
+            and dst != src
+            and dst not in ALLOWED.get(src, frozenset())
+        ):
+            found.append(
+                f"{imp.source}:{imp.line} imports {imp.target} ({imp.where}): "
+                f"{src} may not import {dst}"
+            )
+        if imp.target != imp.source:
+            edges.setdefault(imp.source, set()).add(imp.target)
+    found.extend(f"import cycle: {' -> '.join(cycle)}" for cycle in _cycles(edges))
+    return found
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """One cycle per strongly connected component of more than one module (Tarjan).
+
+    An import of a package (`from . import x` resolving to the package itself, or of an
+    `__init__` that re-exports) is an edge to that package's `__init__` module."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(edges.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                components.append(sorted(component))
+
+    for node in sorted(edges):
+        if node not in index:
+            visit(node)
+    return components
+
+
+# -- the package as it is ----------------------------------------------------------------
+
+
+def test_the_package_keeps_its_layers() -> None:
+    assert violations(ROOT, ("zlink_actors", "transports")) == []
+
+
+def test_the_checker_sees_every_module_of_the_package() -> None:
+    seen = {imp.source for imp in imports(ROOT, ("zlink_actors",))}
+    # Every module that imports anything of the package is read (sanity: the walk ran).
+    assert {"zlink_actors._core.pool", "zlink_actors._engine.runner", "zlink_actors._host"} <= seen
+
+
+# -- the checker fails on each kind of violation -----------------------------------------
+
+
+def _tree(tmp_path: pathlib.Path, files: dict[str, str]) -> pathlib.Path:
+    for name, text in files.items():
+        path = tmp_path.joinpath(*name.split("/"))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    return tmp_path
+
+
+_CLEAN = {
+    "zlink_actors/__init__.py": "from ._host import Host\n",
+    "zlink_actors/_host.py": "from ._calls.call import Call\nclass Host: ...\n",
+    "zlink_actors/_core/__init__.py": "",
+    "zlink_actors/_core/errors.py": "class E(Exception): ...\n",
+    "zlink_actors/_core/pool.py": "from .errors import E\n",
+    "zlink_actors/_engine/__init__.py": "",
+    "zlink_actors/_engine/kernel.py": "from .._core.pool import E\n",
+    "zlink_actors/_calls/__init__.py": "",
+    "zlink_actors/_calls/call.py": "from .._engine.kernel import E\nclass Call: ...\n",
+    "transports/__init__.py": "import zmq\n",
+}
+
+
+def test_a_clean_tree_has_no_violation(tmp_path: pathlib.Path) -> None:
+    root = _tree(tmp_path, _CLEAN)
+    assert violations(root, ("zlink_actors", "transports")) == []
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "expected"),
+    [
+        (
+            "zlink_actors/_core/pool.py",
+            "from .._engine.kernel import E\n",
+            "zlink_actors._core.pool:1 imports zlink_actors._engine.kernel (top): "
+            "_core may not import _engine",
+        ),
+        (
+            "zlink_actors/_core/pool.py",
+            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+            "    from .._calls.call import Call\n",
+            "zlink_actors._core.pool:3 imports zlink_actors._calls.call (type-checking): "
+            "_core may not import _calls",
+        ),
+        (
+            "zlink_actors/_engine/kernel.py",
+            "def f():\n    from .._core.errors import E\n",
+            "zlink_actors._engine.kernel:2 imports zlink_actors._core.errors inside a function",
+        ),
+        (
+            "transports/__init__.py",
+            "from zlink_actors import Host\n",
+            "transports:1 imports zlink_actors: transports is standalone",
+        ),
+        (
+            "zlink_actors/_core/errors.py",
+            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .pool import E\n",
+            "import cycle: zlink_actors._core.errors -> zlink_actors._core.pool",
+        ),
+    ],
+    ids=["upward", "upward-type-checking", "function-level", "transports", "cycle"],
+)
+def test_the_checker_reports_a_planted_violation(
+    tmp_path: pathlib.Path, name: str, text: str, expected: str
+) -> None:
+    root = _tree(tmp_path, {**_CLEAN, name: text})
+    assert expected in violations(root, ("zlink_actors", "transports"))
