@@ -1,15 +1,19 @@
 """The layering of docs/architecture.md, over every import the package has.
 
-import-linter (`lint-imports`, run by `make test`) checks the layers on the imports that
-run. This test reads the source instead, so it also sees what import-linter does not:
-imports under `if TYPE_CHECKING:` and imports inside functions. The rules:
+import-linter (`lint-imports`, run by `make test`) checks the layer contracts on every
+import it finds, `TYPE_CHECKING` and function-level ones included. This test reads the
+source too and adds what the contracts do not say: no import of the package inside a
+function at all (not even one pointing down), no cycle inside a layer, the rules of the
+tiers not written yet, and no layered module importing the package's top (`__init__`,
+`testing`). The rules:
 
 1. every intra-package import points down the table `ALLOWED` (a module may always
-   import from its own sub-package, and the package's `__init__` and the public test kit
-   `testing` may import anything);
+   import from its own sub-package; the package's `__init__` and the public test kit
+   `testing` sit on top: they may import anything, and no layer may import them);
 2. no import of the package sits inside a function;
 3. the graph of all those imports, `TYPE_CHECKING` ones included, has no cycle;
-4. `transports` imports nothing of `zlink_actors`.
+4. `transports` imports nothing of `zlink_actors`, and of other libraries only pyzmq and
+   msgspec.
 
 The last tests plant each kind of violation in a copy of a small tree and check that the
 checker reports it: a check that cannot fail would be worth nothing.
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import ast
 import pathlib
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -134,6 +139,11 @@ def violations(root: pathlib.Path, packages: tuple[str, ...]) -> list[str]:
         if imp.source.split(".")[0] == "transports" and imp.target.split(".")[0] != "transports":
             found.append(f"{imp.source}:{imp.line} imports {imp.target}: transports is standalone")
         src, dst = _layer(imp.source), _layer(imp.target)
+        if imp.source.startswith("zlink_actors") and src is not None and dst is None:
+            found.append(
+                f"{imp.source}:{imp.line} imports {imp.target} ({imp.where}): "
+                f"{src} may not import the package's top"
+            )
         if (
             imp.source.startswith("zlink_actors")
             and src is not None
@@ -259,15 +269,53 @@ def test_a_clean_tree_has_no_violation(tmp_path: pathlib.Path) -> None:
             "transports:1 imports zlink_actors: transports is standalone",
         ),
         (
+            "zlink_actors/_engine/kernel.py",
+            "from .. import Host\n",
+            "zlink_actors._engine.kernel:1 imports zlink_actors (top): "
+            "_engine may not import the package's top",
+        ),
+        (
             "zlink_actors/_core/errors.py",
             "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .pool import E\n",
             "import cycle: zlink_actors._core.errors -> zlink_actors._core.pool",
         ),
     ],
-    ids=["upward", "upward-type-checking", "function-level", "transports", "cycle"],
+    ids=["upward", "upward-type-checking", "function-level", "transports", "top", "cycle"],
 )
 def test_the_checker_reports_a_planted_violation(
     tmp_path: pathlib.Path, name: str, text: str, expected: str
 ) -> None:
     root = _tree(tmp_path, {**_CLEAN, name: text})
     assert expected in violations(root, ("zlink_actors", "transports"))
+
+
+#: What `transports` may import besides itself (docs/architecture.md).
+TRANSPORTS_MAY_USE = frozenset({"zmq", "msgspec"})
+
+
+def third_party_imports(package: pathlib.Path) -> list[str]:
+    """`module:line name` for every import in `package` of a top-level module that is
+    neither the standard library, the package itself nor `TRANSPORTS_MAY_USE`."""
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                names = [node.module]
+            for name in names:
+                top = name.split(".")[0]
+                allowed = top in sys.stdlib_module_names or top == package.name
+                if not allowed and top not in TRANSPORTS_MAY_USE:
+                    found.append(f"{path.relative_to(package.parent)}:{node.lineno} {name}")
+    return found
+
+
+def test_transports_uses_only_the_standard_library_pyzmq_and_msgspec() -> None:
+    assert third_party_imports(ROOT / "transports") == []
+
+
+def test_the_transports_check_reports_another_library(tmp_path: pathlib.Path) -> None:
+    root = _tree(tmp_path, {"transports/__init__.py": "import zmq\nimport redis\n"})
+    assert third_party_imports(root / "transports") == ["transports/__init__.py:2 redis"]

@@ -37,7 +37,7 @@ class Call(Generic[T]):
         self._runtime = runtime
         self._timeout: float | None = None
         self._used = False
-        self._metadata: dict[str, Any] | None = None
+        self._metadata: dict[str, object] | None = None
 
     def timeout(self, seconds: float) -> Self:
         """Set the end-to-end budget, fixed when the terminator starts.
@@ -57,7 +57,7 @@ class Call(Generic[T]):
         self._timeout = check_seconds("timeout", seconds)
         return self
 
-    def metadata(self, key: str, value: Any) -> Self:
+    def metadata(self, key: str, value: object) -> Self:
         """Attach `key=value` to the call; a handler it reaches sees it in `ctx.metadata`.
 
         Raises:

@@ -12,7 +12,7 @@ covers the whole call.
 from __future__ import annotations
 
 import uuid
-from typing import Any, Self
+from typing import Any, Final, Self
 
 from .._core.cancellation import CancellationToken
 from .._core.completion import Completion, _Cell, failed, settled
@@ -44,7 +44,8 @@ from .call import Call, YieldableCall
 
 __all__ = ["ActorManager", "CloseCall", "CreateCall", "SpotManager"]
 
-_UNSET: Any = object()
+#: `request()` was not called (None is a valid request payload).
+_UNSET: Final = object()
 
 
 class CreateCall(YieldableCall[Any]):
@@ -60,14 +61,14 @@ class CreateCall(YieldableCall[Any]):
         self._runtime = runtime
         self._timeout: float | None = None
         self._used = False
-        self._metadata: dict[str, Any] | None = None
+        self._metadata: dict[str, object] | None = None
         self._kind = kind
         self._id = obj_id
         self._info = info
         self._exclusive = exclusive
-        self._request: Any = _UNSET
+        self._request: object = _UNSET
 
-    def request(self, payload: Any) -> Self:
+    def request(self, payload: object) -> Self:
         """Pass `payload` to the creation hook `on_create(ctx, request)`.
 
         Raises:

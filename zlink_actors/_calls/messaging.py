@@ -13,11 +13,12 @@ handler and reply; reply, timeout, cancellation and shutdown race for one termin
 
 from __future__ import annotations
 
+import enum
 import math
 import threading
 from collections.abc import Callable
 from time import monotonic as _monotonic
-from typing import Any, Generic, Self, TypeVar
+from typing import Any, Final, Generic, Self, TypeVar, cast
 
 from .._core.cancellation import CancellationToken, check_token
 from .._core.completion import Completion, _Cell, failed
@@ -61,9 +62,21 @@ T = TypeVar("T")
 TargetKind = ObjectKind
 
 
-#: `_target_handler` found no Spot, and the call carries instance intent.
-_COLD: Any = object()
-_ANY_INSTANCE: Any = object()
+class _Elsewhere(enum.Enum):
+    #: `_target_handler` found no Spot, and the call carries instance intent.
+    COLD = enum.auto()
+    #: `_target_handler` found no local target, and the remote routes hold it.
+    REMOTE = enum.auto()
+
+
+class _AnyInstance(enum.Enum):
+    #: `activate()` with no type: the Host's only InstanceSpot type.
+    ANY_INSTANCE = enum.auto()
+
+
+_COLD: Final = _Elsewhere.COLD
+_REMOTE: Final = _Elsewhere.REMOTE
+_ANY_INSTANCE: Final = _AnyInstance.ANY_INSTANCE
 
 
 class _MessageCall(Call[T]):
@@ -84,8 +97,8 @@ class _MessageCall(Call[T]):
         self._table = runtime.engine.tables[kind]
         self._target = target
         self._payload = payload
-        self._metadata: dict[str, Any] | None = None
-        self._intent: Any = None
+        self._metadata: dict[str, object] | None = None
+        self._intent: type | _AnyInstance | None = None
         self._reply: type | None = reply
 
     def activate(self, spot_type: type | None = None) -> Self:
@@ -114,7 +127,7 @@ class _MessageCall(Call[T]):
         explicit = None if self._intent is _ANY_INSTANCE else self._intent
         return activate_instance(self._runtime, self._target, explicit, self._payload, admit)
 
-    def _target_handler(self) -> tuple[Activation, HandlerInfo] | Completion[Any] | Any:
+    def _target_handler(self) -> tuple[Activation, HandlerInfo] | Completion[Any] | _Elsewhere:
         act = self._table.get(self._target)
         if act is None or act.closed:
             if self._intent is not None and self._runtime.state is HostState.SERVING:
@@ -122,6 +135,8 @@ class _MessageCall(Call[T]):
             if self._runtime.state is not HostState.SERVING:
                 # Shutdown closed every object after this call passed admission.
                 return failed(shutting_down())
+            if self._runtime.remote.holds(self._kind, self._target):
+                return _REMOTE
             return failed(NotFoundError(f"no {self._kind} {self._target!r}"))
         intent = self._intent
         if intent is not None:
@@ -215,6 +230,9 @@ class SendCall(_MessageCall[None]):
         found = self._target_handler()
         if found is _COLD:
             return self._cold(self._admit_here)
+        if found is _REMOTE:
+            remote = self._runtime.remote
+            return remote.send(self._kind, self._target, self._payload, self._metadata)
         if isinstance(found, Completion):
             return found
         return self._admit_here(*found)
@@ -242,6 +260,7 @@ class SendCall(_MessageCall[None]):
             return failed(NotFoundError(f"{self._kind} {self._target!r} closed"))
         if waiting == SEALED:
             return failed(shutting_down())
+        assert isinstance(waiting, _Cell)
         # SC §5/§7: a waiting send has no timeout and refuses caller cancellation.
         return Completion(waiting, _refuse_cancel)
 
@@ -331,7 +350,7 @@ class RequestCall(_MessageCall[T], Generic[T]):
         exc = entry.exc
         if exc is not None:
             raise exc
-        return entry.value  # type: ignore[no-any-return]
+        return cast(T, entry.value)
 
     def _refusal(self, status: int) -> BaseException:
         if status == CLOSED:
@@ -372,6 +391,7 @@ class RequestCall(_MessageCall[T], Generic[T]):
             not yielding
             and turn is not None
             and found is not _COLD
+            and found is not _REMOTE
             and not isinstance(found, Completion)
             and found[0].box.gate is turn._gate
         ):
@@ -386,9 +406,18 @@ class RequestCall(_MessageCall[T], Generic[T]):
             return early
         if found is _COLD:
             return self._cold(lambda act, info: self._admit(act, info, cancel))
+        if found is _REMOTE:
+            return self._remote(cancel)
         if isinstance(found, Completion):
             return found
         return self._admit(found[0], found[1], cancel)
+
+    def _remote(self, cancel: CancellationToken | None) -> Completion[T]:
+        runtime = self._runtime
+        timeout = self._timeout if self._timeout is not None else runtime.default_request_timeout
+        return runtime.remote.request(
+            self._kind, self._target, self._payload, self._metadata, self._reply, timeout, cancel
+        )
 
     def _admit(
         self, act: Activation, info: HandlerInfo, cancel: CancellationToken | None

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from .._core.cancellation import CancellationSource, CancellationToken
 from .._core.completion import Completion, _Cell
-from .._core.errors import ShuttingDownError, internal_failure
+from .._core.errors import internal_failure, shutting_down
 from .._core.pending import PendingEntry
 from .._core.state import HostState
 from .._engine.kernel import Runtime
@@ -108,7 +108,7 @@ class CpuWorkerCall(YieldableCall[T]):
         cell: _Cell[T] = _Cell()
         entry = runtime.begin(cell, self._timeout, cancel)
         if not runtime.cpu_pool.submit(_CpuJob(runtime, entry, self._fn, self._args)):
-            runtime.fail_entry(entry, ShuttingDownError("the Host is stopping"))
+            runtime.fail_entry(entry, shutting_down())
         return runtime.handle(entry)
 
 
@@ -156,7 +156,7 @@ class IoWorkerCall(YieldableCall[T]):
             )
 
         if not runtime.io.call_soon(start):
-            runtime.fail_entry(entry, ShuttingDownError("the Host is stopping"))
+            runtime.fail_entry(entry, shutting_down())
         return runtime.handle(entry)
 
 
@@ -185,7 +185,7 @@ async def _drive(
             # The coroutine cancelled itself: that is a failure of the work, not a stop.
             _fail(runtime, route, fn, asyncio.CancelledError())
         else:
-            runtime.pending.finish(route, exc=ShuttingDownError("the Host stopped the worker"))
+            runtime.pending.finish(route, exc=shutting_down("the worker finished"))
         raise
     except BaseException as exc:
         _fail(runtime, route, fn, exc)

@@ -26,8 +26,10 @@ from .errors import CancelledError
 from .validation import check_optional_seconds
 
 __all__ = [
+    "CellLock",
     "Completion",
     "CompletionSource",
+    "Notify",
     "_PENDING",
     "_Cell",
     "_notify",
@@ -40,12 +42,15 @@ log = logging.getLogger("zlink_actors")
 _PENDING = 0
 _DONE = 1
 
+#: What guards a cell: its own lock, or one it shares (a gate's, a pending table's).
+CellLock = _thread.LockType | _thread.RLock
+
 #: A canceller races for the operation's terminal; True when cancellation won.
 Canceller = Callable[[], bool]
 
 
 #: Blocked waiters to release and handles to fire, once a cell's lock is released.
-Notify = tuple[list[Any], list["Completion[Any]"]]
+Notify = tuple[list[_thread.LockType], list["Completion[Any]"]]
 
 
 def _notify(notify: Notify) -> None:
@@ -61,11 +66,11 @@ class _Cell(Generic[T]):
 
     __slots__ = ("_exc", "_listeners", "_lock", "_state", "_value")
 
-    def __init__(self, lock: Any = None) -> None:
+    def __init__(self, lock: CellLock | None = None) -> None:
         #: Guards the state and the listeners. A one-way send waiting for lane space
         #: shares its target's gate lock, so that admission settles it in the critical
         #: section that admits it (`_publish`).
-        self._lock = _thread.allocate_lock() if lock is None else lock
+        self._lock: CellLock = _thread.allocate_lock() if lock is None else lock
         self._state = _PENDING
         self._value: T | None = None
         self._exc: BaseException | None = None
@@ -93,7 +98,7 @@ class _Cell(Generic[T]):
         self._listeners = None
         # Handles with only blocked waiters fire here, under the same lock; handles with
         # callbacks fire after it (keeping their callbacks' order).
-        woken: list[Any] = []
+        woken: list[_thread.LockType] = []
         rest = []
         for handle in listeners:
             if handle._callbacks is None and not handle._fired:
@@ -172,7 +177,7 @@ class Completion(Generic[T]):
         self._fired = False
         #: In the cell's listener list: the cell's completion will call `_fire()`.
         self._listening = False
-        self._waiters: list[Any] | None = None
+        self._waiters: list[_thread.LockType] | None = None
         self._callbacks: list[tuple[Callable[[Completion[T]], object], Any]] | None = None
 
     # -- state -------------------------------------------------------------------------

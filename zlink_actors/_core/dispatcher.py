@@ -118,7 +118,7 @@ class CompletionDispatcher:
                 self._executed += 1
 
 
-def _release(lock: Any) -> None:
+def _release(lock: _thread.LockType) -> None:
     lock.release()
 
 

@@ -184,9 +184,12 @@ _BY_KIND: dict[ErrorKind, type[ZlinkError]] = {
 }
 
 
-def shutting_down() -> ShuttingDownError:
-    """The error of a call that shutdown refused or ended: one message everywhere."""
-    return ShuttingDownError("the Host is shutting down")
+def shutting_down(before: str | None = None) -> ShuttingDownError:
+    """The error of a call that shutdown refused (no argument) or ended before `before`
+    happened ("the record ran", "the call finished"): one message format everywhere."""
+    if before is None:
+        return ShuttingDownError("the Host is shutting down")
+    return ShuttingDownError(f"the Host stopped before {before}")
 
 
 def internal_failure(what: str, exc: BaseException) -> InternalFailureError:

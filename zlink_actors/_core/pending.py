@@ -164,7 +164,7 @@ class PendingEntry:
         table, route = self.table, self.route_id
         return table is not None and route is not None and table.finish(route, exc=CancelledError())
 
-    def settle(self, value: Any, exc: BaseException | None) -> None:
+    def settle(self, value: object, exc: BaseException | None) -> None:
         """Complete the caller; only the winner of the table removal calls this. Cleans
         up outside the table lock (SC §11), then completes the caller."""
         if self.timer is not None:
@@ -241,7 +241,7 @@ class _SelfReplying(Record):
     table: PendingTable
     expires: float | None
 
-    def reply(self, value: Any, exc: BaseException | None) -> None:
+    def reply(self, value: object, exc: BaseException | None) -> None:
         table, route = self.table, self.route_id
         expected = self.reply_type
         if exc is None and (expected is None or isinstance(value, expected)):
@@ -258,7 +258,7 @@ class _SelfReplying(Record):
         hears `exc`; no handler failed."""
         self.table.finish(self.route_id, exc=exc)
 
-    def settle(self, value: Any, exc: BaseException | None) -> None:
+    def settle(self, value: object, exc: BaseException | None) -> None:
         raise NotImplementedError
 
 
@@ -331,7 +331,7 @@ class Request(_SelfReplying, _Cell[Any]):
     def cell(self) -> Request:
         return self
 
-    def settle(self, value: Any, exc: BaseException | None) -> None:
+    def settle(self, value: object, exc: BaseException | None) -> None:
         deadline = self.deadline
         if deadline is not None:
             deadline.fn = None  # disarmed: what stays in the FIFO holds nothing
@@ -350,7 +350,7 @@ class Request(_SelfReplying, _Cell[Any]):
     #: A request is its own `Completion`'s canceller (no bound method per call).
     __call__ = cancel
 
-    def arm(self, timers: Any, timeout: float) -> None:
+    def arm(self, timers: TimerService, timeout: float) -> None:
         """Arm the deadline (right after the request is queued); disarmed at once if a
         reply already won."""
         deadline = self.deadline = _Deadline(self)
@@ -398,7 +398,7 @@ class SyncRequest(_SelfReplying):
         table: PendingTable,
         due: float = math.inf,
     ) -> None:
-        self.value: Any = None
+        self.value: object = None
         self.exc: BaseException | None = None
         #: When the caller's timed wait ends (`ctx.deadline`), on the real clock.
         self.due = due
@@ -407,7 +407,7 @@ class SyncRequest(_SelfReplying):
         waiter.acquire()
         _register(self, payload, metadata, handler, engine, reply_type, table)
 
-    def settle(self, value: Any, exc: BaseException | None) -> None:
+    def settle(self, value: object, exc: BaseException | None) -> None:
         # Reached only by the winner of `PendingTable.pop`: no lock needed.
         self.value = value
         self.exc = exc
@@ -464,7 +464,7 @@ class PendingTable:
             with self._lock:
                 self._emptied.notify_all()
 
-    def finish(self, route: int, value: Any = None, exc: BaseException | None = None) -> bool:
+    def finish(self, route: int, value: object = None, exc: BaseException | None = None) -> bool:
         """Complete the call behind `route` if this path wins; False if it lost."""
         entry = self.pop(route)
         if entry is None:
@@ -484,12 +484,14 @@ class PendingTable:
         # Copied in C, so other threads' registrations and removals cannot interleave.
         head = list(itertools.islice(entries.values(), _SCAN_CHUNK))
         found = self._expire_in(head, now)
-        if found is _ALL_SEEN and len(head) == _SCAN_CHUNK:
+        if found is None and len(head) == _SCAN_CHUNK:
             # Many entries with deadlines of their own in front (rare): look at them all.
             found = self._expire_in(list(entries.values()), now)
-        return None if found is _ALL_SEEN else found
+        return found
 
-    def _expire_in(self, entries: list[Pending], now: float) -> Any:
+    def _expire_in(self, entries: list[Pending], now: float) -> float | None:
+        """Expire what is due among `entries`; the deadline of the first one on the
+        default deadline that is not due, or None if every entry was seen."""
         for entry in entries:
             expires = entry.expires
             if expires is None:
@@ -500,7 +502,7 @@ class PendingTable:
             if route is not None:
                 late = DeadlineExceededError("no result within the call's deadline")
                 self.finish(route, exc=late)
-        return _ALL_SEEN
+        return None
 
     def pop_all(self) -> list[Pending]:
         """Remove every entry (shutdown); the caller completes each one."""
@@ -529,7 +531,6 @@ class PendingTable:
 
 #: Entries `expire_due` looks at before it copies the whole table.
 _SCAN_CHUNK: Final = 64
-_ALL_SEEN: Any = object()
 
 
 class DeadlineScan:
@@ -585,7 +586,7 @@ class DeadlineScan:
             self.arm(following)
 
 
-def settle(entry: Pending, value: Any = None, exc: BaseException | None = None) -> None:
+def settle(entry: Pending, value: object = None, exc: BaseException | None = None) -> None:
     """Complete an entry already removed from its table (by `pop` or `pop_all`)."""
     entry.settle(value, exc)
 
@@ -594,21 +595,21 @@ def settle(entry: Pending, value: Any = None, exc: BaseException | None = None) 
 _NEVER_CANCELLED = CancellationSource().token
 
 
-def turn_deadline(rec: Any, clock: Clock) -> Deadline:
+def turn_deadline(rec: Record | None, clock: Clock) -> Deadline:
     """The deadline of the call a turn handles: its request's; one that never passes for
     a one-way message and for turns that are not calls."""
-    if rec is not None and rec.kind == K_REQUEST:
+    if isinstance(rec, (Request, SyncRequest)):
         return Deadline(rec.due, clock)
     return Deadline(math.inf, clock)
 
 
-def turn_cancellation(rec: Any) -> CancellationToken:
+def turn_cancellation(rec: Record | None) -> CancellationToken:
     """A token cancelled once the request a turn handles ended without its reply (its
     caller cancelled, its deadline passed, or shutdown ended it); never cancelled for
     other turns. Made on first use, so a handler that never asks pays nothing."""
-    if rec is None or rec.kind != K_REQUEST:
+    if not isinstance(rec, (Request, SyncRequest)):
         return _NEVER_CANCELLED
-    source: CancellationSource | None = rec.source
+    source = rec.source
     if source is None:
         source = rec.source = CancellationSource()
         if isinstance(rec, Request):

@@ -16,10 +16,10 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import Final, Protocol
 
 from .clock import SystemClock, TimerService
-from .completion import _notify
+from .completion import CellLock, Notify, _Cell, _notify
 from .gate import IDLE, READY, RUNNING, SUSPENDED, Gate, wait_free
 from .mailbox import Mailbox, lock_box, trim
 from .record import Message, Record
@@ -35,6 +35,10 @@ __all__ = [
 ]
 
 log = logging.getLogger("zlink_actors")
+
+#: A waiting send admitted under a gate lock: what to notify (its cell shares that lock
+#: and was settled there) or its cell (settled after the lock is released).
+_Admitted = Notify | _Cell[None]
 
 ADMITTED: Final = 0
 FULL: Final = 1
@@ -309,7 +313,9 @@ class AppPool:
             self.push(gate)
         return ADMITTED
 
-    def send(self, box: Mailbox, rec: Message, make_cell: Callable[[Any], Any]) -> Any:
+    def send(
+        self, box: Mailbox, rec: Message, make_cell: Callable[[CellLock], _Cell[None]]
+    ) -> _Cell[None] | int | None:
         """Admit a one-way record, or park it FIFO behind the target's other waiters.
 
         Returns None when admitted now; when parked, the caller's new result cell (made by
@@ -384,7 +390,7 @@ class AppPool:
     def release_reservation(self, box: Mailbox) -> None:
         """A record's handler reached its terminal completion: free its slot and admit
         the oldest waiting send, if any."""
-        admitted: list[Any] = []
+        admitted: list[_Admitted] = []
         gate = lock_box(box)
         try:
             box.app_reserved -= 1
@@ -416,7 +422,7 @@ class AppPool:
         lane if it is still queued (else it runs and does nothing), admit application
         work again, and the sends that waited meanwhile as room allows. Returns what
         settles those sends, for the caller to run once it holds no lock."""
-        admitted: list[Any] = []
+        admitted: list[_Admitted] = []
         gate = lock_box(box)
         try:
             life = box.life
@@ -491,7 +497,7 @@ class AppPool:
                 )
         return len(waiters or ())
 
-    def _admit_waiters(self, box: Mailbox, admitted: list[Any], held: Any) -> bool:
+    def _admit_waiters(self, box: Mailbox, admitted: list[_Admitted], held: CellLock) -> bool:
         """Admit waiting sends FIFO into the room the lane has. Caller holds the gate
         lock, `held` (normally `box`'s; the gate `box` had when its records were taken,
         if a Join moved it since); afterwards it passes `admitted` to `_settle_admitted`.
@@ -673,7 +679,7 @@ class AppPool:
         """Under one acquisition of the gate lock: finish the post-turn accounting of the
         records just run, then take the next run into `slot`. Returns how the gate's
         batch ends if there is nothing to take (or 10 ms are used), else None."""
-        admitted: list[Any] | None = None
+        admitted: list[_Admitted] | None = None
         moved = False
         requeue = False
         slot.box = slot.batch = None
@@ -721,39 +727,44 @@ class AppPool:
         handed = False
         stop = len(batch)
         gate.run = (box, batch)
-        for i, rec in enumerate(batch):
-            # Checked between records: 10 ms, other owners or lifecycle work waiting, or
-            # a claim taken by the previous turn end the run early. (Unlocked reads: at
-            # worst one more record runs before the run ends.)
-            others = gate.ready_boxes
-            if i and (
-                box.life
-                or box.claimed
-                or box.closing
-                or box.closed
-                or now >= deadline
-                or (others and (len(others) > 1 or others[0] is not box))
-            ):
-                stop = i
-                break
-            slot.turns += 1
-            slot.since = now
-            gate.pos = i
-            try:
-                handed = run_record(box, rec)
-            except BaseException:
-                handed = self._internal_error(gate, box, rec)
-            slot.start = i + 1
-            if handed:
-                # Handed off: the gate is SUSPENDED and no longer ours; the record's
-                # reservation went with its coroutine.
-                stop = i + 1
-                break
-            self._progress = now = monotonic()  # read by the stall check
-            if rec.reserved:
-                rec.reserved = False
-                slot.done += 1
-        slot.now = now
+        # Counted in locals (this loop runs once per record) and written back to the slot
+        # however the loop ends, so that `_recover` sees them after a fault.
+        turns, done, start = slot.turns, slot.done, 0
+        try:
+            for i, rec in enumerate(batch):
+                # Checked between records: 10 ms, other owners or lifecycle work waiting,
+                # or a claim taken by the previous turn end the run early. (Unlocked
+                # reads: at worst one more record runs before the run ends.)
+                others = gate.ready_boxes
+                if i and (
+                    box.life
+                    or box.claimed
+                    or box.closing
+                    or box.closed
+                    or now >= deadline
+                    or (others and (len(others) > 1 or others[0] is not box))
+                ):
+                    stop = i
+                    break
+                turns += 1
+                slot.since = now  # read by the stall check of other threads
+                gate.pos = i
+                try:
+                    handed = run_record(box, rec)
+                except BaseException:
+                    handed = self._internal_error(gate, box, rec)
+                start = i + 1
+                if handed:
+                    # Handed off: the gate is SUSPENDED and no longer ours; the record's
+                    # reservation went with its coroutine.
+                    stop = i + 1
+                    break
+                self._progress = now = monotonic()  # read by the stall check
+                if rec.reserved:
+                    rec.reserved = False
+                    done += 1
+        finally:
+            slot.turns, slot.done, slot.start, slot.now = turns, done, start, now
         gate.run = None  # (already None if a turn suspended and handed the rest back)
         if stop < len(batch) or handed:
             rest, slot.batch = batch[stop:], None  # from now on `_put_back` owns them
@@ -827,7 +838,7 @@ class AppPool:
     def _put_back(self, gate: Gate[Mailbox], box: Mailbox, rest: list[Record], done: int) -> None:
         """End a run early: release the reservations of the records that ran, and return
         the ones that did not to the front of their lane, in order."""
-        admitted: list[Any] = []
+        admitted: list[_Admitted] = []
         dropped: list[Record] = []
         if gate.lock.locked():
             wait_free(gate.lock)
@@ -852,14 +863,14 @@ class AppPool:
             self._runner.drop_record(box, rec)
 
 
-def _settle_admitted(admitted: list[Any]) -> None:
+def _settle_admitted(admitted: list[_Admitted]) -> None:
     """After the gate lock is released: complete what `_admit_waiters` could not settle
     under it (cells with a lock of their own), and notify observers of the rest."""
     for item in admitted:
-        if type(item) is tuple:
-            _notify(item)
-        else:
+        if isinstance(item, _Cell):
             item.try_set(None, None)
+        else:
+            _notify(item)
 
 
 class RecordRunner(Protocol):

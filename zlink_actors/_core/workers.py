@@ -189,7 +189,7 @@ class IoExecutor:
             assert self._loop is not None
             return self._loop
 
-    def call_soon(self, fn: Callable[..., object], *args: Any) -> bool:
+    def call_soon(self, fn: Callable[..., object], *args: object) -> bool:
         """Run `fn(*args)` on the loop thread; False once stopped."""
         with self._lock:
             if self._stopped:

@@ -17,7 +17,7 @@ from typing import Any
 from .._core.cancellation import CancellationToken
 from .._core.clock import Clock, SystemClock, TimerService
 from .._core.completion import Completion, _Cell, failed
-from .._core.errors import InvalidOperationError, ShuttingDownError, shutting_down
+from .._core.errors import InvalidOperationError, shutting_down
 from .._core.pending import DeadlineScan, PendingEntry, PendingTable
 from .._core.pool import AppPool, RecordRunner
 from .._core.state import HostState, ShutdownResult
@@ -161,5 +161,5 @@ class Runtime:
         """Wait for the shutdown another caller runs, and return its result."""
         self._stopped.wait()
         if self._result is None:
-            raise ShuttingDownError("the shutdown that was in progress failed")
+            raise shutting_down("its shutdown finished")
         return self._result

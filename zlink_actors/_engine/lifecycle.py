@@ -18,7 +18,7 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 from .._core.completion import Completion, _Cell
 from .._core.errors import (
@@ -76,7 +76,7 @@ def create_now(runtime: Runtime, attempt: Attempt) -> Completion[Any]:
     return Completion(attempt)
 
 
-def start_attempt(runtime: Runtime, attempt: Attempt, request: Any, *, hooks: bool) -> None:
+def start_attempt(runtime: Runtime, attempt: Attempt, request: object, *, hooks: bool) -> None:
     """Run the factory, then queue the creation hooks on the new object's own gate; with
     no hooks to run (`hooks`, from `has_hooks`), the object is Ready at once (no turn
     needed)."""
@@ -100,14 +100,14 @@ def start_attempt(runtime: Runtime, attempt: Attempt, request: Any, *, hooks: bo
         attempt.try_set(Created(ref, None), None)
         return
 
-    async def creation_hooks(inst: Any, ctx: Any) -> Any:
+    async def creation_hooks(inst: _Lifecycle, ctx: object) -> object:
         reply = await maybe_await(inst.on_create(ctx, request))
         if isinstance(reply, Rejected):
             return reply
         await maybe_await(inst.on_initialize(ctx))
         return Created(ref, reply)
 
-    def done(value: Any, exc: BaseException | None) -> None:
+    def done(value: object, exc: BaseException | None) -> None:
         if exc is not None:
             _abort(runtime, attempt, internal_failure(f"{info.name} creation hook", exc))
         elif isinstance(value, Rejected):
@@ -120,7 +120,7 @@ def start_attempt(runtime: Runtime, attempt: Attempt, request: Any, *, hooks: bo
 
 
 def _abort(
-    runtime: Runtime, attempt: Attempt, exc: BaseException | None, value: Any = None
+    runtime: Runtime, attempt: Attempt, exc: BaseException | None, value: object = None
 ) -> None:
     # The id stays free: the attempt leaves the table before its callers hear of it.
     with runtime.engine.lock:
@@ -133,6 +133,12 @@ async def maybe_await(value: object) -> object:
     if inspect.isawaitable(value):
         return await cast(Awaitable[object], value)
     return value
+
+
+class CloseCaller(Protocol):
+    """One caller waiting for a close that may give up (`_calls/create._CloseWait`)."""
+
+    gave_up: bool
 
 
 class Closing:
@@ -162,7 +168,7 @@ class Closing:
         self.started = False
         self.withdrawn = False
 
-    def give_up(self, caller: Any) -> bool:
+    def give_up(self, caller: CloseCaller) -> bool:
         """`caller`'s deadline or cancellation: False once `on_closing` began (too late;
         the caller waits for the close to complete) or if this caller already gave up
         (its deadline and its cancellation may race). Withdraws the close when it was the
@@ -191,7 +197,7 @@ class Closing:
             self.started = True
             return True
 
-    def __call__(self, value: Any, exc: BaseException | None) -> None:
+    def __call__(self, value: object, exc: BaseException | None) -> None:
         """The post-turn work of the `on_closing` record (or its drop): take the object
         out of service and complete the close."""
         if value is _Skipped:
@@ -245,8 +251,8 @@ class _Skipped:
     """What a withdrawn close's `on_closing` record returns instead of running."""
 
 
-def _on_closing(closing: Closing, reason: CloseReason) -> Callable[[Any, Any], Any]:
-    def on_closing(inst: Any, ctx: Any) -> Any:
+def _on_closing(closing: Closing, reason: CloseReason) -> Callable[[_Lifecycle, object], object]:
+    def on_closing(inst: _Lifecycle, ctx: object) -> object:
         if not closing.begin():
             return _Skipped
         return inst.on_closing(ctx, reason)

@@ -83,7 +83,7 @@ class SpotConfig:
             self.subscriptions.append((channel, topic))
 
 
-def configure_spot(instance: Any) -> list[tuple[str, str]] | tuple[()]:
+def configure_spot(instance: Spot) -> list[tuple[str, str]] | tuple[()]:
     """Run `instance.configure(cfg)`; return the subscriptions it declared.
 
     A Spot that does not override `configure` declares none: no `SpotConfig` is made for
@@ -105,17 +105,17 @@ class _Lifecycle:
     def __init__(self) -> None:
         pass
 
-    def on_create(self, ctx: Any, request: Any) -> Any:
+    def on_create(self, ctx: Any, request: Any) -> object:
         """Runs once, when a create / get-or-create call creates this object, before it is
         Ready. Its return value is the `reply` of `Created`; return `Rejected(reply)` to
         decline (the id stays free). `request` is what the call passed to `.request()`."""
         return None
 
-    def on_initialize(self, ctx: Any) -> Any:
+    def on_initialize(self, ctx: Any) -> object:
         """Runs when the object is activated, after `on_create`, before it is Ready."""
         return None
 
-    def on_closing(self, ctx: Any, reason: CloseReason) -> Any:
+    def on_closing(self, ctx: Any, reason: CloseReason) -> object:
         """Runs under the object's gate before it closes (explicitly or at shutdown)."""
         return None
 
@@ -137,7 +137,7 @@ class Spot(_Lifecycle):
         """Approve (True, the default) or decline an Actor's Join."""
         return True
 
-    def on_actor_leave(self, ctx: Any, actor: ActorRef) -> Any:
+    def on_actor_leave(self, ctx: Any, actor: ActorRef) -> object:
         """Runs after `actor` stopped being a member of this Spot: it left
         (`leave_spot().defer()`), joined another Spot, or closed.
 
@@ -164,7 +164,7 @@ class Actor(_Lifecycle):
         type_name: the stable registered name; defaults to the class's qualified name.
     """
 
-    def on_join_completed(self, ctx: Any, result: JoinResult) -> Any:
+    def on_join_completed(self, ctx: Any, result: JoinResult) -> object:
         """Receives the outcome of a Join or Leave this Actor deferred."""
         return None
 

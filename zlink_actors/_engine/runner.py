@@ -16,7 +16,7 @@ from types import CoroutineType
 from typing import Any, cast
 
 from .._core.context import runtime_var
-from .._core.errors import InternalFailureError, ShuttingDownError, UnavailableError
+from .._core.errors import InternalFailureError, UnavailableError, shutting_down
 from .._core.mailbox import Mailbox
 from .._core.pending import Request, SyncRequest
 from .._core.record import (
@@ -65,75 +65,69 @@ class RecordRunner:
     def run_record(self, box: Mailbox, rec: Record) -> bool:
         """Run one record under its gate; True if the turn was handed off.
 
-        The first branch is the hot path: a message or request to a Spot (or channel)
-        whose last turn left its context pristine reuses that context.
+        The hot path is the second branch: a message or request without metadata to a
+        Spot (or channel handler) whose last turn left its context pristine (synchronous,
+        no context variable of its own) reuses that context; everything else builds a
+        turn context and runs through `_run_turn`.
         """
         kind = rec.kind
         if kind == K_RESUME:
             return cast(Resume, rec).frame.resume()
-        if kind == K_REQUEST:
-            req = cast(Request | SyncRequest, rec)
-            if req.route_id not in req.table._entries:
-                # Already terminal (cancelled, expired, or shut down while queued): its
-                # caller has its result, so its handler never runs.
-                return False
         act: Activation = box.owner
         if kind <= K_REQUEST:
             msg = cast(Message | Request | SyncRequest, rec)
-            if msg.metadata is None and act.kind is not _ACTOR and not act.init_pending:
-                return self._run_plain(act, box, msg)
-            return self._run_delivery(act, box, msg)
-        ctx = self.contexts[act.kind](self.runtime, act, box, None)
+            if kind == K_REQUEST:
+                req = cast(Request | SyncRequest, rec)
+                if req.route_id not in req.table._entries:
+                    # Already terminal (cancelled, expired, or shut down while queued):
+                    # its caller has its result, so its handler never runs.
+                    return False
+            if msg.metadata is not None or act.kind is _ACTOR or act.init_pending:
+                return self._run_delivery(act, box, msg)
+            ctx: TurnHost | None = act.spare
+            if ctx is None:
+                ctx = self.contexts[act.kind](self.runtime, act, box, None)
+                context = Context()
+                context.run(runtime_var.set, ctx)
+            else:
+                act.spare = None
+                context = cast(Context, act.spare_context)
+            ctx._rec = msg
+            try:
+                result = context.run(msg.handler.fn, act.instance, ctx, msg.payload)
+            except BaseException as exc:
+                (self._message_done if kind == K_MESSAGE else msg.reply)(None, exc)
+                return False
+            if type(result) is CoroutineType:
+                on_done = self._message_done if kind == K_MESSAGE else msg.reply
+                return self._drive(result, ctx, context, msg, on_done, act)
+            marker = context.get(runtime_var)
+            if len(context) == 1 and marker is cast(object, ctx) and ctx._box is box:
+                ctx._rec = None  # a spare context keeps no request (nor its reply) alive
+                act.spare_context = context
+                act.spare = ctx
+            if kind != K_MESSAGE:
+                msg.reply(result, None)  # a one-way message's success needs nothing
+            return False
+        ctx_ = self.contexts[act.kind](self.runtime, act, box, None)
         fn: Callable[..., object]
         args: tuple[object, ...]
-        on_done: OnDone
+        on_done_: OnDone
         if kind == K_CALL:
             job = cast(Job, rec)
-            fn, args, on_done = job.fn, (act.instance, ctx), job.on_done
+            fn, args, on_done_ = job.fn, (act.instance, ctx_), job.on_done
         elif kind == K_CALLBACK:
             callback = cast(CallbackRecord, rec)
-            fn, args, on_done = callback.fn, (callback.completion,), self._callback_done
+            fn, args, on_done_ = callback.fn, (callback.completion,), self._callback_done
         elif kind == K_TICK:
             tick = cast(Tick, rec)
             timer = tick.timer
             if timer.cancelled:  # restarted or cancelled after this tick was queued
                 return False
-            fn, args, on_done = timer.callback, (ctx, tick.tick), timer.tick_done
+            fn, args, on_done_ = timer.callback, (ctx_, tick.tick), timer.tick_done
         else:  # pragma: no cover - the scheduler only carries these kinds
             raise AssertionError(f"unknown record kind {kind}")
-        return self._run_turn(ctx, rec, fn, args, on_done)
-
-    def _run_plain(
-        self, act: Activation, box: Mailbox, msg: Message | Request | SyncRequest
-    ) -> bool:
-        """A plain turn: reuse the last turn's context objects if that turn left them
-        pristine (synchronous, no context variable of its own, no metadata)."""
-        ctx: TurnHost | None = act.spare
-        if ctx is None:
-            ctx = self.contexts[act.kind](self.runtime, act, box, None)
-            context = Context()
-            context.run(runtime_var.set, ctx)
-        else:
-            act.spare = None
-            context = cast(Context, act.spare_context)
-        ctx._rec = msg
-        kind = msg.kind
-        try:
-            result = context.run(msg.handler.fn, act.instance, ctx, msg.payload)
-        except BaseException as exc:
-            (self._message_done if kind == K_MESSAGE else msg.reply)(None, exc)
-            return False
-        if type(result) is CoroutineType:
-            on_done = self._message_done if kind == K_MESSAGE else msg.reply
-            return self._drive(result, ctx, context, msg, on_done, act)
-        marker = context.get(runtime_var)
-        if len(context) == 1 and marker is cast(object, ctx) and ctx._box is box:
-            ctx._rec = None  # a spare context keeps no request (nor its reply) alive
-            act.spare_context = context
-            act.spare = ctx
-        if kind != K_MESSAGE:
-            msg.reply(result, None)  # a one-way message's success needs nothing
-        return False
+        return self._run_turn(ctx_, rec, fn, args, on_done_)
 
     def _run_delivery(
         self, act: Activation, box: Mailbox, msg: Message | Request | SyncRequest
@@ -200,7 +194,7 @@ class RecordRunner:
         exc = (
             UnavailableError("the object closed before this record ran")
             if self.runtime.state is HostState.SERVING
-            else ShuttingDownError("the Host stopped before this record ran")
+            else shutting_down("this record ran")
         )
         drop_record(self.runtime, box, rec, exc)
 

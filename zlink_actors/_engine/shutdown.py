@@ -12,7 +12,7 @@ import threading
 import time
 
 from .._core.dispatcher import get_dispatcher
-from .._core.errors import ShuttingDownError, shutting_down
+from .._core.errors import shutting_down
 from .._core.pending import settle
 from .._core.state import ShutdownOutcome, ShutdownResult
 from .kernel import Runtime
@@ -124,7 +124,7 @@ class _Drain:
         """Every call still pending completes once with `ShuttingDownError`."""
         forced = self.runtime.pending.pop_all()
         for entry in forced:
-            settle(entry, exc=ShuttingDownError("the Host stopped before the call finished"))
+            settle(entry, exc=shutting_down("the call finished"))
         return len(forced)
 
     def drop_queued(self, activations: list[Activation]) -> None:
@@ -132,7 +132,7 @@ class _Drain:
         are counted in `dropped_records` (a batch a stuck thread holds is counted when
         that thread returns and finds its mailbox closed)."""
         runtime = self.runtime
-        stopped = ShuttingDownError("the Host stopped before this record ran")
+        stopped = shutting_down("this record ran")
         for act in {id(a): a for a in activations}.values():
             act.closed = True
             for box in (act.box, *act.timer_boxes()):

@@ -115,7 +115,7 @@ class _Timer:
         if not runtime.pool.force(self.box, Tick(self, tick)):
             self.cancelled = True
 
-    def tick_done(self, value: Any, exc: BaseException | None) -> None:
+    def tick_done(self, value: object, exc: BaseException | None) -> None:
         """Post-turn work of a tick: log a failure, arm the next tick by policy."""
         if exc is not None:
             self.owner.runtime.engine.handler_failures += 1
