@@ -24,8 +24,8 @@ from zlink_actors import (
     TimerTick,
     handler,
 )
-from zlink_actors._core import pending as _operation
-from zlink_actors._core import pool as _scheduler
+from zlink_actors._core import pending as _pending
+from zlink_actors._core import pool as _pool
 from zlink_actors._engine import runner as _runner
 from zlink_actors._engine import spot_timers as _spot_timers
 from zlink_actors.testing import WAIT, HostHarness, advance_and_settle
@@ -111,7 +111,7 @@ def test_a_failing_reply_step_ends_the_request_with_internal_failure(
     host = harness.host(spots=[Room], default_request_timeout=3600)
     host.spots.get_or_create("r", Room).submit_sync()
     # A reply of the wrong type takes the general reply path, which now fails.
-    monkeypatch.setattr(_operation, "_reply", _raise)
+    monkeypatch.setattr(_pending, "_reply", _raise)
 
     call = host.request_to_spot("r", Ping(1), reply=str).submit()  # a wrong reply type
     with pytest.raises(InternalFailureError):
@@ -142,7 +142,7 @@ def test_a_fault_in_the_batch_loop_loses_no_taken_record(
     host.send_to_spot("r", Note()).submit_sync()
     assert entered.wait(WAIT)
     queued = host.request_to_spot("r", Ping(1)).submit()  # taken with the next run
-    real_trim = _scheduler.trim
+    real_trim = _pool.trim
     fired: list[bool] = []
 
     def trim_once(box: object) -> None:
@@ -151,7 +151,7 @@ def test_a_fault_in_the_batch_loop_loses_no_taken_record(
             raise _Planted("planted fault in the batch loop")
         real_trim(box)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(_scheduler, "trim", trim_once)
+    monkeypatch.setattr(_pool, "trim", trim_once)
     latch.set()
 
     assert queued.result(WAIT) == Pong(1)

@@ -1,4 +1,4 @@
-"""The create path of a class without creation hooks (`_create.py`, `_lifecycle.py`).
+"""The create path of a class without creation hooks (`_calls/create.py`, `_engine/lifecycle.py`).
 
 Such a create runs the constructor and `configure` on the calling thread and is Ready
 before `submit()` returns; no turn runs. The attempt it registers meanwhile is still what

@@ -1,4 +1,4 @@
-"""`_cancellation`: a cancel that lands inside a token's own critical section.
+"""`_core/cancellation.py`: a cancel that lands inside a token's own critical section.
 
 A signal handler runs on the main thread between two bytecodes, and a finalizer runs
 wherever a collection starts (on any allocation): either can land inside a token's

@@ -1,4 +1,4 @@
-"""`_completion`: a result published from inside the registering thread's own critical
+"""`_core/completion.py`: a result published from inside the registering thread's own critical
 section.
 
 A signal handler runs on the main thread between two bytecodes, and a finalizer runs

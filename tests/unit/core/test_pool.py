@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from zlink_actors._core import gate as _gate
-from zlink_actors._core import pool as _scheduler
+from zlink_actors._core import pool as _pool
 from zlink_actors._core.completion import _Cell
 from zlink_actors._core.gate import Gate
 from zlink_actors._core.mailbox import Mailbox
@@ -211,7 +211,7 @@ def test_a_thread_woken_for_a_stall_leaves_the_work_to_the_running_one_once_it_e
     assert threads["b"] != threads["a"]
 
     # From here on the thread running "b" never counts as stalled.
-    monkeypatch.setattr(_scheduler, "STALL_SECONDS", 60.0)
+    monkeypatch.setattr(_pool, "STALL_SECONDS", 60.0)
     assert pool.enqueue(boxes["c"], Rec("c")) == ADMITTED
     release["a"].set()
     # The thread that ran "a" finishes it and goes idle, leaving "c" queued.

@@ -1,4 +1,4 @@
-"""One rule for every time argument (`_validation.check_seconds`; docs/validation.md).
+"""One rule for every time argument (`_core/validation.check_seconds`; docs/validation.md).
 
 Each entry point that takes seconds is tried with the same eleven values; the table says
 what each must do with each: accept it ("ok"), or refuse it with `TypeError` / `ValueError`
