@@ -10,6 +10,7 @@ from __future__ import annotations
 import inspect
 import threading
 import uuid
+from contextvars import Context
 from typing import Final, Protocol
 
 from .._core.completion import _PENDING, _Cell
@@ -105,7 +106,7 @@ class Activation:
         #: A pristine turn context, and the `Context` that holds it, left by the last
         #: plain turn (reused by the next one; no tuple, since most Spots keep one).
         self.spare: TurnHost | None = None
-        self.spare_context: object = None
+        self.spare_context: Context | None = None
         #: The close in progress (`lifecycle.Closing`); later closes observe its result.
         self.closing: object = None
         #: A User Spot's members in join order, Actor id -> ref; allocated on first

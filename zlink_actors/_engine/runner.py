@@ -52,6 +52,10 @@ ContextTypes = dict[ObjectKind, type[TurnContext]]
 
 _ACTOR = ObjectKind.ACTOR
 
+#: A message or request record: what a handler turn delivers. (The casts below name it
+#: as a string, so that no union object is built per record.)
+Delivery = Message | Request | SyncRequest
+
 
 class RecordRunner:
     """Runs the records of one Host's objects (see the module docstring)."""
@@ -75,9 +79,9 @@ class RecordRunner:
             return cast(Resume, rec).frame.resume()
         act: Activation = box.owner
         if kind <= K_REQUEST:
-            msg = cast(Message | Request | SyncRequest, rec)
+            msg = cast("Delivery", rec)
             if kind == K_REQUEST:
-                req = cast(Request | SyncRequest, rec)
+                req = cast("Request | SyncRequest", rec)
                 if req.route_id not in req.table._entries:
                     # Already terminal (cancelled, expired, or shut down while queued):
                     # its caller has its result, so its handler never runs.
@@ -85,13 +89,13 @@ class RecordRunner:
             if msg.metadata is not None or act.kind is _ACTOR or act.init_pending:
                 return self._run_delivery(act, box, msg)
             ctx: TurnHost | None = act.spare
-            if ctx is None:
+            context = act.spare_context
+            if ctx is None or context is None:
                 ctx = self.contexts[act.kind](self.runtime, act, box, None)
                 context = Context()
                 context.run(runtime_var.set, ctx)
             else:
                 act.spare = None
-                context = cast(Context, act.spare_context)
             ctx._rec = msg
             try:
                 result = context.run(msg.handler.fn, act.instance, ctx, msg.payload)
@@ -129,9 +133,7 @@ class RecordRunner:
             raise AssertionError(f"unknown record kind {kind}")
         return self._run_turn(ctx_, rec, fn, args, on_done_)
 
-    def _run_delivery(
-        self, act: Activation, box: Mailbox, msg: Message | Request | SyncRequest
-    ) -> bool:
+    def _run_delivery(self, act: Activation, box: Mailbox, msg: Delivery) -> bool:
         """A message or request with metadata, to an Actor, or an Instance Spot's first."""
         ctx = self.contexts[act.kind](self.runtime, act, box, msg.metadata)
         ctx._rec = msg
