@@ -15,7 +15,7 @@ import _thread
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import msgspec
@@ -515,9 +515,16 @@ def test_host_shutdown_ends_a_blocked_caller_with_shutting_down(
 # -- interruption --------------------------------------------------------------------------
 
 
-def _require_main_thread_and_default_sigint() -> None:
+@pytest.fixture
+def default_sigint() -> Iterator[None]:
+    """Ctrl-C raises `KeyboardInterrupt` in the main thread while the test runs, however
+    the test run was started (a run started in the background ignores SIGINT)."""
     assert threading.current_thread() is threading.main_thread()
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 class CtrlC:
@@ -547,10 +554,10 @@ class CtrlC:
                 return
 
 
+@pytest.mark.usefixtures("default_sigint")
 def test_keyboard_interrupt_while_blocked_cancels_the_call_and_the_late_reply_is_dropped(
     harness: HostHarness, paths: PathSpy
 ) -> None:
-    _require_main_thread_and_default_sigint()
     host, desk = _room(harness)
     main = threading.main_thread().ident
     assert main is not None
@@ -583,10 +590,10 @@ def test_keyboard_interrupt_while_blocked_cancels_the_call_and_the_late_reply_is
     assert host.statistics().handler_failures == 0
 
 
+@pytest.mark.usefixtures("default_sigint")
 def test_keyboard_interrupt_noticed_as_the_deadline_passes_still_empties_the_table(
     harness: HostHarness, paths: PathSpy
 ) -> None:
-    _require_main_thread_and_default_sigint()
     host, desk = _room(harness)
 
     def interrupt() -> None:
