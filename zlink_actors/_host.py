@@ -3,7 +3,8 @@
 `Host.__init__` is the composition root: it makes the timer service, the application
 pool, the registry, the workers and the publisher, hands them to the runtime kernel,
 provides the tier services (`_engine/services.py`) and gives the record runner the
-context class of each object kind. Nothing below this module constructs a collaborator.
+context class of each object kind. Below it, a part builds only what it owns outright
+(the runtime its pending table, the pool its stall watch, the registry the Entry Spot).
 """
 
 from __future__ import annotations
@@ -176,15 +177,16 @@ class Host(CallSurface):
         except (TypeError, ValueError) as exc:
             raise ConfigurationError(str(exc)) from None
         cpus = os.cpu_count() or 1
+        # Every option is checked before anything is made (the order of the checks is kept).
+        cpu_threads = _positive_int("cpu_workers", cpu_workers, cpus)
+        pool_threads = _positive_int("app_threads", app_threads, min(4, cpus))
+        lane_items = _positive_int("application_lane_items", application_lane_items, 1024)
+        publishes = _positive_int("publish_concurrency", publish_concurrency, 64)
         name = f"zlink-host{next(_host_numbers)}"
         clock = clock if clock is not None else SystemClock()
-        pool = AppPool(
-            _positive_int("app_threads", app_threads, min(4, cpus)),
-            f"{name}-app",
-            _positive_int("application_lane_items", application_lane_items, 1024),
-        )
+        pool = AppPool(pool_threads, f"{name}-app", lane_items)
         io = IoExecutor(name=f"{name}-io")
-        engine = Engine(pool, name)
+        engine = Engine(name)
         runtime = Runtime(
             name=name,
             clock=clock,
@@ -192,11 +194,9 @@ class Host(CallSurface):
             default_request_timeout=timeout,
             pool=pool,
             engine=engine,
-            cpu_pool=CpuPool(_positive_int("cpu_workers", cpu_workers, cpus), name=f"{name}-cpu"),
+            cpu_pool=CpuPool(cpu_threads, name=f"{name}-cpu"),
             io=io,
-            publisher=Publisher(
-                pool, io, _positive_int("publish_concurrency", publish_concurrency, 64)
-            ),
+            publisher=Publisher(pool, io, publishes),
             services=Services(),
             remote=LOCAL_ONLY,
         )
@@ -209,6 +209,7 @@ class Host(CallSurface):
         engine.add_channels(dict(channels or {}))
         runtime.services.provide(SPOT_MANAGER, SpotManager(runtime))
         runtime.services.provide(ACTOR_MANAGER, ActorManager(runtime))
+        runtime.services.seal()
         self._runtime = runtime
         self._runner = RecordRunner(
             runtime,

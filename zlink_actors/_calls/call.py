@@ -1,4 +1,4 @@
-"""The single-use call builder every operation shares (architecture §6).
+"""The single-use call builder every operation shares (design/architecture.md §6).
 
 A builder collects options (`timeout`, `metadata`) and is finished by exactly one
 terminator. A second terminator, or an option after the terminator, raises

@@ -1,4 +1,4 @@
-"""The call surface shared by `Host` and the handler contexts (architecture §6).
+"""The call surface shared by `Host` and the handler contexts (design/architecture.md §6).
 
 From an application thread calls hang off `Host`; inside a handler off its context
 (`SpotContext`, `ActorContext`, `ChannelContext`). The names and behaviour are the same

@@ -53,13 +53,9 @@ _NEVER = math.inf
 _WAIT_MAX = threading.TIMEOUT_MAX
 
 
-__all__ = ["RequestCall", "SendCall", "TargetKind"]
+__all__ = ["RequestCall", "SendCall"]
 
 T = TypeVar("T")
-
-
-#: Kept for the contexts that name call targets (one spelling: `ObjectKind`).
-TargetKind = ObjectKind
 
 
 class _Elsewhere(enum.Enum):

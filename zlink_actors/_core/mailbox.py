@@ -1,4 +1,4 @@
-"""The mailbox: where one owner's work waits (digest §4, architecture §3).
+"""The mailbox: where one owner's work waits (digest §4, design/architecture.md §3).
 
 Two FIFO lanes, lifecycle and application, the application lane bounded by items
 (counted in `app_reserved`: queued plus running). Lanes and the waiter queue exist only

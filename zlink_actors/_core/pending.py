@@ -222,11 +222,10 @@ def _register(
 
 
 class _SelfReplying(Record):
-    """A queued request that is also its own pending entry (a mixin; the classes give
-    the slots): `c` is the handler, and `reply` delivers the handler's outcome to the one
-    winner of the table removal. Subclasses say how a winning outcome reaches the caller
-    (`settle`). Both are records by shape (`kind`, `payload`, `metadata`, `handler`,
-    `reserved`, `reply`)."""
+    """A request record (`K_REQUEST`) that is also its own pending entry; the classes
+    give the slots. `handler` runs it, and `reply` delivers the handler's outcome to the
+    one winner of the table removal. Subclasses say how a winning outcome reaches the
+    caller (`settle`)."""
 
     __slots__ = ()
 

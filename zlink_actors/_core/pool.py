@@ -31,7 +31,7 @@ __all__ = [
     "SEALED",
     "AppPool",
     "PoolStatistics",
-    "RecordRunner",
+    "Runner",
 ]
 
 log = logging.getLogger("zlink_actors")
@@ -83,7 +83,7 @@ class PoolStatistics:
 class AppPool:
     """The shared application pool: a ready set of gates and a fixed set of threads.
 
-    The records run through the `RecordRunner` given to `start()`. A record whose
+    The records run through the `Runner` given to `start()`. A record whose
     handler has not reached its terminal completion when `run_record` returns (a
     coroutine parked by `await` or `yield_()`) has its `reserved` flag moved to that
     coroutine, which releases the slot with `release_reservation` when it ends.
@@ -95,7 +95,7 @@ class AppPool:
         self.size = threads
         self.lane_items = lane_items
         self.lifecycle_items = lifecycle_items
-        self._runner: RecordRunner = _NO_RUNNER
+        self._runner: Runner = _NO_RUNNER
         self._run_record = _NO_RUNNER.run_record
         self._name = name
         self._mutex = threading.Lock()
@@ -124,7 +124,7 @@ class AppPool:
 
     # -- lifecycle ---------------------------------------------------------------------
 
-    def start(self, runner: RecordRunner) -> None:
+    def start(self, runner: Runner) -> None:
         """Start the threads; they run every record through `runner`."""
         with self._mutex:
             if self._threads:
@@ -534,8 +534,9 @@ class AppPool:
     #
     # The hot path. A pool thread loops in `_work`: one critical section of the pool
     # mutex per batch (account for the batch just run, take the next ready gate), then
-    # `_run_gate` on that gate, which alternates two steps until the gate has no work,
-    # 10 ms have passed or a turn handed off:
+    # `_run_gate` on that gate. It first runs what was handed over with the gate, a
+    # record or a suspended frame (`_run_opening`), then alternates two steps until the
+    # gate has no work, 10 ms have passed or a turn handed off:
     #
     #   `_take_run`  one acquisition of the gate lock: settle the reservations of the
     #                records just run (admitting waiting sends), then take the next run
@@ -546,7 +547,9 @@ class AppPool:
     #                front of its lane.
     #
     # Everything a batch knows lives on the thread's `_Slot`, so that an error anywhere
-    # in it can be recovered from (`_recover`) without losing a record or a lane slot.
+    # in it, the opening included, can be recovered from (`_recover`) without losing a
+    # record, running one twice or keeping a lane slot: a record counts as started (it
+    # never runs again) before its turn begins.
 
     def _work(self) -> None:
         slot = _Slot()
@@ -616,13 +619,13 @@ class AppPool:
         gate.run = None
         self._progress = now = time.monotonic()
         slot.begin(now)
-        if slot.first is not None or gate.frame is not None:
-            if self._run_opening(gate, slot):
-                self._turns += slot.turns
-                return _HANDED_OFF
-        else:
-            gate.state = RUNNING  # (under the lock of the first take below)
         try:
+            if slot.first is not None or gate.frame is not None:
+                if self._run_opening(gate, slot):
+                    self._turns += slot.turns
+                    return _HANDED_OFF
+            else:
+                gate.state = RUNNING  # (under the lock of the first take below)
             while True:
                 ended = self._take_run(gate, slot)
                 if ended is None:
@@ -633,9 +636,16 @@ class AppPool:
         except BaseException:  # pragma: no cover - planted faults only (see the tests)
             log.exception("scheduler error in a batch (the owner keeps serving)")
             self.internal_errors += 1
-            batch = slot.batch
-            rest = batch[slot.start :] if batch is not None else []
-            return self._recover(gate, slot.box, rest, slot.done_box, slot.done)
+            box, batch, start = slot.box, slot.batch, slot.start
+            if box is not None and batch is not None and start:
+                # The record that was running when the fault came: it does not run again,
+                # and its lane slot is released if it still holds one.
+                last = batch[start - 1]
+                if last.reserved:
+                    last.reserved = False
+                    self._put_back(gate, box, [], 1)
+            rest = batch[start:] if batch is not None else []
+            return self._recover(gate, box, rest, slot.done_box, slot.done)
 
     def _run_opening(self, gate: Gate[Mailbox], slot: _Slot) -> bool:
         """Run the record handed over with the gate, or resume its suspended frame; True
@@ -643,6 +653,9 @@ class AppPool:
         first, first_box = slot.first, slot.first_box
         if first is not None and first_box is not None:
             slot.first = slot.first_box = None
+            # Kept as a run of one (started) until it has run: what `_run_gate`'s
+            # recovery reads if a fault comes first.
+            slot.box, slot.batch, slot.start = first_box, [first], 1
             slot.turns = 1
             slot.since = slot.now
             try:
@@ -656,6 +669,7 @@ class AppPool:
                 first.reserved = False
                 slot.done = 1
                 slot.done_box = first_box
+            slot.box = slot.batch = None
             return False
         if gate.lock.locked():
             wait_free(gate.lock)
@@ -749,11 +763,11 @@ class AppPool:
                 turns += 1
                 slot.since = now  # read by the stall check of other threads
                 gate.pos = i
+                start = i + 1  # started: a fault from here on never runs it again
                 try:
                     handed = run_record(box, rec)
                 except BaseException:
                     handed = self._internal_error(gate, box, rec)
-                start = i + 1
                 if handed:
                     # Handed off: the gate is SUSPENDED and no longer ours; the record's
                     # reservation went with its coroutine.
@@ -768,8 +782,8 @@ class AppPool:
         gate.run = None  # (already None if a turn suspended and handed the rest back)
         if stop < len(batch) or handed:
             rest, slot.batch = batch[stop:], None  # from now on `_put_back` owns them
-            self._put_back(gate, box, rest, slot.done)
-            slot.done = 0
+            done, slot.done = slot.done, 0  # a fault in `_put_back` must not release twice
+            self._put_back(gate, box, rest, done)
         return _HANDED_OFF if handed else None
 
     def _internal_error(self, gate: Gate[Mailbox], box: Mailbox | None, rec: Record | None) -> bool:
@@ -873,7 +887,7 @@ def _settle_admitted(admitted: list[_Admitted]) -> None:
             _notify(item)
 
 
-class RecordRunner(Protocol):
+class Runner(Protocol):
     """What the pool runs records with (the engine's record runner)."""
 
     def run_record(self, box: Mailbox, rec: Record) -> bool:
@@ -932,7 +946,7 @@ class _Slot:
         self.gate: Gate[Mailbox] | None = None
         self.first_box: Mailbox | None = None
         self.first: Record | None = None
-        #: When the record running now started (0.0 between records; the stall check).
+        #: When the record running now started (the stall check); 0.0 between gates.
         self.since = 0.0
         self.begin(0.0)
 

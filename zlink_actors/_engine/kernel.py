@@ -19,7 +19,7 @@ from .._core.clock import Clock, SystemClock, TimerService
 from .._core.completion import Completion, _Cell, failed
 from .._core.errors import InvalidOperationError, shutting_down
 from .._core.pending import DeadlineScan, PendingEntry, PendingTable
-from .._core.pool import AppPool, RecordRunner
+from .._core.pool import AppPool, Runner
 from .._core.state import HostState, ShutdownResult
 from .._core.workers import CpuPool, IoExecutor
 from .multicast import Publisher
@@ -134,7 +134,7 @@ class Runtime:
 
     # -- lifecycle ---------------------------------------------------------------------
 
-    def start(self, runner: RecordRunner) -> None:
+    def start(self, runner: Runner) -> None:
         """PREPARING -> SERVING: the pool starts running records through `runner`."""
         with self._lock:
             if self.state is HostState.PREPARING:

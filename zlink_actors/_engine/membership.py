@@ -1,4 +1,4 @@
-"""Membership: `join_spot(...).defer()` and `leave_spot().defer()` (digest §3-4).
+"""Membership moves: what runs after a handler deferred a Join or a Leave (digest §3-4).
 
 `defer()` only registers the move; it runs after the handler that registered it ends
 normally (an exception discards it). From that moment until the move is decided, the

@@ -17,7 +17,6 @@ from .._core.completion import _PENDING, _Cell
 from .._core.errors import ConfigurationError
 from .._core.gate import Gate
 from .._core.mailbox import Mailbox
-from .._core.pool import AppPool
 from .._core.validation import check_id
 from .driver import Frame, TurnHost
 from .handlers import HandlerTable
@@ -196,8 +195,7 @@ class Attempt(_Cell[object]):
 class Engine:
     """The registry of types, live objects and creations in progress of one Host."""
 
-    def __init__(self, pool: AppPool, name: str) -> None:
-        self.pool = pool
+    def __init__(self, name: str) -> None:
         self.lock = threading.Lock()
         self.types: dict[str, TypeInfo] = {}
         self.by_class: dict[type, TypeInfo] = {}

@@ -113,6 +113,8 @@ class RecordRunner:
             if kind != K_MESSAGE:
                 msg.reply(result, None)  # a one-way message's success needs nothing
             return False
+        if kind == K_TICK and cast(Tick, rec).timer.cancelled:
+            return False  # restarted or cancelled after this tick was queued
         ctx_ = self.contexts[act.kind](self.runtime, act, box, None)
         fn: Callable[..., object]
         args: tuple[object, ...]
@@ -126,8 +128,6 @@ class RecordRunner:
         elif kind == K_TICK:
             tick = cast(Tick, rec)
             timer = tick.timer
-            if timer.cancelled:  # restarted or cancelled after this tick was queued
-                return False
             fn, args, on_done_ = timer.callback, (ctx_, tick.tick), timer.tick_done
         else:  # pragma: no cover - the scheduler only carries these kinds
             raise AssertionError(f"unknown record kind {kind}")

@@ -33,13 +33,16 @@ class ServiceKey(Generic[T]):
 class Services:
     """The services of one Host. Filled while the Host is built, read-only afterwards."""
 
-    __slots__ = ("_items",)
+    __slots__ = ("_items", "_sealed")
 
     def __init__(self) -> None:
         self._items: dict[ServiceKey[object], object] = {}
+        self._sealed = False
 
     def provide(self, key: ServiceKey[T], service: T) -> None:
-        """Register `service` under `key`; a key is provided once."""
+        """Register `service` under `key`; a key is provided once, before `seal()`."""
+        if self._sealed:
+            raise ValueError(f"{key.name}: the services of this Host are sealed")
         if key in self._items:
             raise ValueError(f"{key.name} is already provided")
         self._items[key] = service  # type: ignore[index]
@@ -54,6 +57,10 @@ class Services:
             return cast(T, self._items[key])  # type: ignore[index]
         except KeyError:
             raise NotConfiguredError(f"{key.name} is not configured on this Host") from None
+
+    def seal(self) -> None:
+        """The Host is built: no service is provided from now on."""
+        self._sealed = True
 
     def __contains__(self, key: object) -> bool:
         return key in self._items

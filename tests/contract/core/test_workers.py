@@ -2,7 +2,7 @@
 
 SC §3 (slot held only while the callable runs, full queue waits, deadline gives
 DeadlineExceeded, failure gives InternalFailure, no second terminal after a late finish),
-SC §2 (terminators, sync terminator only on application threads), architecture §6 (usage
+SC §2 (terminators, sync terminator only on application threads), design/architecture.md §6 (usage
 errors raise from the terminator, operational failures complete the Completion), digest §9
 Tier 1 *Workers*, *Requests* and *Progress*.
 """

@@ -1,4 +1,4 @@
-"""Gates: who may run a turn (digest §3 object model, §4 "Queues vs gates"; architecture §4).
+"""Gates: who may run a turn (digest §3, §4 "Queues vs gates"; design/architecture.md §4).
 
 SpotWide Spot: one gate over its handlers and timers. PerActor Spot: a gate for its own
 work and one per timer. Entry Spot: a gate per Actor. Actor payloads always go to the

@@ -1,4 +1,4 @@
-"""Handler registration, dispatch and contexts (architecture §5-6).
+"""Handler registration, dispatch and contexts (design/architecture.md §5-6).
 
 Handlers are registered by the annotated type of their message parameter; mistakes are
 `ConfigurationError`s when the `Host` is built. Each handler turn gets the context of its

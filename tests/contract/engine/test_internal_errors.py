@@ -165,3 +165,59 @@ def test_a_fault_in_the_batch_loop_loses_no_taken_record(
     latch.set()
     assert fits.result(WAIT) == Pong(2)
     assert host.shutdown(WAIT).outcome is ShutdownOutcome.STOPPED
+
+
+@pytest.mark.parametrize("held", [False, True], ids=["handed-over", "batched"])
+def test_a_fault_in_the_fault_handling_neither_reruns_a_record_nor_leaks_its_lane_slot(
+    harness: HostHarness, monkeypatch: pytest.MonkeyPatch, held: bool
+) -> None:
+    """Found by review: a fault raised while the pool handled a record's own internal
+    error put that record back to run again (batched), or kept its lane slot forever
+    (the record handed straight to an idle thread)."""
+    runs: dict[int, int] = {}
+    entered = threading.Event()
+    latch = harness.latch()
+
+    class Room(Spot):
+        @handler
+        def hold(self, ctx: SpotContext, msg: Ping) -> Pong:
+            entered.set()
+            assert latch.wait(WAIT)
+            return Pong(msg.n)
+
+        @handler
+        def note(self, ctx: SpotContext, msg: Note) -> None:
+            runs[msg.n] = runs.get(msg.n, 0) + 1
+            # Its failure takes the post-turn step planted below.
+            raise ValueError("the handler's own failure")
+
+    host = harness.host(spots=[Room], application_lane_items=8)
+    host.spots.get_or_create("r", Room).submit_sync()
+    box = host._runtime.engine.spots["r"].box
+    holding = None
+    if held:  # the notes queue behind a running turn and are taken as one batch
+        holding = host.request_to_spot("r", Ping(0)).submit()
+        assert entered.wait(WAIT)
+    real_internal_error = _pool.AppPool._internal_error
+    faults: list[bool] = []
+
+    def internal_error_once(self: _pool.AppPool, *args: object) -> bool:
+        if not faults:
+            faults.append(True)
+            raise _Planted("planted fault in the fault handling")
+        return real_internal_error(self, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_runner.RecordRunner, "_message_done", _raise)
+    monkeypatch.setattr(_pool.AppPool, "_internal_error", internal_error_once)
+    for n in range(1, 4):
+        host.send_to_spot("r", Note(n)).submit_sync()
+    latch.set()
+    if holding is not None:
+        assert holding.result(WAIT) == Pong(0)
+
+    assert host.request_to_spot("r", Ping(9)).submit_sync() == Pong(9)
+    assert runs == {1: 1, 2: 1, 3: 1}
+    assert faults == [True]
+    assert box.app_reserved == 0  # every lane slot came back
+    assert host.statistics().internal_errors >= 2
+    assert host.shutdown(WAIT).outcome is ShutdownOutcome.STOPPED

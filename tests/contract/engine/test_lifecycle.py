@@ -1,4 +1,4 @@
-"""Host lifecycle (digest §9 Tier 1 "Host states and Shutdown"; architecture §3).
+"""Host lifecycle (digest §9 Tier 1 "Host states and Shutdown"; design/architecture.md §3).
 
 PREPARING -> SERVING -> DRAINING -> STOPPED. Once sealed, new calls (from application
 threads or from handlers) complete with `ShuttingDownError`; accepted work still runs

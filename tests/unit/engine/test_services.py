@@ -39,3 +39,9 @@ def test_the_host_provides_its_managers_and_contexts_find_them(harness: HostHarn
     manager = host._runtime.services.get(SPOT_MANAGER)
     assert isinstance(manager, SpotManager)
     assert host.spots is manager
+
+
+def test_no_service_is_provided_once_sealed(harness: HostHarness) -> None:
+    host = harness.host()
+    with pytest.raises(ValueError, match="the services of this Host are sealed"):
+        host._runtime.services.provide(ServiceKey[int]("late"), 1)
