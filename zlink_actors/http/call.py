@@ -82,6 +82,16 @@ def _query_value(name: object, value: object) -> tuple[str, str]:
     return name, str(value)
 
 
+def _check_url_text(text: str, what: str) -> None:
+    """Text yarl would silently change (a control character, a lone surrogate) or that
+    cannot be sent in a request line (a fragment) makes a URL that cannot be built."""
+    text.encode("utf-8")  # UnicodeEncodeError (a ValueError) for a lone surrogate
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in text):
+        raise ValueError(f"the {what} {text!r} holds a control character")
+    if what == "path" and "#" in text:
+        raise ValueError(f"the path {text!r} holds a fragment, which is never sent")
+
+
 class HttpCall(Generic[T]):
     """One HTTP request to a named client. Created by the client's verbs
     (`ctx.http(name).get(...)`); not constructed by users."""
@@ -301,6 +311,10 @@ class HttpCall(Generic[T]):
             )
         config = self._client.config
         try:
+            _check_url_text(self._path, "path")
+            for name, value in self._query:
+                _check_url_text(name, "query name")
+                _check_url_text(value, "query value")
             url = URL(config.base_url + self._path)
             if self._query:
                 url = url.extend_query(self._query)

@@ -47,6 +47,8 @@ class LocalService:
         self._raw: asyncio.Server | None = None
         self.port = self.port2 = self.raw_port = 0
         self.raw_mode = "reset"
+        self._raw_tasks: set[asyncio.Task[Any]] = set()
+        self._raw_writers: set[asyncio.StreamWriter] = set()
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -94,6 +96,10 @@ class LocalService:
         self._release.set()
         if self._raw is not None:
             self._raw.close()
+            for writer in list(self._raw_writers):
+                writer.close()
+            if self._raw_tasks:
+                await asyncio.wait(list(self._raw_tasks), timeout=WAIT)
         if self._runner is not None:
             await self._runner.cleanup()
 
@@ -234,6 +240,10 @@ class LocalService:
     async def raw(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """`reset`: read a request, close without answering. `cut`: promise 100 bytes,
         send 10, close. `hold`: read a request, wait for the client to close."""
+        task = asyncio.current_task()
+        assert task is not None
+        self._raw_tasks.add(task)
+        self._raw_writers.add(writer)
         try:
             await reader.readuntil(b"\r\n\r\n")
             self.raw_requests += 1
@@ -252,6 +262,8 @@ class LocalService:
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         finally:
+            self._raw_writers.discard(writer)
+            self._raw_tasks.discard(task)
             writer.close()
 
 
