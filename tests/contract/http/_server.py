@@ -224,7 +224,8 @@ class LocalService:
     async def set_cookies(self, request: web.Request) -> web.Response:
         self._count(request)
         resp = web.json_response({"cookie": request.headers.get("Cookie")})
-        for i in range(int(request.query.get("n", "0"))):
+        first = int(request.query.get("from", "0"))
+        for i in range(first, first + int(request.query.get("n", "0"))):
             resp.set_cookie(f"c{i}", str(i))
         return resp
 
