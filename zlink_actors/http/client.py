@@ -91,7 +91,11 @@ class _Exchange:
                 body = self.req.body
                 watch = WriteWatch(0 if body is None else len(body), self._written)
             response = await perform(
-                client._open_session(), client.config, client._jar, self.req, watch
+                client._open_session(watch is not None),
+                client.config,
+                client._jar,
+                self.req,
+                watch,
             )
             if self.mode == Mode.WRITTEN:
                 self.finish(None, None)  # written, and the response was drained
@@ -146,7 +150,9 @@ class HttpClient:
         self._config = config
         self._scheduler = scheduler
         self._jar = CookieJar() if config.cookies else None
+        self._connector: aiohttp.TCPConnector | None = None
         self._session: aiohttp.ClientSession | None = None
+        self._traced: aiohttp.ClientSession | None = None
         self._lock = threading.Lock()
         self._inflight: set[_Exchange] = set()
         self._closed = False
@@ -280,24 +286,35 @@ class HttpClient:
 
     # -- the session -------------------------------------------------------------------
 
-    def _open_session(self) -> aiohttp.ClientSession:
-        # On the loop thread only: no lock needed.
-        session = self._session
+    def _open_session(self, traced: bool) -> aiohttp.ClientSession:
+        """The session for a request (on the loop thread only: no lock needed).
+
+        One connector is the client's one connection pool. Two sessions share it: the
+        traced one serves `send()`, which must learn when its request was written;
+        the other serves every other request without the cost of aiohttp's tracing.
+        """
+        session = self._traced if traced else self._session
         if session is None:
             config = self._config
+            if self._connector is None:
+                self._connector = aiohttp.TCPConnector(limit=100)
             session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=100),
+                connector=self._connector,
+                connector_owner=False,  # closed by close(), after both sessions
                 cookie_jar=aiohttp.DummyCookieJar(),  # cookies are the client's own jar
                 auto_decompress=False,  # decoded here, so the limit holds after it
                 timeout=aiohttp.ClientTimeout(total=None),  # per attempt, in exchange.py
                 headers={"Accept-Encoding": "gzip, deflate" if config.compression else "identity"},
-                trace_configs=[trace_config()],
+                trace_configs=[trace_config()] if traced else None,
             )
             # aiohttp repeats an idempotent request once, silently, when a kept-alive
             # connection fails; `retry=n` must mean at most n + 1 attempts (aiohttp's own
             # test client turns it off the same way).
             session._retry_connection = False
-            self._session = session
+            if traced:
+                self._traced = session
+            else:
+                self._session = session
         return session
 
     def _ended(self, ex: _Exchange) -> None:
@@ -324,9 +341,13 @@ class HttpClient:
             try:
                 for ex in inflight:
                     ex.abort()
-                session, self._session = self._session, None
-                if session is not None:
-                    await session.close()
+                for session in (self._session, self._traced):
+                    if session is not None:
+                        await session.close()
+                connector, self._connector = self._connector, None
+                self._session = self._traced = None
+                if connector is not None:
+                    await connector.close()
             finally:
                 done.set()
 

@@ -380,3 +380,17 @@ def test_a_cancel_ends_a_yield_in_a_handler_with_cancelled_error(
     source.cancel()
     assert reply.result(WAIT) == "cancelled"
     assert service.raw_closed.wait(WAIT)
+
+
+def test_one_way_and_response_requests_share_the_clients_one_pool(
+    make_host: Callable[..., Host], service: LocalService
+) -> None:
+    host = make_host(service.url)
+    client = host.http("svc")
+    assert client.get("/peer").send().result(WAIT) is None
+    # The one-way request's task drains the response, then ends.
+    assert wait_until(lambda: host.statistics().io.tasks == 0)
+    # Its connection went back to the pool: the next request reuses it.
+    assert client.get("/peer").submit_sync().status == 200
+    assert len(service.peers) == 2
+    assert len(set(service.peers)) == 1
