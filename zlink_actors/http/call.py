@@ -28,7 +28,7 @@ from .._engine.turn import require_yield_turn
 from .config import HttpClientConfig, check_header
 from .exchange import Prepared
 
-__all__ = ["METHODS", "HttpCall", "Mode", "Starter", "check_path"]
+__all__ = ["METHODS", "HttpCall", "Mode", "Starter", "check_path", "check_url_text"]
 
 T = TypeVar("T")
 
@@ -50,6 +50,8 @@ class Starter(Protocol):
     def config(self) -> HttpClientConfig: ...
 
     def admission(self) -> BaseException | None: ...
+
+    def url_for(self, path: str) -> URL: ...
 
     def start(
         self,
@@ -82,7 +84,7 @@ def _query_value(name: object, value: object) -> tuple[str, str]:
     return name, str(value)
 
 
-def _check_url_text(text: str, what: str) -> None:
+def check_url_text(text: str, what: str) -> None:
     """Text yarl would silently change (a control character, a lone surrogate) or that
     cannot be sent in a request line (a fragment) makes a URL that cannot be built."""
     text.encode("utf-8")  # UnicodeEncodeError (a ValueError) for a lone surrogate
@@ -309,13 +311,13 @@ class HttpCall(Generic[T]):
                 f"{self._method} {self._path}: {self._sources} body sources (json, content, "
                 "form); a request has at most one. Nothing was sent"
             )
-        config = self._client.config
+        client = self._client
+        config = client.config
         try:
-            _check_url_text(self._path, "path")
             for name, value in self._query:
-                _check_url_text(name, "query name")
-                _check_url_text(value, "query value")
-            url = URL(config.base_url + self._path)
+                check_url_text(name, "query name")
+                check_url_text(value, "query value")
+            url = client.url_for(self._path)
             if self._query:
                 url = url.extend_query(self._query)
         except (ValueError, TypeError) as exc:

@@ -15,6 +15,7 @@ from typing import Any, TypeVar, overload
 
 import aiohttp
 import msgspec
+from yarl import URL
 
 from .._core.cancellation import CancellationRegistration, CancellationToken
 from .._core.completion import Completion, _Cell
@@ -25,7 +26,7 @@ from .._core.errors import (
     internal_failure,
     shutting_down,
 )
-from .call import HttpCall, Mode, check_path
+from .call import HttpCall, Mode, check_path, check_url_text
 from .config import HttpClientConfig
 from .cookies import CookieJar
 from .exchange import Prepared, WriteWatch, perform, trace_config
@@ -36,6 +37,8 @@ __all__ = ["HttpClient"]
 
 T = TypeVar("T")
 log = logging.getLogger("zlink_actors")
+#: Paths whose URL a client keeps parsed.
+_URL_CACHE = 256
 
 
 class _Exchange:
@@ -150,6 +153,7 @@ class HttpClient:
         self._config = config
         self._scheduler = scheduler
         self._jar = CookieJar() if config.cookies else None
+        self._urls: dict[str, URL] = {}
         self._connector: aiohttp.TCPConnector | None = None
         self._session: aiohttp.ClientSession | None = None
         self._traced: aiohttp.ClientSession | None = None
@@ -252,6 +256,22 @@ class HttpClient:
         return HttpCall(self, method, path, decoder)
 
     # -- for the builders --------------------------------------------------------------
+
+    def url_for(self, path: str) -> URL:
+        """The URL of `path` under the base URL (cached: parsing is most of a builder's
+        cost, and a client calls few distinct paths).
+
+        Raises:
+            ValueError: the path cannot be part of a URL (see `check_url_text`).
+        """
+        url = self._urls.get(path)
+        if url is None:
+            check_url_text(path, "path")
+            url = URL(self._config.base_url + path)
+            if len(self._urls) >= _URL_CACHE:
+                self._urls.clear()
+            self._urls[path] = url
+        return url
 
     def admission(self) -> BaseException | None:
         """None if a request may start now; else the error it completes with."""

@@ -184,11 +184,13 @@ async def _attempt(
     req: Prepared,
     watch: WriteWatch | None,
 ) -> HttpResponse:
-    sent: CIMultiDict[str] = CIMultiDict(headers)
+    sent: CIMultiDict[str] | None = CIMultiDict(headers) if headers else None
     host = url.host or ""
     if jar is not None:
         cookie = jar.header(host)
         if cookie is not None:
+            if sent is None:
+                sent = CIMultiDict()
             sent["Cookie"] = cookie
     try:
         async with asyncio.timeout(req.timeout):

@@ -9,6 +9,8 @@ its own turn.
 
 from __future__ import annotations
 
+import threading
+from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TypeVar
 
@@ -28,19 +30,44 @@ class HostScheduler:
     """The completion scheduler a Host injects: the I/O executor's loop, the Host's
     admission."""
 
-    __slots__ = ("_io", "_runtime")
+    __slots__ = ("_io", "_lock", "_runtime", "_starts", "_woken")
 
     def __init__(self, runtime: Runtime, io: IoExecutor) -> None:
         self._runtime = runtime
         self._io = io
+        #: Requests handed over and not yet started on the loop; one wake-up of the loop
+        #: starts them all (each wake-up is a write to the loop's self-pipe, and a
+        #: context switch under the GIL).
+        self._starts: deque[Callable[[], Awaitable[None]]] = deque()
+        self._lock = threading.Lock()
+        self._woken = False
 
     def admission(self) -> BaseException | None:
         refused = self._runtime.admission_failure()  # raises before start()
         return None if refused is None else refused.exception()
 
     def execute(self, make: Callable[[], Awaitable[None]]) -> bool:
-        io = self._io
-        return io.call_soon(io.create_task, make)
+        with self._lock:
+            self._starts.append(make)
+            if self._woken:
+                return True  # the wake-up already queued starts this one too
+            self._woken = True
+        if self._io.call_soon(self._start_all):
+            return True
+        with self._lock:
+            self._woken = False
+            self._starts.clear()
+        return False
+
+    def _start_all(self) -> None:
+        # On the loop thread.
+        with self._lock:
+            self._woken = False
+            starts = list(self._starts)
+            self._starts.clear()
+        create = self._io.create_task
+        for make in starts:
+            create(make)
 
     def call_soon(self, fn: Callable[[], object]) -> bool:
         return self._io.call_soon(fn)
