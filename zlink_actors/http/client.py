@@ -298,7 +298,10 @@ class HttpClient:
             ex.finish(None, shutting_down())
             return Completion(ex.cell)
         if cancel is not None:
-            ex.registration = cancel._register_internal(ex.cancel)
+            reg = cancel._register_internal(ex.cancel)
+            ex.registration = reg
+            if ex.cell.done():
+                reg.unregister()  # settled before the registration was stored
         if not self._scheduler.execute(ex.run):
             ex.finish(None, shutting_down())
             self._ended(ex)
