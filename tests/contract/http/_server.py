@@ -187,8 +187,9 @@ class LocalService:
 
     async def text(self, request: web.Request) -> web.Response:
         self._count(request)
-        body = request.query.get("t", "not json").encode()
-        return web.Response(body=body, content_type="text/plain")
+        charset = request.query.get("cs")
+        body = request.query.get("t", "not json").encode(charset or "utf-8")
+        return web.Response(body=body, content_type="text/plain", charset=charset)
 
     async def bytes_(self, request: web.Request) -> web.Response:
         self._count(request)

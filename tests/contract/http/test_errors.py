@@ -12,6 +12,7 @@ from zlink_actors import (
     CapacityExceededError,
     Completion,
     DeadlineExceededError,
+    ErrorKind,
     Host,
     HttpClientConfig,
     HttpResponse,
@@ -49,6 +50,20 @@ def test_without_reply_every_status_is_a_response(
         assert resp.text() == '{"status": ' + str(code) + "}"
 
 
+def test_text_uses_the_charset_of_the_content_type_else_utf8(
+    make_host: Callable[..., Host], service: LocalService
+) -> None:
+    client = make_host(service.url).http("svc")
+    plain = client.get("/text").query("t", "caf\u00e9").submit_sync()
+    assert plain.headers["Content-Type"] == "text/plain"
+    assert plain.text() == "caf\u00e9"  # no charset: UTF-8
+    latin = client.get("/text").query("t", "caf\u00e9").query("cs", "latin-1").submit_sync()
+    assert latin.content == b"caf\xe9"
+    assert latin.text() == "caf\u00e9"  # the charset of the Content-Type
+    with pytest.raises(ProtocolError):
+        latin.text("utf-8")
+
+
 def test_with_reply_the_body_is_decoded_into_the_type(
     make_host: Callable[..., Host], service: LocalService
 ) -> None:
@@ -67,6 +82,7 @@ def test_with_reply_a_status_of_400_or_more_is_http_status_error(
     with pytest.raises(HttpStatusError) as caught:
         client.get(f"/status/{code}", reply=dict[str, int]).submit_sync()
     assert isinstance(caught.value, InternalFailureError)
+    assert caught.value.kind is ErrorKind.INTERNAL_FAILURE
     assert caught.value.status == code
     assert caught.value.response.status == code
 

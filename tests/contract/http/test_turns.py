@@ -21,6 +21,7 @@ from zlink_actors import (
     Completion,
     Host,
     HttpResponse,
+    InstanceSpot,
     InvalidOperationError,
     Spot,
     SpotContext,
@@ -394,3 +395,27 @@ def test_one_way_and_response_requests_share_the_clients_one_pool(
     assert client.get("/peer").submit_sync().status == 200
     assert len(service.peers) == 2
     assert len(set(service.peers)) == 1
+
+
+def test_yield_releases_the_gate_of_an_instance_spot_too(
+    make_host: Callable[..., Host], service: LocalService
+) -> None:
+    hits: list[int] = []
+
+    class Match(InstanceSpot):
+        @handler
+        async def fetch(self, ctx: SpotContext, msg: Fetch) -> str:
+            resp = await ctx.http("svc").get(msg.path).yield_()
+            return f"{resp.status} after {len(hits)} pings"
+
+        @handler
+        def ping(self, ctx: SpotContext, msg: Ping) -> int:
+            hits.append(msg.n)
+            return len(hits)
+
+    host = make_host(service.url, host_options={"spots": [Match]})
+    parked = host.request_to_spot("m", Fetch("/hold")).activate().timeout(30).submit()
+    assert service.wait_held(1)
+    assert host.request_to_spot("m", Ping(1), reply=int).submit_sync() == 1
+    service.release()
+    assert parked.result(WAIT) == "200 after 1 pings"
