@@ -191,6 +191,7 @@ class Host(CallSurface):
         pool_threads = _positive_int("app_threads", app_threads, min(4, cpus))
         lane_items = _positive_int("application_lane_items", application_lane_items, 1024)
         publishes = _positive_int("publish_concurrency", publish_concurrency, 64)
+        http_configs = HttpClients.check(http_clients)
         name = f"zlink-host{next(_host_numbers)}"
         clock = clock if clock is not None else SystemClock()
         pool = AppPool(pool_threads, f"{name}-app", lane_items)
@@ -218,7 +219,7 @@ class Host(CallSurface):
         engine.add_channels(dict(channels or {}))
         runtime.services.provide(SPOT_MANAGER, SpotManager(runtime))
         runtime.services.provide(ACTOR_MANAGER, ActorManager(runtime))
-        self._http = HttpClients(http_clients, HostScheduler(runtime, io))
+        self._http = HttpClients(http_configs, HostScheduler(runtime, io))
         runtime.services.provide(HTTP_CLIENTS, self._http)
         runtime.services.seal()
         self._runtime = runtime

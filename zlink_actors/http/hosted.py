@@ -83,15 +83,25 @@ class HttpClients:
 
     __slots__ = ("_clients",)
 
-    def __init__(self, configs: object, scheduler: HostScheduler) -> None:
+    def __init__(self, configs: Mapping[str, HttpClientConfig], scheduler: HostScheduler) -> None:
+        """`configs` as `check` returned them."""
+        self._clients = {name: HttpClient(name, c, scheduler) for name, c in configs.items()}
+
+    @staticmethod
+    def check(configs: object) -> dict[str, HttpClientConfig]:
+        """`Host(http_clients=...)`, checked before anything is made.
+
+        Raises:
+            ConfigurationError: not a mapping of non-empty str to `HttpClientConfig`.
+        """
         if configs is None:
-            configs = {}
+            return {}
         if not isinstance(configs, Mapping):
             raise ConfigurationError(
                 "http_clients must be a mapping of name -> HttpClientConfig, got "
                 f"{type(configs).__name__}"
             )
-        clients: dict[str, HttpClient] = {}
+        checked: dict[str, HttpClientConfig] = {}
         for name, config in configs.items():
             if not isinstance(name, str) or not name:
                 raise ConfigurationError(f"an HTTP client name is a non-empty str, got {name!r}")
@@ -100,8 +110,8 @@ class HttpClients:
                     f"http_clients[{name!r}] must be an HttpClientConfig, got "
                     f"{type(config).__name__}"
                 )
-            clients[name] = HttpClient(name, config, scheduler)
-        self._clients = clients
+            checked[name] = config
+        return checked
 
     def client(self, name: str) -> HttpClient:
         """The client named `name`.
