@@ -31,6 +31,7 @@ pytest: $(STAMP)
 	$(BIN)/pytest
 
 bench: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[bench]'
 	$(BIN)/python -m benchmarks $(if $(QUICK),--quick,)
 
 clean:

@@ -8,7 +8,7 @@ import os
 import platform
 import sys
 
-from . import handler_to_handler, latency, oneway, pipelined, spots10k
+from . import handler_to_handler, http, latency, oneway, pipelined, spots10k
 from ._harness import Scenario, report, run
 
 
@@ -26,6 +26,7 @@ def main() -> int:
         3: [pipelined.scenario(args.quick)],
         4: handler_to_handler.scenarios(args.quick),
         5: [spots10k.scenario(args.quick)],
+        6: http.scenarios(args.quick),
     }
     print(
         f"python {platform.python_version()} on {platform.machine()}, "
@@ -33,14 +34,17 @@ def main() -> int:
         "medians [min .. max]"
     )
     checks = []
-    for number, scenarios in groups.items():
-        if args.only and number not in args.only:
-            continue
-        for scenario in scenarios:
-            result = run(scenario, reps)
-            lines, found = report(result)
-            print("\n".join(lines), flush=True)
-            checks.extend(found)
+    try:
+        for number, scenarios in groups.items():
+            if args.only and number not in args.only:
+                continue
+            for scenario in scenarios:
+                result = run(scenario, reps)
+                lines, found = report(result)
+                print("\n".join(lines), flush=True)
+                checks.extend(found)
+    finally:
+        http.SERVER.close()  # the HTTP scenario's server process
     missed = [c for c in checks if not c[3]]
     print()
     print(f"budget: {len(checks) - len(missed)} of {len(checks)} targets met")

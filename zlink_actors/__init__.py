@@ -75,6 +75,11 @@ from ._engine.spot_timers import TimerSet as TimerSet
 from ._engine.spot_timers import TimerTick as TimerTick
 from ._host import Host as Host
 from ._host import HostStatistics as HostStatistics
+from .http.call import HttpCall as HttpCall
+from .http.client import HttpClient as HttpClient
+from .http.config import HttpClientConfig as HttpClientConfig
+from .http.response import HttpResponse as HttpResponse
+from .http.response import HttpStatusError as HttpStatusError
 
 __all__ = [
     "Actor",
@@ -108,6 +113,11 @@ __all__ = [
     "Host",
     "HostState",
     "HostStatistics",
+    "HttpCall",
+    "HttpClient",
+    "HttpClientConfig",
+    "HttpResponse",
+    "HttpStatusError",
     "InstanceSpot",
     "InternalFailureError",
     "InvalidOperationError",

@@ -19,6 +19,7 @@ from typing import Self
 
 from ._calls.contexts import (
     ACTOR_MANAGER,
+    HTTP_CLIENTS,
     SPOT_MANAGER,
     ActorContext,
     CallSurface,
@@ -42,10 +43,15 @@ from ._engine.registry import Engine
 from ._engine.remote import LOCAL_ONLY
 from ._engine.runner import RecordRunner
 from ._engine.services import Services
+from .http.client import HttpClient
+from .http.config import HttpClientConfig
+from .http.hosted import HostScheduler, HttpClients
 
 __all__ = ["Host", "HostStatistics"]
 
 _host_numbers = itertools.count(1)
+#: Seconds a shutdown waits for the HTTP clients' sessions to close.
+_HTTP_CLOSE = 5.0
 log = logging.getLogger("zlink_actors")
 
 # The defaults of `HostStatistics`' later fields: frozen, so one instance serves all.
@@ -150,6 +156,8 @@ class Host(CallSurface):
             default `os.cpu_count()`.
         clock: the clock for deadlines and timers; inject a `ManualClock` in tests.
         publish_concurrency: publish transactions running at once; more wait for a slot.
+        http_clients: name -> `HttpClientConfig`: the HTTP clients `ctx.http(name)` and
+            `host.http(name)` return (docs/http.md).
 
     Raises:
         ConfigurationError: an option has a wrong type or value, a class is not a
@@ -169,6 +177,7 @@ class Host(CallSurface):
         cpu_workers: int | None = None,
         clock: Clock | None = None,
         publish_concurrency: int = 64,
+        http_clients: Mapping[str, HttpClientConfig] | None = None,
     ) -> None:
         if clock is not None and not isinstance(clock, Clock):
             raise ConfigurationError(f"clock must be a Clock, got {type(clock).__name__}")
@@ -182,6 +191,7 @@ class Host(CallSurface):
         pool_threads = _positive_int("app_threads", app_threads, min(4, cpus))
         lane_items = _positive_int("application_lane_items", application_lane_items, 1024)
         publishes = _positive_int("publish_concurrency", publish_concurrency, 64)
+        http_configs = HttpClients.check(http_clients)
         name = f"zlink-host{next(_host_numbers)}"
         clock = clock if clock is not None else SystemClock()
         pool = AppPool(pool_threads, f"{name}-app", lane_items)
@@ -209,6 +219,8 @@ class Host(CallSurface):
         engine.add_channels(dict(channels or {}))
         runtime.services.provide(SPOT_MANAGER, SpotManager(runtime))
         runtime.services.provide(ACTOR_MANAGER, ActorManager(runtime))
+        self._http = HttpClients(http_configs, HostScheduler(runtime, io))
+        runtime.services.provide(HTTP_CLIENTS, self._http)
         runtime.services.seal()
         self._runtime = runtime
         self._runner = RecordRunner(
@@ -257,6 +269,10 @@ class Host(CallSurface):
         """
         seconds = check_seconds("deadline", deadline)
         _context.forbid_blocking("Host.shutdown()")
+        # docs/http.md: HTTP requests in flight end now with ShuttingDownError (a handler
+        # awaiting one can finish its turn) and every client's connections close, while
+        # the I/O executor's loop still runs.
+        self._http.close(min(seconds, _HTTP_CLOSE))
         return _shutdown.shutdown(self._runtime, seconds)
 
     def __enter__(self) -> Self:
@@ -271,6 +287,15 @@ class Host(CallSurface):
         result = self.shutdown()
         if result.outcome is not ShutdownOutcome.STOPPED:
             log.warning("Host %s was force-stopped on exit: %s", self._runtime.name, result)
+
+    def http(self, name: str) -> HttpClient:
+        """The HTTP client configured as `name` (for application threads:
+        `host.http("weather").get("/health").submit_sync()`).
+
+        Raises:
+            NotConfiguredError: no client of that name is configured.
+        """
+        return self._http.client(name)
 
     # -- introspection -----------------------------------------------------------------
 

@@ -32,6 +32,7 @@ from ._core.errors import InvalidOperationError
 from ._core.state import HostState, ShutdownOutcome
 from ._engine.objects import Actor, ChannelHandler, Spot
 from ._host import Host
+from .http.config import HttpClientConfig
 
 __all__ = [
     "DispatcherBlocker",
@@ -239,6 +240,7 @@ class HostOptions(TypedDict, total=False):
     cpu_workers: int | None
     clock: Clock | None
     publish_concurrency: int
+    http_clients: Mapping[str, HttpClientConfig] | None
 
 
 class HostHarness:

@@ -77,3 +77,20 @@ def test_readme_example_runs_and_prints_the_balance() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == ["12"]
+
+
+def test_weather_sample_calls_its_local_service_with_each_terminator() -> None:
+    lines = run_sample("weather.py")
+    assert lines[:-1] == [
+        "health: ok",
+        "Oslo: 4.5 C",
+        "Rome: 21.0 C",
+        "slow station: no answer within 0.2 s",
+        "ask Oslo: waiting, gate kept",
+        "ask Oslo: 4.5 C, visitors seen: 0",
+        "visit by ana",
+        "refresh Rome: waiting, gate released",
+        "visit by bo",
+        "refresh Rome: 21.0 C, visitors 1 -> 2",
+    ]
+    assert lines[-1].startswith("--- host stopped in ")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from types import MappingProxyType
-from typing import Any, TypeVar, overload
+from typing import Any, Protocol, TypeVar, overload
 
 from .._core.cancellation import CancellationToken
 from .._core.clock import Deadline
@@ -30,16 +30,31 @@ from .workers import CpuWorkerCall, IoWorkerCall
 
 __all__ = [
     "ACTOR_MANAGER",
+    "HTTP_CLIENTS",
     "SPOT_MANAGER",
     "ActorContext",
     "CallSurface",
     "ChannelContext",
+    "HttpClientRegistry",
     "SpotContext",
 ]
 
 #: The Host's managers, provided by `_host.py` (one each: `SpotManager` caches type checks).
 SPOT_MANAGER: ServiceKey[SpotManager] = ServiceKey("spots")
 ACTOR_MANAGER: ServiceKey[ActorManager] = ServiceKey("actors")
+
+
+class HttpClientRegistry(Protocol):
+    """The Host's named HTTP clients as the contexts see them (`http/hosted.py`
+    implements it): the call surface reaches them without importing the HTTP tier."""
+
+    def client(self, name: str) -> Any:
+        """The client named `name`; `NotConfiguredError` for an unknown name."""
+        ...
+
+
+#: The named HTTP clients, provided by `_host.py` (`Host(http_clients=...)`).
+HTTP_CLIENTS: ServiceKey[HttpClientRegistry] = ServiceKey("http_clients")
 
 T = TypeVar("T")
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
@@ -150,6 +165,15 @@ class CallSurface:
                 one, or an object with an `async def __call__` (use `run_cpu_worker`).
         """
         return IoWorkerCall(self._runtime, async_fn)
+
+    def http(self, name: str) -> Any:
+        """The HTTP client configured as `name` in `Host(http_clients=...)`
+        (docs/http.md): `ctx.http("weather").get("/forecast").submit()`.
+
+        Raises:
+            NotConfiguredError: no client of that name is configured.
+        """
+        return self._runtime.services.get(HTTP_CLIENTS).client(name)
 
     @property
     def spots(self) -> SpotManager:

@@ -1,0 +1,164 @@
+"""The turn seam (issue 14 item 6; design/http.md "Rules", last bullet): the client takes
+an injectable completion scheduler (execute / resume), runs without a Host, and depends
+on the framework's contracts only."""
+
+from __future__ import annotations
+
+import ast
+import threading
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+
+from zlink_actors import (
+    CancellationSource,
+    CancelledError,
+    HttpClient,
+    HttpClientConfig,
+    InvalidOperationError,
+    ShuttingDownError,
+)
+from zlink_actors._core.completion import _Cell
+from zlink_actors.http import LoopScheduler
+
+from ._server import WAIT, LocalService
+
+T = TypeVar("T")
+HTTP = Path(__file__).resolve().parents[3] / "zlink_actors" / "http"
+
+
+class RecordingScheduler:
+    """A scheduler of the test's own: a `LoopScheduler` that records what the client asks."""
+
+    def __init__(self) -> None:
+        self.inner = LoopScheduler("test-http")
+        self.executed = 0
+        self.resumed: list[tuple[str, str]] = []
+        self._lock = threading.Lock()
+
+    def admission(self) -> BaseException | None:
+        return self.inner.admission()
+
+    def execute(self, make: Callable[[], Awaitable[None]]) -> bool:
+        with self._lock:
+            self.executed += 1
+        return self.inner.execute(make)
+
+    def call_soon(self, fn: Callable[[], object]) -> bool:
+        return self.inner.call_soon(fn)
+
+    def resume(self, cell: _Cell[T], value: T | None, exc: BaseException | None) -> bool:
+        won = self.inner.resume(cell, value, exc)
+        if won:
+            with self._lock:
+                outcome = "value" if exc is None else type(exc).__name__
+                self.resumed.append((threading.current_thread().name, outcome))
+        return won
+
+
+@pytest.fixture
+def scheduler() -> Iterator[RecordingScheduler]:
+    sched = RecordingScheduler()
+    try:
+        yield sched
+    finally:
+        assert sched.inner.close(WAIT)
+
+
+def test_the_client_runs_without_a_host_on_an_injected_scheduler(
+    scheduler: RecordingScheduler, service: LocalService
+) -> None:
+    client = HttpClient("svc", HttpClientConfig(service.url), scheduler)
+    try:
+        assert client.get("/echo").submit_sync().status == 200
+        assert client.get("/status/404").submit().result(WAIT).status == 404
+    finally:
+        assert client.close(WAIT)
+    assert scheduler.executed == 3  # two requests and the session's close
+    # Each result was delivered once, by the scheduler, on its loop's thread.
+    assert scheduler.resumed == [("test-http", "value"), ("test-http", "value")]
+
+
+def test_without_a_host_yield_outside_a_turn_and_pre_cancelled_calls_send_nothing(
+    scheduler: RecordingScheduler, service: LocalService
+) -> None:
+    client = HttpClient("svc", HttpClientConfig(service.url), scheduler)
+    source = CancellationSource()
+    source.cancel()
+    try:
+        with pytest.raises(InvalidOperationError):
+            client.get("/echo").yield_()
+        assert client.get("/echo").submit(source.token).cancelled()
+        assert scheduler.executed == 0
+        assert service.hits["/echo"] == 0
+    finally:
+        assert client.close(WAIT)
+
+
+def test_closing_the_client_ends_requests_in_flight_once_and_refuses_new_ones(
+    scheduler: RecordingScheduler, service: LocalService
+) -> None:
+    client = HttpClient("svc", HttpClientConfig(service.url), scheduler)
+    held = client.get("/hold").submit()
+    assert service.wait_held(1)
+    assert client.close(WAIT)
+    with pytest.raises(ShuttingDownError):
+        held.result(WAIT)
+    with pytest.raises(ShuttingDownError):
+        client.get("/echo").submit_sync()
+    assert scheduler.resumed == [(threading.current_thread().name, "ShuttingDownError")]
+    assert client.close(WAIT)  # idempotent
+
+
+def test_a_cancel_without_a_host_ends_the_wait_and_aborts_the_request(
+    scheduler: RecordingScheduler, service: LocalService
+) -> None:
+    client = HttpClient("svc", HttpClientConfig(service.url), scheduler)
+    try:
+        held = client.get("/hold").submit()
+        assert service.wait_held(1)
+        assert held.cancel()
+        with pytest.raises(CancelledError):
+            held.result(WAIT)
+        assert not held.cancel()
+    finally:
+        service.release()
+        assert client.close(WAIT)
+
+
+def _imports(path: Path) -> set[str]:
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            found.add("." * node.level + (node.module or ""))
+    return found
+
+
+@pytest.mark.parametrize(
+    "module", sorted(p.name for p in HTTP.glob("*.py") if p.name not in {"hosted.py"})
+)
+def test_the_client_depends_on_the_frameworks_contracts_not_its_scheduler(module: str) -> None:
+    # Only `hosted.py` (the Host's scheduler and registry) may know the runtime kernel.
+    # The rest of the tier reads the contracts: errors, Completion, cancellation,
+    # validation, the runtime marker, and the turn rules (`driver`, `turn`).
+    allowed = {
+        "..",
+        ".._core",
+        ".._core.errors",
+        ".._core.completion",
+        ".._core.cancellation",
+        ".._core.validation",
+        ".._core.context",
+        ".._engine.driver",
+        ".._engine.turn",
+    }
+    outside = {m for m in _imports(HTTP / module) if m.startswith("..") and m not in allowed}
+    assert outside == set()
+
+
+def test_the_contract_check_would_see_a_kernel_import(tmp_path: Path) -> None:
+    planted = tmp_path / "planted.py"
+    planted.write_text("from .._engine.kernel import Runtime\nfrom .call import HttpCall\n")
+    assert _imports(planted) == {".._engine.kernel", ".call"}

@@ -1,0 +1,260 @@
+"""One request on aiohttp: attempts with their timeouts, retry, redirects, the body limit.
+
+Everything here runs on the client's loop. Errors leave as the framework's kinds
+(design/http.md "Errors"): a transport failure or a body cut short is
+`UnavailableError`, an attempt past its timeout `DeadlineExceededError`, a body over the
+limit `CapacityExceededError`, a bad redirect or a malformed response `ProtocolError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import aiohttp
+from multidict import CIMultiDict
+from yarl import URL
+
+from .._core.errors import (
+    CapacityExceededError,
+    DeadlineExceededError,
+    ProtocolError,
+    UnavailableError,
+)
+from .config import HttpClientConfig
+from .cookies import CookieJar
+from .response import HttpResponse
+
+__all__ = ["REDIRECTS", "Prepared", "WriteWatch", "backoff", "perform", "trace_config"]
+
+#: The statuses `follow_redirects` follows.
+REDIRECTS = frozenset({301, 302, 303, 307, 308})
+_BODY_HEADERS = ("content-type", "content-length", "content-encoding", "transfer-encoding")
+_DECODED = frozenset({"gzip", "x-gzip", "deflate"})
+_CHUNK = 2**16
+
+
+@dataclass(slots=True)
+class Prepared:
+    """A request as the terminator built it: nothing here is checked again."""
+
+    method: str
+    url: URL
+    headers: list[tuple[str, str]]
+    body: bytes | None
+    timeout: float
+
+
+class WriteWatch:
+    """For `send()`: calls `on_written` once the request's headers and body were handed
+    to the connection (aiohttp's request tracing reports each piece)."""
+
+    __slots__ = ("expected", "headers_sent", "on_written", "sent", "written")
+
+    def __init__(self, expected: int, on_written: Callable[[], None]) -> None:
+        self.expected = expected
+        self.sent = 0
+        self.headers_sent = False
+        self.written = False
+        self.on_written = on_written
+
+    def _check(self) -> None:
+        if not self.written and self.headers_sent and self.sent >= self.expected:
+            self.written = True
+            # The trace fires just before the bytes go to the transport: report on the
+            # next pass of the loop, when they are there.
+            asyncio.get_running_loop().call_soon(self.on_written)
+
+
+async def _on_headers(
+    session: aiohttp.ClientSession,
+    ctx: object,
+    params: aiohttp.TraceRequestHeadersSentParams,
+) -> None:
+    watch = getattr(ctx, "trace_request_ctx", None)
+    if isinstance(watch, WriteWatch):
+        watch.headers_sent = True
+        watch._check()
+
+
+async def _on_chunk(
+    session: aiohttp.ClientSession,
+    ctx: object,
+    params: aiohttp.TraceRequestChunkSentParams,
+) -> None:
+    watch = getattr(ctx, "trace_request_ctx", None)
+    if isinstance(watch, WriteWatch):
+        watch.sent += len(params.chunk)
+        watch._check()
+
+
+def trace_config() -> aiohttp.TraceConfig:
+    """The tracing `send()` needs to learn when its request was written."""
+    trace = aiohttp.TraceConfig()
+    trace.on_request_headers_sent.append(_on_headers)
+    trace.on_request_chunk_sent.append(_on_chunk)
+    return trace
+
+
+def backoff(attempt: int) -> float:
+    """Full jitter: a delay in [0, min(1 s, 50 ms * 2**attempt)] after attempt `attempt`
+    (0 for the first) failed."""
+    return random.uniform(0.0, min(1.0, 0.05 * 2**attempt))
+
+
+async def perform(
+    session: aiohttp.ClientSession,
+    config: HttpClientConfig,
+    jar: CookieJar | None,
+    req: Prepared,
+    watch: WriteWatch | None,
+) -> HttpResponse:
+    """Run `req` with its retries and redirects; the last response."""
+    method, url, headers, body = req.method, req.url, req.headers, req.body
+    hops = 0
+    while True:
+        resp = await _attempts(session, config, jar, method, url, headers, body, req, watch)
+        if not config.follow_redirects or resp.status not in REDIRECTS:
+            return resp
+        if hops == config.follow_redirects:
+            raise ProtocolError(
+                f"{req.method} {req.url}: more than {hops} redirect(s); the hop to "
+                f"{resp.headers.get('Location')!r} was not followed"
+            )
+        target = _location(url, resp)
+        if resp.status == 303 or (resp.status in (301, 302) and method == "POST"):
+            # RFC 9110 §15.4: these become a GET without the body.
+            method = "HEAD" if method == "HEAD" else "GET"
+            body = None
+            headers = [h for h in headers if h[0].lower() not in _BODY_HEADERS]
+        if target.origin() != url.origin():
+            headers = [h for h in headers if h[0].lower() != "authorization"]
+        url = target
+        hops += 1
+
+
+def _location(url: URL, resp: HttpResponse) -> URL:
+    location = resp.headers.get("Location")
+    if not location:
+        raise ProtocolError(f"a {resp.status} redirect from {url} has no Location")
+    try:
+        target = url.join(URL(location))
+    except ValueError as exc:
+        raise ProtocolError(f"a redirect from {url} has an invalid Location: {exc}") from None
+    if target.scheme not in ("http", "https") or not target.host:
+        raise ProtocolError(f"a redirect from {url} has an invalid Location {location!r}")
+    return target
+
+
+async def _attempts(
+    session: aiohttp.ClientSession,
+    config: HttpClientConfig,
+    jar: CookieJar | None,
+    method: str,
+    url: URL,
+    headers: list[tuple[str, str]],
+    body: bytes | None,
+    req: Prepared,
+    watch: WriteWatch | None,
+) -> HttpResponse:
+    attempt = 0
+    while True:
+        try:
+            return await _attempt(session, config, jar, method, url, headers, body, req, watch)
+        except (UnavailableError, DeadlineExceededError):
+            # Only transport failures and timeouts are retried, never a status; a
+            # one-way request already written is never sent again.
+            if attempt >= config.retry or (watch is not None and watch.written):
+                raise
+        await asyncio.sleep(backoff(attempt))
+        attempt += 1
+
+
+async def _attempt(
+    session: aiohttp.ClientSession,
+    config: HttpClientConfig,
+    jar: CookieJar | None,
+    method: str,
+    url: URL,
+    headers: list[tuple[str, str]],
+    body: bytes | None,
+    req: Prepared,
+    watch: WriteWatch | None,
+) -> HttpResponse:
+    sent: CIMultiDict[str] | None = CIMultiDict(headers) if headers else None
+    host = url.host or ""
+    if jar is not None:
+        cookie = jar.header(host)
+        if cookie is not None:
+            if sent is None:
+                sent = CIMultiDict()
+            sent["Cookie"] = cookie
+    try:
+        async with asyncio.timeout(req.timeout):
+            async with session.request(
+                method,
+                url,
+                headers=sent,
+                data=body,
+                allow_redirects=False,
+                trace_request_ctx=watch,
+            ) as resp:
+                content = await _read_body(resp, config, method)
+                if jar is not None:
+                    jar.store(host, resp.headers.getall("Set-Cookie", []))
+                return HttpResponse(resp.status, resp.headers, content, str(resp.url))
+    except TimeoutError:
+        raise DeadlineExceededError(
+            f"{method} {url}: no complete response within {req.timeout} s"
+        ) from None
+    except aiohttp.InvalidURL as exc:
+        raise ProtocolError(f"{method} {url}: the URL is invalid: {exc}") from None
+    except aiohttp.ClientResponseError as exc:
+        raise ProtocolError(f"{method} {url}: malformed response: {exc}") from None
+    except (aiohttp.ClientError, OSError) as exc:
+        raise UnavailableError(f"{method} {url}: {type(exc).__name__}: {exc}") from None
+
+
+async def _read_body(resp: aiohttp.ClientResponse, config: HttpClientConfig, method: str) -> bytes:
+    """The body, never holding more than the limit plus one chunk (design/http.md)."""
+    limit = config.max_response_body_size
+    encoding = resp.headers.get("Content-Encoding", "").strip().lower()
+    decoder = None
+    if config.compression and encoding in _DECODED:
+        # 32 + MAX_WBITS: a gzip or a zlib header, found from the data.
+        decoder = zlib.decompressobj(32 + zlib.MAX_WBITS)
+    elif method != "HEAD" and resp.content_length is not None and resp.content_length > limit:
+        raise _too_large(resp, limit)
+    parts: list[bytes] = []
+    total = 0
+
+    def add(data: bytes) -> None:
+        nonlocal total
+        total += len(data)
+        if total > limit:
+            raise _too_large(resp, limit)
+        parts.append(data)
+
+    try:
+        async for chunk in resp.content.iter_chunked(_CHUNK):
+            if decoder is None:
+                add(chunk)
+                continue
+            # Never decompress more than one byte past what is left of the limit.
+            add(decoder.decompress(chunk, limit - total + 1))
+            while decoder.unconsumed_tail:
+                add(decoder.decompress(decoder.unconsumed_tail, limit - total + 1))
+        if decoder is not None:
+            add(decoder.flush())
+    except zlib.error as exc:
+        raise ProtocolError(f"the {encoding} body of {resp.url} does not decode: {exc}") from None
+    return b"".join(parts)
+
+
+def _too_large(resp: aiohttp.ClientResponse, limit: int) -> CapacityExceededError:
+    return CapacityExceededError(
+        f"the response body of {resp.url} is over max_response_body_size ({limit} bytes)"
+    )
