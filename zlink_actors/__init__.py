@@ -75,6 +75,8 @@ from ._engine.spot_timers import TimerSet as TimerSet
 from ._engine.spot_timers import TimerTick as TimerTick
 from ._host import Host as Host
 from ._host import HostStatistics as HostStatistics
+from .location import MemoryLocationStore as MemoryLocationStore
+from .location import RedisLocationStore as RedisLocationStore
 
 __all__ = [
     "Actor",
@@ -117,6 +119,7 @@ __all__ = [
     "JoinResult",
     "LeaveCall",
     "ManualClock",
+    "MemoryLocationStore",
     "NotConfiguredError",
     "NotFoundError",
     "OperationId",
@@ -125,6 +128,7 @@ __all__ = [
     "ProtocolError",
     "PublishCall",
     "PublisherStatistics",
+    "RedisLocationStore",
     "Rejected",
     "RejectedError",
     "ReplyRouteId",
