@@ -75,6 +75,7 @@ from ._engine.spot_timers import TimerSet as TimerSet
 from ._engine.spot_timers import TimerTick as TimerTick
 from ._host import Host as Host
 from ._host import HostStatistics as HostStatistics
+from .location import LeaseConfig as LeaseConfig
 from .location import MemoryLocationStore as MemoryLocationStore
 from .location import RedisLocationStore as RedisLocationStore
 
@@ -117,6 +118,7 @@ __all__ = [
     "IoWorkerCall",
     "JoinCall",
     "JoinResult",
+    "LeaseConfig",
     "LeaveCall",
     "ManualClock",
     "MemoryLocationStore",
