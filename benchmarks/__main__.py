@@ -8,7 +8,7 @@ import os
 import platform
 import sys
 
-from . import handler_to_handler, latency, oneway, pipelined, spots10k
+from . import handler_to_handler, latency, location, oneway, pipelined, spots10k
 from ._harness import Scenario, report, run
 
 
@@ -26,6 +26,7 @@ def main() -> int:
         3: [pipelined.scenario(args.quick)],
         4: handler_to_handler.scenarios(args.quick),
         5: [spots10k.scenario(args.quick)],
+        6: [location.scenario(args.quick)],
     }
     print(
         f"python {platform.python_version()} on {platform.machine()}, "
@@ -41,6 +42,8 @@ def main() -> int:
             lines, found = report(result)
             print("\n".join(lines), flush=True)
             checks.extend(found)
+        if number == 6:
+            print(f"   {location.app_thread_note(args.quick)}", flush=True)
     missed = [c for c in checks if not c[3]]
     print()
     print(f"budget: {len(checks) - len(missed)} of {len(checks)} targets met")
