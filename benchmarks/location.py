@@ -177,7 +177,7 @@ def scenario(quick: bool) -> Scenario:
         metrics=metrics,
     )
     scenario.notes.append(
-        "the store's own I/O thread adds a cross-thread hop per call (see decisions.md)"
+        "the store's own I/O thread adds a cross-thread hop per call (see docs/location.md §8)"
     )
     return scenario
 

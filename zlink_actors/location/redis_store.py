@@ -129,7 +129,7 @@ class RedisLocationStore:
         self._free: list[AbstractConnection] = []
         self._all: set[AbstractConnection] = set()
         self._slots: asyncio.Semaphore | None = None
-        self._tasks: set[asyncio.Future[Any]] = set()
+        self._inflight: set[concurrent.futures.Future[Any]] = set()
 
     def __repr__(self) -> str:
         return f"RedisLocationStore({self.url!r}, key_prefix={self.key_prefix!r})"
@@ -161,10 +161,12 @@ class RedisLocationStore:
     async def _call(self, op: Coroutine[Any, Any, T]) -> T:
         try:
             loop = self._start()
-            future = asyncio.run_coroutine_threadsafe(self._tracked(op), loop)
+            future = asyncio.run_coroutine_threadsafe(op, loop)
         except BaseException:
             op.close()
             raise
+        self._inflight.add(future)
+        future.add_done_callback(self._inflight.discard)
         try:
             return await asyncio.wrap_future(future)
         except asyncio.CancelledError:
@@ -172,15 +174,6 @@ class RedisLocationStore:
             if self._closed and future.cancelled() and not (task and task.cancelling()):
                 raise ShuttingDownError("the location store closed during the call") from None
             raise
-
-    async def _tracked(self, op: Coroutine[Any, Any, T]) -> T:
-        task = asyncio.current_task()
-        assert task is not None
-        self._tasks.add(task)
-        try:
-            return await op
-        finally:
-            self._tasks.discard(task)
 
     def close(self) -> None:
         """Release every connection and stop the I/O thread; later operations raise
@@ -205,10 +198,9 @@ class RedisLocationStore:
             loop.close()
 
     async def _shutdown(self, *, stop: bool) -> None:
-        me = asyncio.current_task()
-        for task in list(self._tasks):
-            if task is not me:
-                task.cancel()
+        for future in list(self._inflight):
+            future.cancel()  # cancels its task on this loop
+        await asyncio.sleep(0)  # let the cancelled tasks release their connections
         for conn in list(self._all):
             await conn.disconnect(nowait=True)
         self._all.clear()
