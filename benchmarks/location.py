@@ -178,7 +178,7 @@ def scenario(quick: bool) -> Scenario:
         metrics=metrics,
     )
     scenario.notes.append(
-        "the store's own I/O thread adds a cross-thread hop per call (see docs/location.md §8)"
+        "the store runs on the caller's loop with a pool per loop (docs/location.md §8)"
     )
     return scenario
 

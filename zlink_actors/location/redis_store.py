@@ -2,11 +2,13 @@
 
 Design (docs/location.md):
 
-- The store owns one small I/O thread with its own asyncio loop, and every Redis
-  connection lives there (redis-py asyncio connections belong to one loop). Callers on
-  any loop await a future of that thread, so one store serves several Hosts' loops, and
-  `close()` can release every connection from any thread, also after the callers' loops
-  have ended.
+- Every operation runs on the caller's event loop, with a pool of connections per loop
+  (redis-py asyncio connections belong to the loop that opened them), so one store
+  serves several Hosts' loops with no thread hop. An async generator parked on each
+  loop releases that loop's connections when the loop shuts down
+  (`shutdown_asyncgens()`, which `asyncio.run` and the Host's I/O executor call);
+  `close()` releases the rest from any thread: on a loop running elsewhere it runs the
+  release there, and on its own or a stopped loop it shuts the sockets down at once.
 - Connections come from a free list bounded by a semaphore: a caller past the bound
   waits (within `operation_timeout`) instead of failing as redis-py's default pool does.
 - Commands go straight to a connection (`send_command` / `read_response`), never through
@@ -19,8 +21,10 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
+import socket
 import threading
-from collections.abc import Coroutine, Sequence
+from collections.abc import AsyncGenerator, Callable, Coroutine, Sequence
 from typing import Any, Final, TypeVar
 
 import redis.asyncio as aioredis
@@ -62,6 +66,22 @@ T = TypeVar("T")
 MAX_CONNECTIONS: Final = 16
 #: How long `close()` waits for the I/O thread to release everything.
 _CLOSE_WAIT = 10.0
+
+
+class _LoopPool:
+    """The connections of one event loop (redis-py asyncio connections belong to the loop
+    that opened them). Touched only on that loop, except by `close()` once that loop can
+    no longer run anything."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.free: list[AbstractConnection] = []
+        self.all: set[AbstractConnection] = set()
+        self.slots = asyncio.Semaphore(MAX_CONNECTIONS)
+        self.tasks: set[asyncio.Task[Any]] = set()
+        self.cancelled: set[asyncio.Task[Any]] = set()
+        self.closed = False
+        self.finaliser: AsyncGenerator[None, None] | None = None
 
 
 class _Lost(Exception):
@@ -123,99 +143,135 @@ class RedisLocationStore:
         self._cursors = CursorCodec()
         self._lock = threading.Lock()
         self._closed = False
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        # Touched only on the store's own loop:
-        self._free: list[AbstractConnection] = []
-        self._all: set[AbstractConnection] = set()
-        self._slots: asyncio.Semaphore | None = None
-        self._inflight: set[concurrent.futures.Future[Any]] = set()
+        #: One pool per event loop that used the store (see `_LoopPool`).
+        self._pools: dict[asyncio.AbstractEventLoop, _LoopPool] = {}
 
     def __repr__(self) -> str:
         return f"RedisLocationStore({self.url!r}, key_prefix={self.key_prefix!r})"
 
-    # -- the store's I/O thread ------------------------------------------------------
+    # -- the pools, one per event loop -----------------------------------------------
 
-    def _start(self) -> asyncio.AbstractEventLoop:
+    async def _pool(self) -> _LoopPool:
+        loop = asyncio.get_running_loop()
+        pool = self._pools.get(loop)
+        if pool is not None and not pool.closed:
+            return pool
         with self._lock:
             if self._closed:
                 raise ShuttingDownError("the location store is closed")
-            if self._loop is not None:
-                return self._loop
-            loop = asyncio.new_event_loop()
-            ready = threading.Event()
+            pool = _LoopPool(loop)
+            self._pools[loop] = pool
+        # An async generator parked on this loop: `shutdown_asyncgens()` (asyncio.run,
+        # the Host's I/O executor) closes it while the loop still runs, and its
+        # `finally` releases the pool's connections there.
+        pool.finaliser = self._finaliser(pool)
+        await pool.finaliser.asend(None)
+        return pool
 
-            def run() -> None:
-                asyncio.set_event_loop(loop)
-                self._slots = asyncio.Semaphore(MAX_CONNECTIONS)
-                loop.call_soon(ready.set)
-                loop.run_forever()
-
-            thread = threading.Thread(target=run, name="zlink-location-redis", daemon=True)
-            thread.start()
-            if not ready.wait(_CLOSE_WAIT):  # pragma: no cover - a stuck machine
-                raise UnavailableError("the location store's I/O thread did not start")
-            self._loop, self._thread = loop, thread
-            return loop
-
-    async def _call(self, op: Coroutine[Any, Any, T]) -> T:
+    async def _finaliser(self, pool: _LoopPool) -> AsyncGenerator[None, None]:
         try:
-            loop = self._start()
-            future = asyncio.run_coroutine_threadsafe(op, loop)
-        except BaseException:
-            op.close()
-            raise
-        self._inflight.add(future)
-        future.add_done_callback(self._inflight.discard)
+            yield
+        finally:
+            if not pool.closed:
+                await self._close_pool(pool)
+
+    async def _close_pool(self, pool: _LoopPool) -> None:
+        """On the pool's loop: cancel its operations, release its connections."""
+        pool.closed = True
+        with self._lock:
+            if self._pools.get(pool.loop) is pool:
+                del self._pools[pool.loop]
+        me = asyncio.current_task()
+        for task in list(pool.tasks):
+            if task is not me:
+                pool.cancelled.add(task)
+                task.cancel()
+        for conn in list(pool.all):
+            await conn.disconnect(nowait=True)
+        pool.all.clear()
+        pool.free.clear()
+        if pool.finaliser is not None and me is not None:
+            with contextlib.suppress(RuntimeError):  # closing it from its own finally
+                await pool.finaliser.aclose()
+
+    def _close_pool_now(self, pool: _LoopPool) -> None:
+        """Release a pool whose loop cannot run a coroutine for us (this thread's running
+        loop, or a loop that stopped): shut every socket down at once, and let the
+        transports drop their file descriptors on their loop."""
+        pool.closed = True
+        for task in list(pool.tasks):
+            if not pool.loop.is_closed():
+                pool.cancelled.add(task)
+                task.cancel()
+        for conn in list(pool.all):
+            writer = conn._writer
+            if writer is None:
+                continue
+            sock = writer.transport.get_extra_info("socket")
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+            if not pool.loop.is_closed():
+                writer.transport.abort()
+            conn._reader = conn._writer = None  # what its own synchronous close does
+        pool.all.clear()
+        pool.free.clear()
+        if pool.finaliser is not None:  # finish it here: its `finally` has nothing left
+            closing = pool.finaliser.aclose()
+            with contextlib.suppress(StopIteration, RuntimeError):
+                closing.send(None)
+            closing.close()
+
+    async def _call(self, op: Callable[[_LoopPool], Coroutine[Any, Any, T]]) -> T:
+        pool = await self._pool()
+        task = asyncio.current_task()
+        assert task is not None
+        pool.tasks.add(task)
         try:
-            return await asyncio.wrap_future(future)
+            return await op(pool)
         except asyncio.CancelledError:
-            task = asyncio.current_task()
-            if self._closed and future.cancelled() and not (task and task.cancelling()):
+            if task in pool.cancelled:
+                pool.cancelled.discard(task)
+                task.uncancel()
                 raise ShuttingDownError("the location store closed during the call") from None
             raise
+        finally:
+            pool.tasks.discard(task)
 
     def close(self) -> None:
-        """Release every connection and stop the I/O thread; later operations raise
-        `ShuttingDownError`. Plain, idempotent, callable from any thread."""
+        """Release every connection; later operations raise `ShuttingDownError`.
+        Plain, idempotent, callable from any thread, inside or outside a running loop,
+        also after the loops that used the store have ended."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-            loop, thread = self._loop, self._thread
-        if loop is None or thread is None:
-            return
-        if threading.current_thread() is thread:  # from a callback on the store's loop
-            loop.call_soon(lambda: loop.create_task(self._shutdown(stop=True)))
-            return
-        done = asyncio.run_coroutine_threadsafe(self._shutdown(stop=True), loop)
+            pools = list(self._pools.values())
+            self._pools.clear()
         try:
-            done.result(_CLOSE_WAIT)
-        except (concurrent.futures.TimeoutError, RuntimeError):  # pragma: no cover
-            loop.call_soon_threadsafe(loop.stop)
-        thread.join(_CLOSE_WAIT)
-        if not thread.is_alive():
-            loop.close()
-
-    async def _shutdown(self, *, stop: bool) -> None:
-        for future in list(self._inflight):
-            future.cancel()  # cancels its task on this loop
-        await asyncio.sleep(0)  # let the cancelled tasks release their connections
-        for conn in list(self._all):
-            await conn.disconnect(nowait=True)
-        self._all.clear()
-        self._free.clear()
-        if stop:
-            asyncio.get_running_loop().call_soon(asyncio.get_running_loop().stop)
+            here: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            here = None
+        for pool in pools:
+            if pool.closed:
+                continue
+            loop = pool.loop
+            if loop is not here and loop.is_running():
+                done = asyncio.run_coroutine_threadsafe(self._close_pool(pool), loop)
+                try:
+                    done.result(_CLOSE_WAIT)
+                    continue
+                except (concurrent.futures.TimeoutError, concurrent.futures.CancelledError):
+                    pass  # a stuck loop: fall back to shutting the sockets down
+            self._close_pool_now(pool)
 
     # -- connections -----------------------------------------------------------------
 
-    async def _acquire(self) -> AbstractConnection:
-        assert self._slots is not None
-        await self._slots.acquire()
+    async def _acquire(self, pool: _LoopPool) -> AbstractConnection:
+        await pool.slots.acquire()
         try:
-            if self._free:
-                conn = self._free.pop()
+            if pool.free:
+                conn = pool.free.pop()
                 try:
                     # A server that restarted closed this socket: reconnect before sending.
                     if conn.is_connected and await conn.can_read():
@@ -224,34 +280,35 @@ class RedisLocationStore:
                     await conn.disconnect(nowait=True)
             else:
                 conn = self._connection_class(**self._connection_kwargs)
-                self._all.add(conn)
+                pool.all.add(conn)
             if not conn.is_connected:
                 try:
                     await conn.connect()  # type: ignore[no-untyped-call]
                 except (RedisError, OSError) as exc:
-                    self._all.discard(conn)
+                    pool.all.discard(conn)
                     raise UnavailableError(f"cannot reach Redis at {self.url}: {exc}") from exc
             return conn
         except BaseException:
-            self._slots.release()
+            pool.slots.release()
             raise
 
-    async def _release(self, conn: AbstractConnection, healthy: bool) -> None:
-        assert self._slots is not None
+    async def _release(self, pool: _LoopPool, conn: AbstractConnection, healthy: bool) -> None:
         try:
-            if healthy and not self._closed:
-                self._free.append(conn)
+            if healthy and not pool.closed:
+                pool.free.append(conn)
             else:  # its state is unknown: never reuse it
-                self._all.discard(conn)
+                pool.all.discard(conn)
                 await conn.disconnect(nowait=True)
         finally:
-            self._slots.release()
+            pool.slots.release()
 
-    async def _script(self, script: bytes, sha: str, keys: Sequence[bytes], args: list[Any]) -> Any:
+    async def _script(
+        self, pool: _LoopPool, script: bytes, sha: str, keys: Sequence[bytes], args: list[Any]
+    ) -> Any:
         """Run one script on one connection: `EVALSHA`, and after `NOSCRIPT` (which
         means it did not run) `SCRIPT LOAD` and `EVALSHA` again. Connection failures
         after the send raise `_Lost`."""
-        conn = await self._acquire()
+        conn = await self._acquire(pool)
         healthy = False
         try:
             for attempt in range(2):
@@ -276,7 +333,7 @@ class RedisLocationStore:
                 return reply
             raise AssertionError("unreachable")  # pragma: no cover
         finally:
-            await self._release(conn, healthy)
+            await self._release(pool, conn, healthy)
 
     async def _bounded(self, op: Coroutine[Any, Any, T], what: str) -> T:
         try:
@@ -297,12 +354,12 @@ class RedisLocationStore:
             DeadlineExceededError: past `operation_timeout`. ShuttingDownError: closed.
         """
         raw = check_key(key)
-        return await self._call(self._read(raw))
+        return await self._call(lambda pool: self._read(pool, raw))
 
-    async def _read(self, raw: bytes) -> Found | Missing:
+    async def _read(self, pool: _LoopPool, raw: bytes) -> Found | Missing:
         try:
             reply = await self._bounded(
-                self._script(scripts.READ, _READ_SHA, (self._data + raw,), []), "read"
+                self._script(pool, scripts.READ, _READ_SHA, (self._data + raw,), []), "read"
             )
         except _Lost as exc:
             raise UnavailableError(f"lost the connection to Redis at {self.url}: {exc}") from None
@@ -341,17 +398,17 @@ class RedisLocationStore:
             else:
                 ttl = b"" if mut.ttl is None else b"%d" % max(1, round(float(mut.ttl) * 1e6))
                 args += (b"p", mut.value, versions[mut.key].encode(), ttl)
-        return await self._call(self._write(keys, args, versions))
+        return await self._call(lambda pool: self._write(pool, keys, args, versions))
 
     async def _write(
-        self, keys: list[bytes], args: list[Any], versions: dict[str, str]
+        self, pool: _LoopPool, keys: list[bytes], args: list[Any], versions: dict[str, str]
     ) -> Committed | Conflict:
         sent = False
 
         async def run() -> Any:
             nonlocal sent
             try:
-                return await self._script(scripts.WRITE, _WRITE_SHA, keys, args)
+                return await self._script(pool, scripts.WRITE, _WRITE_SHA, keys, args)
             except _Lost:
                 sent = True
                 raise
@@ -390,12 +447,13 @@ class RedisLocationStore:
         high = b"(" + raw + b"\xff" if raw else b"+"
         epoch = b"" if position is None else position.epoch.encode()
         args = [self._data, low, high, limit, epoch, new_version(), MAX_BATCH_BYTES]
-        return await self._call(self._scan(prefix, args))
+        return await self._call(lambda pool: self._scan(pool, prefix, args))
 
-    async def _scan(self, prefix: str, args: list[Any]) -> ScanPage:
+    async def _scan(self, pool: _LoopPool, prefix: str, args: list[Any]) -> ScanPage:
         try:
             reply = await self._bounded(
-                self._script(scripts.SCAN, _SCAN_SHA, (self._index, self._epoch), args), "scan"
+                self._script(pool, scripts.SCAN, _SCAN_SHA, (self._index, self._epoch), args),
+                "scan",
             )
         except _Lost as exc:
             raise UnavailableError(f"lost the connection to Redis at {self.url}: {exc}") from None

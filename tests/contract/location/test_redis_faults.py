@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import redis
 
-from zlink_actors import DeadlineExceededError, UnavailableError
+from zlink_actors import DeadlineExceededError, ShuttingDownError, UnavailableError
 from zlink_actors.location import (
     Committed,
     Conflict,
@@ -113,12 +113,19 @@ def test_lost_write_result_is_outcome_unknown_and_an_exact_read_tells(
     store = RedisLocationStore(own_redis.url, key_prefix="lost", operation_timeout=30)
     outcome: list[BaseException | object] = []
     try:
-        run(store.write([], [Put("warm", b"1")]))  # a connection is open
-        own_redis.pause()
-        writer = threading.Thread(
-            target=lambda: outcome.append(_capture(store.write([], [Put("k", b"v")])))
-        )
+        warm, paused = threading.Event(), threading.Event()
+
+        async def write_after_pause() -> object:
+            await store.write([], [Put("warm", b"1")])  # this loop's connection is open
+            warm.set()
+            assert await asyncio.to_thread(paused.wait, 10)
+            return await store.write([], [Put("k", b"v")])
+
+        writer = threading.Thread(target=lambda: outcome.append(_capture(write_after_pause())))
         writer.start()
+        assert warm.wait(10)
+        own_redis.pause()
+        paused.set()
         assert _wait_until(lambda: own_redis.rx_queued() > 0)  # the batch was sent
         own_redis.kill()
         writer.join(30)
@@ -263,3 +270,40 @@ def test_compare_and_set_from_2_processes_has_exactly_one_winner(
             assert isinstance(stale, Conflict)
     finally:
         store.close()
+
+
+def test_close_releases_the_connections_of_every_loop(own_redis: RedisServer) -> None:
+    """Connections of a loop that ended are released when it shuts down; `close()`
+    releases those of a loop running in another thread and of the caller's own loop."""
+    probe = redis.Redis(host="127.0.0.1", port=own_redis.port)
+
+    def others() -> int:
+        return int(probe.info("clients")["connected_clients"]) - 1
+
+    store = RedisLocationStore(own_redis.url, key_prefix="release")
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever)
+    thread.start()
+    try:
+        run(store.write([], [Put("a", b"1")]))
+        assert _wait_until(lambda: others() == 0)  # asyncio.run's shutdown released it
+        asyncio.run_coroutine_threadsafe(store.read("a"), loop).result(10)
+        assert others() == 1
+
+        async def inside() -> None:
+            await store.read("a")
+            assert others() == 2
+            store.close()
+            assert _wait_until(lambda: others() == 0)
+            with pytest.raises(ShuttingDownError):
+                await store.read("a")
+
+        run(inside())
+        with pytest.raises(ShuttingDownError):
+            asyncio.run_coroutine_threadsafe(store.read("a"), loop).result(10)
+    finally:
+        store.close()
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+        probe.close()
