@@ -64,7 +64,7 @@ T = TypeVar("T")
 
 #: Connections per store: callers past it wait for one.
 MAX_CONNECTIONS: Final = 16
-#: How long `close()` waits for the I/O thread to release everything.
+#: How long `close()` waits for a loop running in another thread to release its pool.
 _CLOSE_WAIT = 10.0
 
 
@@ -194,15 +194,27 @@ class RedisLocationStore:
             with contextlib.suppress(RuntimeError):  # closing it from its own finally
                 await pool.finaliser.aclose()
 
-    def _close_pool_now(self, pool: _LoopPool) -> None:
-        """Release a pool whose loop cannot run a coroutine for us (this thread's running
-        loop, or a loop that stopped): shut every socket down at once, and let the
-        transports drop their file descriptors on their loop."""
+    def _close_pool_now(self, pool: _LoopPool, *, foreign: bool = False) -> None:
+        """Release a pool whose loop cannot run a coroutine for us: this thread's running
+        loop, a loop that stopped or closed, or (`foreign`) a loop stuck in another
+        thread. Every socket is shut down at once (the server sees the connection end
+        before `close()` returns); the transports drop their file descriptors on their
+        loop (thread-safely when `foreign`)."""
         pool.closed = True
+        loop = pool.loop
+        live = not loop.is_closed()
+
+        def soon(fn: Callable[[], object]) -> None:
+            if foreign:
+                with contextlib.suppress(RuntimeError):  # closed meanwhile
+                    loop.call_soon_threadsafe(fn)
+            else:
+                fn()
+
         for task in list(pool.tasks):
-            if not pool.loop.is_closed():
+            if live:
                 pool.cancelled.add(task)
-                task.cancel()
+                soon(task.cancel)
         for conn in list(pool.all):
             writer = conn._writer
             if writer is None:
@@ -211,12 +223,13 @@ class RedisLocationStore:
             if sock is not None:
                 with contextlib.suppress(OSError):
                     sock.shutdown(socket.SHUT_RDWR)
-            if not pool.loop.is_closed():
-                writer.transport.abort()
+            if live:
+                soon(writer.transport.abort)
             conn._reader = conn._writer = None  # what its own synchronous close does
         pool.all.clear()
         pool.free.clear()
-        if pool.finaliser is not None:  # finish it here: its `finally` has nothing left
+        if pool.finaliser is not None and not foreign:
+            # Finish it here: its `finally` finds the pool closed and has nothing to do.
             closing = pool.finaliser.aclose()
             with contextlib.suppress(StopIteration, RuntimeError):
                 closing.send(None)
@@ -260,9 +273,9 @@ class RedisLocationStore:
                 done = asyncio.run_coroutine_threadsafe(self._close_pool(pool), loop)
                 try:
                     done.result(_CLOSE_WAIT)
-                    continue
                 except (concurrent.futures.TimeoutError, concurrent.futures.CancelledError):
-                    pass  # a stuck loop: fall back to shutting the sockets down
+                    self._close_pool_now(pool, foreign=True)  # a stuck loop
+                continue
             self._close_pool_now(pool)
 
     # -- connections -----------------------------------------------------------------
