@@ -517,3 +517,22 @@ def test_close_inside_a_running_loop_and_after_the_loop_ended(make_store: StoreF
     after.close()  # the loop that used it has ended
     with pytest.raises(ShuttingDownError):
         run(after.read("k"))
+
+
+def test_scan_pages_keep_to_4_mib_of_values(make_store: StoreFactory) -> None:
+    store = make_store()
+    mib = 1 << 20
+    run(store.write([], [Put(f"big/{i}", b"x" * mib) for i in range(3)]))
+    run(store.write([], [Put(f"big/{i}", b"x" * mib) for i in range(3, 6)]))
+
+    async def go() -> list[int]:
+        sizes, cursor = [], None
+        while True:
+            page = await store.scan("big/", cursor=cursor)
+            sizes.append(sum(len(found.value) for _, found in page.items))
+            if page.cursor is None:
+                return sizes
+            cursor = page.cursor
+
+    sizes = run(go())
+    assert sizes == [4 * mib, 2 * mib]
