@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test lint typecheck pytest bench clean
+.PHONY: demo test lint typecheck pytest bench clean redis-server
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,10 +27,25 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy --strict zlink_actors transports
 
-pytest: $(STAMP)
+pytest: $(STAMP) redis-server
 	$(BIN)/pytest
 
-bench: $(STAMP)
+# The Location Store tests start a real redis-server of their own (tests/contract/location):
+# use the one on the PATH, else install Debian's package when running as root.
+redis-server:
+	@command -v redis-server >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing Debian's redis-server (apt-get install -y redis-server)"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q redis-server >/dev/null 2>&1 || \
+	    { apt-get update -q >/dev/null && \
+	      DEBIAN_FRONTEND=noninteractive apt-get install -y -q redis-server >/dev/null; }; \
+	  fi; \
+	  command -v redis-server >/dev/null 2>&1 || { \
+	    echo "make test needs redis-server on the PATH: run 'sudo apt-get install redis-server' (or put one on the PATH)" >&2; \
+	    exit 1; }; \
+	}
+
+bench: $(STAMP) redis-server
 	$(BIN)/python -m pip install --quiet -e '.[bench]'
 	$(BIN)/python -m benchmarks $(if $(QUICK),--quick,)
 

@@ -8,7 +8,7 @@ import os
 import platform
 import sys
 
-from . import handler_to_handler, http, latency, oneway, pipelined, spots10k
+from . import handler_to_handler, http, latency, location, oneway, pipelined, spots10k
 from ._harness import Scenario, report, run
 
 
@@ -27,6 +27,7 @@ def main() -> int:
         4: handler_to_handler.scenarios(args.quick),
         5: [spots10k.scenario(args.quick)],
         6: http.scenarios(args.quick),
+        7: [location.scenario(args.quick)],
     }
     print(
         f"python {platform.python_version()} on {platform.machine()}, "
@@ -43,6 +44,8 @@ def main() -> int:
                 lines, found = report(result)
                 print("\n".join(lines), flush=True)
                 checks.extend(found)
+            if number == 7:
+                print(f"   {location.app_thread_note(args.quick)}", flush=True)
     finally:
         http.SERVER.close()  # the HTTP scenario's server process
     missed = [c for c in checks if not c[3]]

@@ -80,6 +80,9 @@ from .http.client import HttpClient as HttpClient
 from .http.config import HttpClientConfig as HttpClientConfig
 from .http.response import HttpResponse as HttpResponse
 from .http.response import HttpStatusError as HttpStatusError
+from .location import LeaseConfig as LeaseConfig
+from .location import MemoryLocationStore as MemoryLocationStore
+from .location import RedisLocationStore as RedisLocationStore
 
 __all__ = [
     "Actor",
@@ -125,8 +128,10 @@ __all__ = [
     "IoWorkerCall",
     "JoinCall",
     "JoinResult",
+    "LeaseConfig",
     "LeaveCall",
     "ManualClock",
+    "MemoryLocationStore",
     "NotConfiguredError",
     "NotFoundError",
     "OperationId",
@@ -135,6 +140,7 @@ __all__ = [
     "ProtocolError",
     "PublishCall",
     "PublisherStatistics",
+    "RedisLocationStore",
     "Rejected",
     "RejectedError",
     "ReplyRouteId",
