@@ -1,0 +1,376 @@
+"""The I/O thread: the one thread that owns every socket of a transport.
+
+It sleeps in `zmq.Poller.poll` on the two ROUTERs and the waker (an eventfd other
+threads write when they queue a command), never in a polling sleep. Each wake it runs
+the queued commands in order, reads at most `batch` records from each socket in turn
+(paused: the application socket is not read at all, so RCVHWM and TCP push back), hands
+each socket's batch to the owner's callback, returns released credit, and runs the
+heartbeat. The lock of `Core` is never held while a callback runs or a future completes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+
+import zmq
+
+from ._errors import MalformedFrame, PayloadTooLarge, PeerLost
+from ._state import Command, Core, PeerState, admit_all, fail_all
+from ._types import FlowState, Inbound, InboundKind, PeerEvent, PeerEventKind
+from ._wire import Kind, decode, encode
+
+__all__ = ["IoThread"]
+
+log = logging.getLogger("transports")
+
+ReceiveCallback = Callable[[Sequence[Inbound]], None]
+EventCallback = Callable[[PeerEvent], None]
+
+
+class IoThread(threading.Thread):
+    """Owns the zmq context and sockets of one transport; built by `Transport` only."""
+
+    def __init__(self, core: Core, on_receive: ReceiveCallback, on_event: EventCallback | None):
+        super().__init__(name=f"transports-io-{core.name.decode(errors='replace')}", daemon=True)
+        self.core = core
+        self.on_receive = on_receive
+        self.on_event = on_event
+        self.context = zmq.Context()
+        self.app = self._router()
+        self.comp = self._router()
+        # replies and flow frames are exempt from credit: no HWM on the completion side
+        self.comp.setsockopt(zmq.SNDHWM, 0)
+        self.comp.setsockopt(zmq.RCVHWM, 0)
+        self.poller = zmq.Poller()
+        self.poller.register(self.comp, zmq.POLLIN)
+        self.poller.register(core.waker, zmq.POLLIN)
+        self.app_polled = False
+        self._poll_app(True)
+        self._events: list[PeerEvent] = []
+        self._stopping = False
+
+    def _router(self) -> zmq.Socket[bytes]:
+        cfg = self.core.config
+        sock: zmq.Socket[bytes] = self.context.socket(zmq.ROUTER)
+        sock.setsockopt(zmq.ROUTING_ID, self.core.name)
+        sock.setsockopt(zmq.ROUTER_MANDATORY, 1)  # an unknown peer is an error, not a drop
+        sock.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a peer's new connection replaces its old
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.MAXMSGSIZE, cfg.frame_cap)
+        # the libzmq HWM is a backstop only: credit binds first (window / min charge)
+        backstop = cfg.credit_window // cfg.min_charge + 1024
+        sock.setsockopt(zmq.SNDHWM, backstop)
+        sock.setsockopt(zmq.RCVHWM, backstop)
+        # ZMTP heartbeats close half-open links; the application probe is ours (PING)
+        ivl = max(1, int(cfg.heartbeat_interval * 1000))
+        sock.setsockopt(zmq.HEARTBEAT_IVL, ivl)
+        sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, max(ivl, int(cfg.heartbeat_timeout * 1000)))
+        sock.setsockopt(zmq.HEARTBEAT_TTL, max(ivl, int(cfg.heartbeat_timeout * 1000)))
+        return sock
+
+    def _poll_app(self, on: bool) -> None:
+        if on and not self.app_polled:
+            self.poller.register(self.app, zmq.POLLIN)
+        elif not on and self.app_polled:
+            self.poller.unregister(self.app)
+        self.app_polled = on
+
+    # -- the loop ---------------------------------------------------------------------
+
+    def run(self) -> None:
+        core = self.core
+        tick = core.config.heartbeat_interval / 2
+        next_tick = time.monotonic() + tick
+        try:
+            while not self._stopping:
+                timeout = max(0.0, next_tick - time.monotonic())
+                ready = dict(self.poller.poll(int(timeout * 1000) + 1))
+                for command in core.take_commands():
+                    if not self._run_command(command):
+                        return
+                if ready.get(self.app) and self.app_polled:
+                    self._read(self.app, completion=False)
+                if ready.get(self.comp):
+                    self._read(self.comp, completion=True)
+                self._flush_credit()
+                now = time.monotonic()
+                if now >= next_tick:
+                    self._heartbeat(now)
+                    next_tick = now + tick
+                self._emit()
+        except Exception:  # a bug here must not leave futures hanging silently
+            log.exception("transports I/O thread of %r failed", core.name)
+            with core.lock:
+                futures = core.close_locked()
+            fail_all(futures, PeerLost, "the transport's I/O thread failed")
+        finally:
+            self._emit()
+            self.app.close(0)
+            self.comp.close(0)
+            self.context.term()
+            with self.core.lock:
+                self.core.waker_closed = True
+            os.close(self.core.waker)
+
+    def _emit(self) -> None:
+        if not self._events or self.on_event is None:
+            self._events.clear()
+            return
+        events, self._events = self._events, []
+        for event in events:
+            try:
+                self.on_event(event)
+            except Exception:
+                log.exception("on_event callback failed for %r", event)
+
+    # -- commands ---------------------------------------------------------------------
+
+    def _run_command(self, command: Command) -> bool:
+        """Run one command; False for "stop"."""
+        op = command[0]
+        if op == "app":
+            _, peer, kind, route_id, frames = command
+            charge = self.core.charge_of(frames)
+            self._send(self.app, peer, encode(kind, 0, route_id, charge), frames)
+        elif op == "comp":
+            _, peer, kind, route_id, frames, *aux = command
+            self._send_comp(peer, kind, route_id, frames, *aux)
+        elif op == "flow":
+            self._send_flow()
+        elif op == "call":
+            _, function, future = command
+            try:
+                future.set_result(function(self))
+            except Exception as exc:
+                future.set_exception(exc)
+        elif op == "stop":
+            self._stopping = True
+            return False
+        return True
+
+    def _send(
+        self, sock: zmq.Socket[bytes], peer: bytes, env: bytes, frames: Sequence[bytes]
+    ) -> bool:
+        try:
+            sock.send_multipart([peer, env, *frames], zmq.NOBLOCK)
+        except zmq.ZMQError as exc:
+            if exc.errno == errno.EHOSTUNREACH:
+                self.lose(peer, "no route to the peer (ROUTER_MANDATORY)")
+            elif exc.errno == errno.EAGAIN:
+                self.lose(peer, "the libzmq HWM backstop was reached")
+            else:
+                raise
+            return False
+        size = len(env) + sum(len(f) for f in frames)
+        core = self.core
+        with core.lock:
+            core.sent_frames += 1
+            core.sent_bytes += size
+            state = core.peers.get(peer)
+            if state is not None:
+                state.sent_frames += 1
+                state.sent_bytes += size
+        return True
+
+    def _send_comp(
+        self, peer: bytes, kind: Kind, route_id: int, frames: Sequence[bytes], aux: int = 0
+    ) -> None:
+        """Send on the completion connection, returning what credit is owed with it."""
+        core = self.core
+        with core.lock:
+            state = core.peers.get(peer)
+            if state is None:
+                return  # lost meanwhile: the reply goes with the peer
+            if not (state.outbound or state.completion_seen):
+                state.completion_backlog.append(("comp", peer, kind, route_id, frames))
+                return
+            credit, state.owed = state.owed, 0
+            core.credit_dirty.discard(peer)
+        self._send(self.comp, peer, encode(kind, aux, route_id, credit), frames)
+
+    def _send_flow(self) -> None:
+        core = self.core
+        with core.lock:
+            state, epoch = core.flow, core.flow_epoch
+            peers = [p for p, s in core.peers.items() if s.outbound or s.completion_seen]
+        self._poll_app(state is FlowState.RUNNING)
+        for peer in peers:
+            self._send_comp(peer, Kind.FLOW, epoch, (), aux=state.value)
+
+    def _flush_credit(self) -> None:
+        core = self.core
+        if not core.credit_dirty:
+            return
+        with core.lock:
+            dirty = list(core.credit_dirty)
+        for peer in dirty:
+            self._send_comp(peer, Kind.CREDIT, 0, ())
+
+    # -- setup (run on this thread through "call" commands) ----------------------------
+
+    def bind(self, application: str, completion: str) -> tuple[str, str]:
+        self.app.bind(application)
+        self.comp.bind(completion)
+        app_end = self.app.getsockopt(zmq.LAST_ENDPOINT)
+        comp_end = self.comp.getsockopt(zmq.LAST_ENDPOINT)
+        assert isinstance(app_end, bytes)
+        assert isinstance(comp_end, bytes)
+        return app_end.decode(), comp_end.decode()
+
+    def connect(self, peer: bytes) -> None:
+        with self.core.lock:
+            state = self.core.peers[peer]
+            application, completion = state.addresses
+        for sock, address in ((self.app, application), (self.comp, completion)):
+            sock.setsockopt(zmq.CONNECT_ROUTING_ID, peer)
+            sock.connect(address)
+            self._send(sock, peer, encode(Kind.HELLO), ())
+        self._events.append(PeerEvent(peer, PeerEventKind.CONNECTED))
+
+    # -- receiving --------------------------------------------------------------------
+
+    def _read(self, sock: zmq.Socket[bytes], completion: bool) -> None:
+        batch: list[Inbound] = []
+        for _ in range(self.core.config.batch):
+            try:
+                msg = sock.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            try:
+                self._handle(msg, completion, batch)
+            except MalformedFrame as exc:
+                self._drop(msg[0] if msg else b"", str(exc))
+        if batch:
+            try:
+                self.on_receive(batch)
+            except Exception:
+                log.exception("on_receive callback failed on a batch of %d", len(batch))
+
+    def _drop(self, peer: bytes, why: str) -> None:
+        with self.core.lock:
+            self.core.dropped_frames += 1
+        log.warning("transports %r dropped a frame from %r: %s", self.core.name, peer, why)
+
+    def _handle(self, msg: list[bytes], completion: bool, batch: list[Inbound]) -> None:
+        if len(msg) < 2:
+            raise MalformedFrame("a message without an envelope frame")
+        peer, env_frame, payload = msg[0], msg[1], msg[2:]
+        env = decode(env_frame)
+        core = self.core
+        size = sum(len(f) for f in msg[1:])
+        now = time.monotonic()
+        admitted: list[Future[None]] = []
+        with core.lock:
+            core.received_frames += 1
+            core.received_bytes += size
+            state = core.peers.get(peer)
+            if env.kind is Kind.HELLO:
+                state = self._hello_locked(peer, state, completion, now)
+            if state is None:
+                raise MalformedFrame(f"a {env.kind.name} frame from a peer without a hello")
+            state.received_frames += 1
+            state.received_bytes += size
+            state.deadline = now + core.config.heartbeat_timeout
+            if not completion:
+                if env.kind not in (Kind.MESSAGE, Kind.REQUEST, Kind.HELLO):
+                    raise MalformedFrame(f"a {env.kind.name} frame on the application connection")
+                if env.kind is Kind.HELLO:
+                    return
+                charge = max(env.credit, 1)
+                kind = InboundKind.MESSAGE if env.kind is Kind.MESSAGE else InboundKind.REQUEST
+                if size - len(env_frame) > core.config.max_message_size:
+                    state.owed += charge  # rejected: its credit goes straight back
+                    core.credit_dirty.add(peer)
+                    error = PayloadTooLarge(f"{size - len(env_frame)} bytes of payload refused")
+                    batch.append(Inbound(peer, kind, env.route_id, (), 0, error))
+                    return
+                state.unreleased += charge
+                batch.append(Inbound(peer, kind, env.route_id, payload, charge))
+                return
+            if env.kind in (Kind.MESSAGE, Kind.REQUEST):
+                raise MalformedFrame(f"a {env.kind.name} frame on the completion connection")
+            if env.credit:
+                state.in_use = max(0, state.in_use - env.credit)
+            if env.kind is Kind.HELLO_ACK:
+                if not state.ready:
+                    state.ready = True
+                    state.next_ping = now + core.config.heartbeat_interval
+                    self._events.append(PeerEvent(peer, PeerEventKind.READY))
+            elif env.kind is Kind.REPLY:
+                state.slots = max(0, state.slots - 1)
+                batch.append(Inbound(peer, InboundKind.REPLY, env.route_id, payload, 0))
+            elif env.kind is Kind.FLOW:
+                if env.route_id > state.flow_epoch_seen:  # an older epoch is stale
+                    state.flow_epoch_seen = env.route_id
+                    state.paused_by_peer = env.aux == FlowState.PAUSED.value
+            elif env.kind is Kind.PING:
+                core.post(("comp", peer, Kind.PONG, env.route_id, ()))
+            admitted = core.admit_parked_locked(state)
+        admit_all(admitted)
+
+    def _hello_locked(
+        self, peer: bytes, state: PeerState | None, completion: bool, now: float
+    ) -> PeerState:
+        core = self.core
+        if state is None:
+            state = PeerState(peer, outbound=False, deadline=now + core.config.heartbeat_timeout)
+            core.peers[peer] = state
+        if completion:
+            state.completion_seen = True
+        else:
+            state.app_seen = True
+        if not state.outbound and not state.ready and state.app_seen and state.completion_seen:
+            state.ready = True
+            state.next_ping = now + core.config.heartbeat_interval
+            core.post(("comp", peer, Kind.HELLO_ACK, 0, ()))
+            if core.flow_epoch:
+                core.post(("comp", peer, Kind.FLOW, core.flow_epoch, (), core.flow.value))
+            for command in state.completion_backlog:
+                core.post(command)
+            state.completion_backlog.clear()
+            self._events.append(PeerEvent(peer, PeerEventKind.CONNECTED))
+            self._events.append(PeerEvent(peer, PeerEventKind.READY))
+        return state
+
+    # -- liveness ---------------------------------------------------------------------
+
+    def _heartbeat(self, now: float) -> None:
+        core = self.core
+        lost: list[tuple[bytes, str]] = []
+        pings: list[tuple[bytes, int]] = []
+        with core.lock:
+            for peer, state in core.peers.items():
+                if now > state.deadline:
+                    why = "silent" if state.ready else "no hello answered"
+                    lost.append((peer, f"{why} for {core.config.heartbeat_timeout} s"))
+                elif state.ready and now >= state.next_ping:
+                    state.ping_seq += 1
+                    state.next_ping = now + core.config.heartbeat_interval
+                    pings.append((peer, state.ping_seq))
+        for peer, reason in lost:
+            self.lose(peer, reason)
+        for peer, seq in pings:
+            self._send_comp(peer, Kind.PING, seq, ())
+
+    def lose(self, peer: bytes, reason: str) -> None:
+        """Forget the peer, fail its parked futures with PeerLost, report LOST."""
+        core = self.core
+        with core.lock:
+            state = core.peers.get(peer)
+            futures = core.drop_peer_locked(peer)
+        if state is None:
+            return
+        if state.outbound:
+            for sock, address in zip((self.app, self.comp), state.addresses, strict=True):
+                with contextlib.suppress(zmq.ZMQError):  # already gone
+                    sock.disconnect(address)
+        log.info("transports %r lost peer %r: %s", core.name, peer, reason)
+        fail_all(futures, PeerLost, f"peer {peer!r} lost: {reason}")
+        self._events.append(PeerEvent(peer, PeerEventKind.LOST, reason))
