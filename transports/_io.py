@@ -137,6 +137,13 @@ class IoThread(threading.Thread):
         op = command[0]
         if op == "app":
             _, peer, kind, route_id, frames = command
+            with self.core.lock:
+                state = self.core.peers.get(peer)
+                if state is not None and not (state.outbound or state.app_seen):
+                    # its application connection is not known to be up yet (we may be
+                    # paused and not reading it): keep the order, send on its hello
+                    state.app_backlog.append(command)
+                    return True
             charge = self.core.charge_of(frames)
             self._send(self.app, peer, encode(kind, 0, route_id, charge), frames)
         elif op == "comp":
@@ -267,12 +274,13 @@ class IoThread(threading.Thread):
         size = sum(len(f) for f in msg[1:])
         now = time.monotonic()
         admitted: list[Future[None]] = []
+        flush: list[Command] = []
         with core.lock:
             core.received_frames += 1
             core.received_bytes += size
             state = core.peers.get(peer)
             if env.kind is Kind.HELLO:
-                state = self._hello_locked(peer, state, completion, now)
+                state = self._hello_locked(peer, state, completion, now, flush)
             if state is None:
                 raise MalformedFrame(f"a {env.kind.name} frame from a peer without a hello")
             state.received_frames += 1
@@ -282,7 +290,7 @@ class IoThread(threading.Thread):
                 if env.kind not in (Kind.MESSAGE, Kind.REQUEST, Kind.HELLO):
                     raise MalformedFrame(f"a {env.kind.name} frame on the application connection")
                 if env.kind is Kind.HELLO:
-                    return
+                    return self._run_all(flush)
                 charge = max(env.credit, 1)
                 kind = InboundKind.MESSAGE if env.kind is Kind.MESSAGE else InboundKind.REQUEST
                 if size - len(env_frame) > core.config.max_message_size:
@@ -313,30 +321,45 @@ class IoThread(threading.Thread):
             elif env.kind is Kind.PING:
                 core.post(("comp", peer, Kind.PONG, env.route_id, ()))
             admitted = core.admit_parked_locked(state)
+        self._run_all(flush)
         admit_all(admitted)
 
+    def _run_all(self, commands: list[Command]) -> None:
+        for command in commands:
+            self._run_command(command)
+
     def _hello_locked(
-        self, peer: bytes, state: PeerState | None, completion: bool, now: float
+        self,
+        peer: bytes,
+        state: PeerState | None,
+        completion: bool,
+        now: float,
+        flush: list[Command],
     ) -> PeerState:
+        """A hello on one of the two connections; the completion one makes an inbound peer
+        ready (its application hello may wait unread while we are paused). What was held
+        back for the peer goes into `flush`, sent before any later command."""
         core = self.core
         if state is None:
             state = PeerState(peer, outbound=False, deadline=now + core.config.heartbeat_timeout)
             core.peers[peer] = state
-        if completion:
+            self._events.append(PeerEvent(peer, PeerEventKind.CONNECTED))
+        if state.outbound:
+            return state
+        if completion and not state.completion_seen:
             state.completion_seen = True
-        else:
-            state.app_seen = True
-        if not state.outbound and not state.ready and state.app_seen and state.completion_seen:
             state.ready = True
             state.next_ping = now + core.config.heartbeat_interval
-            core.post(("comp", peer, Kind.HELLO_ACK, 0, ()))
+            flush.append(("comp", peer, Kind.HELLO_ACK, 0, ()))
             if core.flow_epoch:
-                core.post(("comp", peer, Kind.FLOW, core.flow_epoch, (), core.flow.value))
-            for command in state.completion_backlog:
-                core.post(command)
+                flush.append(("comp", peer, Kind.FLOW, core.flow_epoch, (), core.flow.value))
+            flush.extend(state.completion_backlog)
             state.completion_backlog.clear()
-            self._events.append(PeerEvent(peer, PeerEventKind.CONNECTED))
             self._events.append(PeerEvent(peer, PeerEventKind.READY))
+        elif not completion and not state.app_seen:
+            state.app_seen = True
+            flush.extend(state.app_backlog)
+            state.app_backlog.clear()
         return state
 
     # -- liveness ---------------------------------------------------------------------

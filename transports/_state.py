@@ -62,6 +62,7 @@ class PeerState:
     owed: int = 0  # released by our owner, not yet returned in a frame
     unreleased: int = 0  # delivered to our owner, not yet released
     completion_backlog: list[Command] = field(default_factory=list)
+    app_backlog: list[Command] = field(default_factory=list)  # before its app hello is read
     # liveness
     deadline: float = 0.0  # lost if nothing is heard from the peer by then
     next_ping: float = 0.0
