@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 from ._errors import MalformedFrame, PayloadTooLarge, PeerLost
 from ._state import Command, Core, PeerState, admit_all, fail_all
@@ -48,9 +49,16 @@ class IoThread(threading.Thread):
         # replies and flow frames are exempt from credit: no HWM on the completion side
         self.comp.setsockopt(zmq.SNDHWM, 0)
         self.comp.setsockopt(zmq.RCVHWM, 0)
+        # the monitors report each connection of the sockets we connected: a connect as
+        # CONNECTED, a disconnect (the peer died, or dropped us for an oversize frame)
+        # as the loss of that peer; the heartbeat covers what the monitors cannot see
+        events = zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED
+        self.monitors = [self.app.get_monitor_socket(events), self.comp.get_monitor_socket(events)]
         self.poller = zmq.Poller()
         self.poller.register(self.comp, zmq.POLLIN)
         self.poller.register(core.waker, zmq.POLLIN)
+        for monitor in self.monitors:
+            self.poller.register(monitor, zmq.POLLIN)
         self.app_polled = False
         self._poll_app(True)
         self._events: list[PeerEvent] = []
@@ -99,6 +107,9 @@ class IoThread(threading.Thread):
                     self._read(self.app, completion=False)
                 if ready.get(self.comp):
                     self._read(self.comp, completion=True)
+                for monitor in self.monitors:
+                    if ready.get(monitor):
+                        self._read_monitor(monitor)
                 self._flush_credit()
                 now = time.monotonic()
                 if now >= next_tick:
@@ -112,6 +123,10 @@ class IoThread(threading.Thread):
             fail_all(futures, PeerLost, "the transport's I/O thread failed")
         finally:
             self._emit()
+            for sock in (self.app, self.comp):
+                sock.disable_monitor()
+            for monitor in self.monitors:
+                monitor.close(0)
             self.app.close(0)
             self.comp.close(0)
             self.context.term()
@@ -239,7 +254,26 @@ class IoThread(threading.Thread):
             sock.setsockopt(zmq.CONNECT_ROUTING_ID, peer)
             sock.connect(address)
             self._send(sock, peer, encode(Kind.HELLO), ())
-        self._events.append(PeerEvent(peer, PeerEventKind.CONNECTED))
+
+    def _read_monitor(self, monitor: zmq.Socket[bytes]) -> None:
+        for _ in range(self.core.config.batch):
+            try:
+                event = recv_monitor_message(monitor, zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            raw: object = event["endpoint"]
+            address = raw.decode() if isinstance(raw, bytes) else str(raw)
+            with self.core.lock:
+                peer = next(
+                    (s.name for s in self.core.peers.values() if address in s.addresses), None
+                )
+            if peer is None:
+                continue  # a connection to our bound side: the heartbeat watches those
+            if event["event"] == zmq.EVENT_CONNECTED:
+                if monitor is self.monitors[0]:
+                    self._events.append(PeerEvent(peer, PeerEventKind.CONNECTED))
+            elif event["event"] == zmq.EVENT_DISCONNECTED:
+                self.lose(peer, f"disconnected from {address}")
 
     # -- receiving --------------------------------------------------------------------
 

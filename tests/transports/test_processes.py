@@ -74,3 +74,25 @@ def test_a_connect_to_nothing_is_lost_after_the_hello_timeout() -> None:
             FAST.heartbeat_timeout + WAIT,
         )
         assert "no hello answered" in owner.events[-1].reason
+
+
+def test_a_frame_above_the_hard_cap_drops_the_connection_and_counts_as_peer_loss() -> None:
+    sender = t.TransportConfig(
+        max_message_size=64 * 1024, heartbeat_interval=0.1, heartbeat_timeout=0.6
+    )
+    receiver = t.TransportConfig(
+        max_message_size=1024, hard_message_cap=2048, heartbeat_interval=0.1, heartbeat_timeout=0.6
+    )
+    a_owner, b_owner = Owner(), Owner()
+    with transport(b"A", a_owner, sender) as a, transport(b"B", b_owner, receiver) as b:
+        a.connect(b"B", b.bind("tcp://127.0.0.1:*", "tcp://127.0.0.1:*"))
+        assert a_owner.wait(lambda: t.PeerEventKind.READY in a_owner.event_kinds(b"B"))
+        assert t.PeerEventKind.CONNECTED in a_owner.event_kinds(b"B")  # from the monitor
+        assert a.submit(b"B", [b"x" * 8192]).status is t.SubmitStatus.OK
+        assert a_owner.wait(lambda: t.PeerEventKind.LOST in a_owner.event_kinds(b"B"))
+        assert b_owner.wait(
+            lambda: t.PeerEventKind.LOST in b_owner.event_kinds(b"A"),
+            receiver.heartbeat_timeout + WAIT,
+        )
+        assert b_owner.records == []  # the oversize frame never reached the owner
+        assert (a.statistics().lost_peers, b.statistics().lost_peers) == (1, 1)
