@@ -8,7 +8,7 @@ import os
 import platform
 import sys
 
-from . import handler_to_handler, latency, oneway, pipelined, spots10k
+from . import handler_to_handler, latency, oneway, pipelined, spots10k, transports
 from ._harness import Scenario, report, run
 
 
@@ -26,6 +26,7 @@ def main() -> int:
         3: [pipelined.scenario(args.quick)],
         4: handler_to_handler.scenarios(args.quick),
         5: [spots10k.scenario(args.quick)],
+        6: transports.scenarios(args.quick),
     }
     print(
         f"python {platform.python_version()} on {platform.machine()}, "

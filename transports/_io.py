@@ -30,6 +30,9 @@ from ._wire import Kind, decode, encode
 __all__ = ["IoThread"]
 
 log = logging.getLogger("transports")
+_MORE = int(zmq.SNDMORE | zmq.NOBLOCK)
+_LAST = int(zmq.NOBLOCK)
+_NOBLOCK = int(zmq.NOBLOCK)
 
 ReceiveCallback = Callable[[Sequence[Inbound]], None]
 EventCallback = Callable[[PeerEvent], None]
@@ -151,15 +154,14 @@ class IoThread(threading.Thread):
         """Run one command; False for "stop"."""
         op = command[0]
         if op == "app":
-            _, peer, kind, route_id, frames = command
-            with self.core.lock:
-                state = self.core.peers.get(peer)
-                if state is not None and not (state.outbound or state.app_seen):
+            _, peer, kind, route_id, frames, charge = command
+            state = self.core.peers.get(peer)  # app_seen is written by this thread only
+            if state is not None and not (state.outbound or state.app_seen):
+                with self.core.lock:
                     # its application connection is not known to be up yet (we may be
                     # paused and not reading it): keep the order, send on its hello
                     state.app_backlog.append(command)
-                    return True
-            charge = self.core.charge_of(frames)
+                return True
             self._send(self.app, peer, encode(kind, 0, route_id, charge), frames)
         elif op == "comp":
             _, peer, kind, route_id, frames, *aux = command
@@ -181,7 +183,17 @@ class IoThread(threading.Thread):
         self, sock: zmq.Socket[bytes], peer: bytes, env: bytes, frames: Sequence[bytes]
     ) -> bool:
         try:
-            sock.send_multipart([peer, env, *frames], zmq.NOBLOCK)
+            # frame by frame with plain int flags: send_multipart's enum arithmetic
+            # costs more than the sends of a small message
+            send = sock.send
+            send(peer, _MORE)
+            if frames:
+                send(env, _MORE)
+                last = len(frames) - 1
+                for i, frame in enumerate(frames):
+                    send(frame, _LAST if i == last else _MORE)
+            else:
+                send(env, _LAST)
         except zmq.ZMQError as exc:
             if exc.errno == errno.EHOSTUNREACH:
                 self.lose(peer, "no route to the peer (ROUTER_MANDATORY)")
@@ -190,15 +202,17 @@ class IoThread(threading.Thread):
             else:
                 raise
             return False
-        size = len(env) + sum(len(f) for f in frames)
+        # counters are written by this thread only; statistics() reads a snapshot
+        size = len(env)
+        for frame in frames:
+            size += len(frame)
         core = self.core
-        with core.lock:
-            core.sent_frames += 1
-            core.sent_bytes += size
-            state = core.peers.get(peer)
-            if state is not None:
-                state.sent_frames += 1
-                state.sent_bytes += size
+        core.sent_frames += 1
+        core.sent_bytes += size
+        state = core.peers.get(peer)
+        if state is not None:
+            state.sent_frames += 1
+            state.sent_bytes += size
         return True
 
     def _send_comp(
@@ -279,13 +293,14 @@ class IoThread(threading.Thread):
 
     def _read(self, sock: zmq.Socket[bytes], completion: bool) -> None:
         batch: list[Inbound] = []
+        now = time.monotonic()
         for _ in range(self.core.config.batch):
             try:
-                msg = sock.recv_multipart(zmq.NOBLOCK)
+                msg = sock.recv_multipart(_NOBLOCK)
             except zmq.Again:
                 break
             try:
-                self._handle(msg, completion, batch)
+                self._handle(msg, completion, batch, now)
             except MalformedFrame as exc:
                 self._drop(msg[0] if msg else b"", str(exc))
         if batch:
@@ -299,14 +314,15 @@ class IoThread(threading.Thread):
             self.core.dropped_frames += 1
         log.warning("transports %r dropped a frame from %r: %s", self.core.name, peer, why)
 
-    def _handle(self, msg: list[bytes], completion: bool, batch: list[Inbound]) -> None:
+    def _handle(self, msg: list[bytes], completion: bool, batch: list[Inbound], now: float) -> None:
         if len(msg) < 2:
             raise MalformedFrame("a message without an envelope frame")
         peer, env_frame, payload = msg[0], msg[1], msg[2:]
         env = decode(env_frame)
         core = self.core
-        size = sum(len(f) for f in msg[1:])
-        now = time.monotonic()
+        size = len(env_frame)
+        for frame in payload:
+            size += len(frame)
         admitted: list[Future[None]] = []
         flush: list[Command] = []
         with core.lock:

@@ -25,7 +25,8 @@ from ._wire import Kind
 
 __all__ = ["Command", "Core", "Parked", "PeerState"]
 
-#: A command for the I/O thread: (op, *args). Ops: "app" (peer, kind, route_id, frames),
+#: A command for the I/O thread: (op, *args). Ops: "app" (peer, kind, route_id, frames,
+#: charge),
 #: "comp" (peer, kind, route_id, frames), "flow" (), "call" (function, future).
 Command = tuple[Any, ...]
 
@@ -149,7 +150,7 @@ class Core:
                 state.slots += 1
             if not state.parked and self._fits(state, charge):
                 state.in_use += charge
-                self.post(("app", peer, kind, route_id, frames))
+                self.post(("app", peer, kind, route_id, frames, charge))
                 return _OK
             future: Future[None] = Future()
             future.set_running_or_notify_cancel()
@@ -170,7 +171,7 @@ class Core:
             item = state.parked.popleft()
             state.parked_bytes -= item.charge
             state.in_use += item.charge
-            self.post(("app", state.name, item.kind, item.route_id, item.frames))
+            self.post(("app", state.name, item.kind, item.route_id, item.frames, item.charge))
             admitted.append(item.future)
         return admitted
 

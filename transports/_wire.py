@@ -44,7 +44,7 @@ class Kind(enum.IntEnum):
     PONG = 9
 
 
-_KINDS = frozenset(int(k) for k in Kind)
+_BY_VALUE: dict[int, Kind] = {int(k): k for k in Kind}
 
 
 class Envelope(NamedTuple):
@@ -72,10 +72,11 @@ def decode(frame: bytes) -> Envelope:
     version, kind, flags, aux, route_id, credit = _STRUCT.unpack(frame)
     if version != VERSION:
         raise MalformedFrame(f"envelope version {version}, this side speaks {VERSION}")
-    if kind not in _KINDS:
+    known = _BY_VALUE.get(kind)
+    if known is None:
         raise MalformedFrame(f"unknown frame kind {kind}")
     if flags:
         raise MalformedFrame(f"unknown flags {flags:#x}")
     if kind == Kind.FLOW and aux not in (0, 1):
         raise MalformedFrame(f"flow state {aux} is neither RUNNING (0) nor PAUSED (1)")
-    return Envelope(Kind(kind), aux, route_id, credit)
+    return Envelope(known, aux, route_id, credit)
