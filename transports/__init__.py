@@ -13,6 +13,7 @@ from ._errors import TransportError as TransportError
 from ._errors import TransportUsageError as TransportUsageError
 from ._errors import UnknownPeer as UnknownPeer
 from ._transport import Transport as Transport
+from ._types import CurveConfig as CurveConfig
 from ._types import Endpoints as Endpoints
 from ._types import FlowState as FlowState
 from ._types import Inbound as Inbound
@@ -27,6 +28,7 @@ from ._types import TransportStatistics as TransportStatistics
 
 __all__ = [
     "Closed",
+    "CurveConfig",
     "Endpoints",
     "FlowState",
     "Inbound",

@@ -58,6 +58,19 @@ class IoThread(threading.Thread):
         events = zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED
         self.monitors = [self.app.get_monitor_socket(events), self.comp.get_monitor_socket(events)]
         self.poller = zmq.Poller()
+        self.zap: zmq.Socket[bytes] | None = None
+        curve = core.config.curve
+        if curve is not None:
+            # our own ZAP handler, on this thread: the accepted keys decide who connects
+            self.accepted = curve.accepted_raw()
+            self.zap = self.context.socket(zmq.ROUTER)
+            self.zap.setsockopt(zmq.LINGER, 0)
+            self.zap.bind("inproc://zeromq.zap.01")
+            self.poller.register(self.zap, zmq.POLLIN)
+            for sock in (self.app, self.comp):
+                sock.setsockopt(zmq.CURVE_PUBLICKEY, curve.public_key)
+                sock.setsockopt(zmq.CURVE_SECRETKEY, curve.secret_key)
+                sock.setsockopt(zmq.ZAP_DOMAIN, b"transports")
         self.poller.register(self.comp, zmq.POLLIN)
         self.poller.register(core.waker, zmq.POLLIN)
         for monitor in self.monitors:
@@ -113,6 +126,8 @@ class IoThread(threading.Thread):
                 for monitor in self.monitors:
                     if ready.get(monitor):
                         self._read_monitor(monitor)
+                if self.zap is not None and ready.get(self.zap):
+                    self._answer_zap(self.zap)
                 self._flush_credit()
                 now = time.monotonic()
                 if now >= next_tick:
@@ -130,6 +145,8 @@ class IoThread(threading.Thread):
                 sock.disable_monitor()
             for monitor in self.monitors:
                 monitor.close(0)
+            if self.zap is not None:
+                self.zap.close(0)
             self.app.close(0)
             self.comp.close(0)
             self.context.term()
@@ -252,6 +269,10 @@ class IoThread(threading.Thread):
     # -- setup (run on this thread through "call" commands) ----------------------------
 
     def bind(self, application: str, completion: str) -> tuple[str, str]:
+        # libzmq reads the security options when an endpoint is bound or connected
+        for sock in (self.app, self.comp):
+            if self.zap is not None:
+                sock.setsockopt(zmq.CURVE_SERVER, 1)
         self.app.bind(application)
         self.comp.bind(completion)
         app_end = self.app.getsockopt(zmq.LAST_ENDPOINT)
@@ -260,14 +281,39 @@ class IoThread(threading.Thread):
         assert isinstance(comp_end, bytes)
         return app_end.decode(), comp_end.decode()
 
-    def connect(self, peer: bytes) -> None:
+    def connect(self, peer: bytes, server_key: bytes | None) -> None:
         with self.core.lock:
             state = self.core.peers[peer]
             application, completion = state.addresses
         for sock, address in ((self.app, application), (self.comp, completion)):
             sock.setsockopt(zmq.CONNECT_ROUTING_ID, peer)
+            if server_key is not None:  # we are the CURVE client of this connection
+                sock.setsockopt(zmq.CURVE_SERVER, 0)
+                sock.setsockopt(zmq.CURVE_SERVERKEY, server_key)
             sock.connect(address)
+            if server_key is not None:
+                sock.setsockopt(zmq.CURVE_SERVER, 1)  # for a later bind
             self._send(sock, peer, encode(Kind.HELLO), ())
+
+    def _answer_zap(self, zap: zmq.Socket[bytes]) -> None:
+        """ZAP (RFC 27): accept a CURVE client whose public key is in `accepted_keys`."""
+        for _ in range(self.core.config.batch):
+            try:
+                request = zap.recv_multipart(_NOBLOCK)
+            except zmq.Again:
+                return
+            # [routing id, b"", version, request id, domain, address, identity,
+            #  mechanism, client key]
+            if len(request) < 8:
+                log.warning("transports %r: a malformed ZAP request", self.core.name)
+                continue
+            rid, _, version, request_id = request[:4]
+            mechanism, credentials = request[7], request[8:]
+            ok = mechanism == b"CURVE" and credentials and credentials[0] in self.accepted
+            if not ok:
+                log.warning("transports %r refused a %s client", self.core.name, mechanism)
+            status = (b"200", b"OK") if ok else (b"400", b"key not accepted")
+            zap.send_multipart([rid, b"", version, request_id, *status, b"", b""])
 
     def _read_monitor(self, monitor: zmq.Socket[bytes]) -> None:
         for _ in range(self.core.config.batch):

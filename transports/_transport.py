@@ -97,20 +97,33 @@ class Transport:
             zmq.ZMQError: libzmq refused the address.
         """
         app, comp = self._call(lambda io: io.bind(application, completion))
-        return Endpoints(app, comp)
+        curve = self._core.config.curve
+        return Endpoints(app, comp, curve.public_key if curve is not None else None)
 
     def connect(self, peer: bytes, endpoints: Endpoints) -> None:
         """Connect both ROUTERs to a peer's `Endpoints`. Returns before the hello exchange
         completes: `submit` may be used at once (frames wait in libzmq). The peer is
         lost if the exchange does not complete within `heartbeat_timeout`.
 
+        With CURVE configured, `endpoints.curve_public_key` is the peer's public key and
+        our own public key must be among the peer's `accepted_keys` (else its ZAP handler
+        refuses us and the peer is lost after the hello timeout).
+
         Raises:
-            TransportUsageError: already connected to that peer, or a bad name.
+            TransportUsageError: already connected to that peer, a bad name, or CURVE on
+                one side only.
             Closed: the transport is closed.
         """
         if not isinstance(peer, bytes) or not 1 <= len(peer) <= 255 or peer[0] == 0:
             raise TransportUsageError("peer must be 1..255 bytes not starting with b'\\x00'")
         core = self._core
+        server_key = endpoints.curve_public_key
+        if (core.config.curve is None) != (server_key is None):
+            raise TransportUsageError(
+                "CURVE must be configured on both sides: this transport has "
+                f"{'no' if core.config.curve is None else 'a'} CurveConfig and the "
+                f"endpoints {'no' if server_key is None else 'a'} public key"
+            )
         with core.lock:
             if core.closed:
                 raise Closed("the transport is closed")
@@ -122,7 +135,7 @@ class Transport:
                 addresses=(endpoints.application, endpoints.completion),
                 deadline=time.monotonic() + core.config.heartbeat_timeout,
             )
-        self._call(lambda io: io.connect(peer))
+        self._call(lambda io: io.connect(peer, server_key))
 
     def submit(self, peer: bytes, frames: Sequence[bytes]) -> SubmitResult:
         """Submit a one-way message to `peer`.

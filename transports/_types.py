@@ -9,10 +9,13 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
+from zmq.utils import z85
+
 from ._errors import TransportError, TransportUsageError
 
 __all__ = [
     "MIB",
+    "CurveConfig",
     "Endpoints",
     "FlowState",
     "Inbound",
@@ -27,6 +30,44 @@ __all__ = [
 ]
 
 MIB = 1024 * 1024
+
+
+def _curve_key(name: str, key: object) -> bytes:
+    """A Z85-encoded CURVE key (40 bytes), decoded to its 32 bytes."""
+    if not isinstance(key, bytes) or len(key) != 40:
+        raise TransportUsageError(f"{name} must be a 40-byte Z85 CURVE key")
+    try:
+        return z85.decode(key)
+    except (ValueError, KeyError, IndexError) as exc:
+        raise TransportUsageError(f"{name} is not valid Z85") from exc
+
+
+@dataclass(frozen=True)
+class CurveConfig:
+    """CURVE security for both ROUTERs of a transport (off unless configured).
+
+    Attributes:
+        public_key: this transport's Z85 public key (`zmq.curve_keypair()`).
+        secret_key: its Z85 secret key.
+        accepted_keys: the Z85 public keys of the peers allowed to connect to us,
+            checked by the transport's own ZAP handler; any other is refused.
+    """
+
+    public_key: bytes
+    secret_key: bytes
+    accepted_keys: frozenset[bytes] = frozenset()
+
+    def __post_init__(self) -> None:
+        _curve_key("public_key", self.public_key)
+        _curve_key("secret_key", self.secret_key)
+        if not isinstance(self.accepted_keys, frozenset):
+            raise TransportUsageError("accepted_keys must be a frozenset of Z85 keys")
+        for key in self.accepted_keys:
+            _curve_key("an accepted key", key)
+
+    def accepted_raw(self) -> frozenset[bytes]:
+        """The accepted keys as the 32-byte values ZAP requests carry."""
+        return frozenset(z85.decode(k) for k in self.accepted_keys)
 
 
 @dataclass(frozen=True)
@@ -45,6 +86,7 @@ class TransportConfig:
         heartbeat_timeout: seconds of silence after which a peer is lost; also the
             longest a `connect()` may take to complete its hello exchange.
         batch: records read per socket per wake.
+        curve: CURVE keys for both ROUTERs; None (the default) is plaintext.
     """
 
     credit_window: int = 16 * MIB
@@ -55,6 +97,7 @@ class TransportConfig:
     heartbeat_interval: float = 1.0
     heartbeat_timeout: float = 5.0
     batch: int = 64
+    curve: CurveConfig | None = None
 
     def __post_init__(self) -> None:
         for name in ("credit_window", "min_charge", "max_message_size", "slots", "batch"):
@@ -72,6 +115,8 @@ class TransportConfig:
                 raise TransportUsageError(f"{name} must be positive seconds, got {value!r}")
         if self.heartbeat_timeout <= self.heartbeat_interval:
             raise TransportUsageError("heartbeat_timeout must exceed heartbeat_interval")
+        if self.curve is not None and not isinstance(self.curve, CurveConfig):
+            raise TransportUsageError("curve must be a CurveConfig or None")
 
     @property
     def frame_cap(self) -> int:
@@ -82,10 +127,12 @@ class TransportConfig:
 @dataclass(frozen=True)
 class Endpoints:
     """The two bound addresses of a transport: the application connection (messages,
-    requests, under credit) and the completion connection (replies and flow frames)."""
+    requests, under credit) and the completion connection (replies and flow frames),
+    and its CURVE public key when it has one (a connecting peer needs it)."""
 
     application: str
     completion: str
+    curve_public_key: bytes | None = None
 
 
 class SubmitStatus(enum.Enum):
