@@ -25,7 +25,7 @@ from zmq.utils.monitor import recv_monitor_message
 from ._errors import MalformedFrame, PayloadTooLarge, PeerLost
 from ._state import Command, Core, PeerState, admit_all, fail_all
 from ._types import FlowState, Inbound, InboundKind, PeerEvent, PeerEventKind
-from ._wire import Kind, decode, encode
+from ._wire import Envelope, Kind, decode, encode
 
 __all__ = ["IoThread"]
 
@@ -366,11 +366,12 @@ class IoThread(threading.Thread):
         peer, env_frame, payload = msg[0], msg[1], msg[2:]
         env = decode(env_frame)
         core = self.core
-        size = len(env_frame)
+        payload_size = 0
         for frame in payload:
-            size += len(frame)
+            payload_size += len(frame)
+        size = len(env_frame) + payload_size
         admitted: list[Future[None]] = []
-        flush: list[Command] = []
+        flush: list[Command] = []  # sent after the lock is released (a send may lose)
         with core.lock:
             core.received_frames += 1
             core.received_bytes += size
@@ -382,43 +383,63 @@ class IoThread(threading.Thread):
             state.received_frames += 1
             state.received_bytes += size
             state.deadline = now + core.config.heartbeat_timeout
-            if not completion:
-                if env.kind not in (Kind.MESSAGE, Kind.REQUEST, Kind.HELLO):
-                    raise MalformedFrame(f"a {env.kind.name} frame on the application connection")
-                if env.kind is Kind.HELLO:
-                    return self._run_all(flush)
-                charge = max(env.credit, 1)
-                kind = InboundKind.MESSAGE if env.kind is Kind.MESSAGE else InboundKind.REQUEST
-                if size - len(env_frame) > core.config.max_message_size:
-                    state.owed += charge  # rejected: its credit goes straight back
-                    core.credit_dirty.add(peer)
-                    error = PayloadTooLarge(f"{size - len(env_frame)} bytes of payload refused")
-                    batch.append(Inbound(peer, kind, env.route_id, (), 0, error))
-                    return
-                state.unreleased += charge
-                batch.append(Inbound(peer, kind, env.route_id, payload, charge))
-                return
-            if env.kind in (Kind.MESSAGE, Kind.REQUEST):
-                raise MalformedFrame(f"a {env.kind.name} frame on the completion connection")
-            if env.credit:
-                state.in_use = max(0, state.in_use - env.credit)
-            if env.kind is Kind.HELLO_ACK:
-                if not state.ready:
-                    state.ready = True
-                    state.next_ping = now + core.config.heartbeat_interval
-                    self._events.append(PeerEvent(peer, PeerEventKind.READY))
-            elif env.kind is Kind.REPLY:
-                state.slots = max(0, state.slots - 1)
-                batch.append(Inbound(peer, InboundKind.REPLY, env.route_id, payload, 0))
-            elif env.kind is Kind.FLOW:
-                if env.route_id > state.flow_epoch_seen:  # an older epoch is stale
-                    state.flow_epoch_seen = env.route_id
-                    state.paused_by_peer = env.aux == FlowState.PAUSED.value
-            elif env.kind is Kind.PING:
-                core.post(("comp", peer, Kind.PONG, env.route_id, ()))
-            admitted = core.admit_parked_locked(state)
+            if env.kind is Kind.HELLO:
+                pass
+            elif not completion:
+                self._inbound_locked(state, env, payload, payload_size, batch)
+            else:
+                self._completion_locked(state, env, payload, batch, now)
+                admitted = core.admit_parked_locked(state)
         self._run_all(flush)
         admit_all(admitted)
+
+    def _inbound_locked(
+        self, state: PeerState, env: Envelope, payload: list[bytes], size: int, batch: list[Inbound]
+    ) -> None:
+        """A frame on the application connection: a message or a request."""
+        if env.kind is Kind.MESSAGE:
+            kind = InboundKind.MESSAGE
+        elif env.kind is Kind.REQUEST:
+            kind = InboundKind.REQUEST
+        else:
+            raise MalformedFrame(f"a {env.kind.name} frame on the application connection")
+        charge = max(env.credit, 1)
+        if size > self.core.config.max_message_size:
+            state.owed += charge  # rejected: its credit goes straight back
+            self.core.credit_dirty.add(state.name)
+            error = PayloadTooLarge(f"{size} bytes of payload refused")
+            batch.append(Inbound(state.name, kind, env.route_id, (), 0, error))
+            return
+        state.unreleased += charge
+        batch.append(Inbound(state.name, kind, env.route_id, payload, charge))
+
+    def _completion_locked(
+        self,
+        state: PeerState,
+        env: Envelope,
+        payload: list[bytes],
+        batch: list[Inbound],
+        now: float,
+    ) -> None:
+        """A frame on the completion connection; any of them may return credit."""
+        if env.kind in (Kind.MESSAGE, Kind.REQUEST):
+            raise MalformedFrame(f"a {env.kind.name} frame on the completion connection")
+        if env.credit:
+            state.in_use = max(0, state.in_use - env.credit)
+        if env.kind is Kind.HELLO_ACK:
+            if not state.ready:
+                state.ready = True
+                state.next_ping = now + self.core.config.heartbeat_interval
+                self._events.append(PeerEvent(state.name, PeerEventKind.READY))
+        elif env.kind is Kind.REPLY:
+            state.slots = max(0, state.slots - 1)
+            batch.append(Inbound(state.name, InboundKind.REPLY, env.route_id, payload, 0))
+        elif env.kind is Kind.FLOW:
+            if env.route_id > state.flow_epoch_seen:  # an older epoch is stale
+                state.flow_epoch_seen = env.route_id
+                state.paused_by_peer = env.aux == FlowState.PAUSED.value
+        elif env.kind is Kind.PING:
+            self.core.post(("comp", state.name, Kind.PONG, env.route_id, ()))
 
     def _run_all(self, commands: list[Command]) -> None:
         for command in commands:
