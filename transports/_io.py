@@ -78,6 +78,7 @@ class IoThread(threading.Thread):
         self.app_polled = False
         self._poll_app(True)
         self._events: list[PeerEvent] = []
+        self._restarted: list[Future[None]] = []  # parked for a restarted peer, to fail
         self._stopping = False
 
     def _router(self) -> zmq.Socket[bytes]:
@@ -392,6 +393,9 @@ class IoThread(threading.Thread):
                 admitted = core.admit_parked_locked(state)
         self._run_all(flush)
         admit_all(admitted)
+        if self._restarted:
+            futures, self._restarted = self._restarted, []
+            fail_all(futures, PeerLost, f"peer {peer!r} restarted")
 
     def _inbound_locked(
         self, state: PeerState, env: Envelope, payload: list[bytes], size: int, batch: list[Inbound]
@@ -457,6 +461,13 @@ class IoThread(threading.Thread):
         ready (its application hello may wait unread while we are paused). What was held
         back for the peer goes into `flush`, sent before any later command."""
         core = self.core
+        seen = state is not None and (state.completion_seen if completion else state.app_seen)
+        if state is not None and not state.outbound and seen:
+            # a second hello on the same connection: the peer restarted under its name;
+            # its old incarnation is lost (its parked futures fail)
+            self._restarted.extend(core.drop_peer_locked(peer))
+            self._events.append(PeerEvent(peer, PeerEventKind.LOST, "restarted"))
+            state = None
         if state is None:
             state = PeerState(peer, outbound=False, deadline=now + core.config.heartbeat_timeout)
             core.peers[peer] = state

@@ -252,3 +252,22 @@ def test_batches_hold_at_most_the_configured_number_of_records(tmp_path: pathlib
         assert owner.wait(lambda: len(owner.records) == 100)
         assert max(owner.batches) == 8
         assert [bytes(r.frames[0]) for r in owner.records] == [b"%d" % i for i in range(100)]
+
+
+def test_a_peer_that_restarts_under_its_name_is_lost_then_ready_again(
+    tmp_path: pathlib.Path,
+) -> None:
+    b_owner = Owner(auto_release=False)
+    with transport(b"B", b_owner) as b:
+        endpoints = b.bind("tcp://127.0.0.1:*", "tcp://127.0.0.1:*")
+        for incarnation in range(2):
+            owner = Owner()
+            with transport(b"A", owner) as a:
+                a.connect(b"B", endpoints)
+                assert owner.wait(lambda o=owner: t.PeerEventKind.READY in o.event_kinds(b"B"))
+                assert a.submit(b"B", [b"from %d" % incarnation]).status is t.SubmitStatus.OK
+                assert b_owner.wait(lambda n=incarnation: len(b_owner.records) == n + 1)
+        assert b_owner.event_kinds(b"A")[:2] == [t.PeerEventKind.CONNECTED, t.PeerEventKind.READY]
+        assert t.PeerEventKind.LOST in b_owner.event_kinds(b"A")
+        assert b_owner.event_kinds(b"A").count(t.PeerEventKind.READY) == 2
+        assert [list(r.frames) for r in b_owner.records] == [[b"from 0"], [b"from 1"]]
