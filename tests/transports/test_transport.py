@@ -4,6 +4,7 @@ malformed frames from a raw pyzmq socket."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import pathlib
 import struct
@@ -13,7 +14,7 @@ import pytest
 import zmq
 
 import transports as t
-from transports._wire import VERSION, Kind, encode
+from transports._wire import VERSION, Envelope, Kind, encode
 
 from .helpers import FAST, WAIT, Owner, pair, transport, wait_until
 
@@ -271,3 +272,32 @@ def test_a_peer_that_restarts_under_its_name_is_lost_then_ready_again(
         assert t.PeerEventKind.LOST in b_owner.event_kinds(b"A")
         assert b_owner.event_kinds(b"A").count(t.PeerEventKind.READY) == 2
         assert [list(r.frames) for r in b_owner.records] == [[b"from 0"], [b"from 1"]]
+
+
+def test_a_flow_frame_of_an_older_epoch_is_stale_and_ignored(tmp_path: pathlib.Path) -> None:
+    with pair("tcp", tmp_path) as (a, _, b, _b):
+        b.set_flow(t.FlowState.PAUSED)  # epoch 1
+        assert wait_until(lambda: a.peer_statistics(b"B").paused_by_peer)
+        b.set_flow(t.FlowState.RUNNING)  # epoch 2
+        assert wait_until(lambda: not a.peer_statistics(b"B").paused_by_peer)
+        # a late PAUSED of epoch 1, as the I/O thread would receive it
+        stale = Envelope(Kind.FLOW, t.FlowState.PAUSED.value, 1, 0)
+        with a._core.lock:
+            state = a._core.peers[b"B"]
+            a._io._completion_locked(state, stale, [], [], 0.0)
+            assert not state.paused_by_peer
+            assert state.flow_epoch_seen == 2
+
+
+def test_statistics_are_frozen_snapshots_that_count_the_traffic(tmp_path: pathlib.Path) -> None:
+    with pair("tcp", tmp_path) as (a, _, b, b_owner):
+        for i in range(10):
+            assert a.submit(b"B", [b"%d" % i]).status is t.SubmitStatus.OK
+        assert b_owner.wait(lambda: len(b_owner.records) == 10)
+        theirs = b.peer_statistics(b"A")
+        assert theirs.received_frames >= 11  # the hellos and the ten messages
+        mine = a.statistics()
+        assert mine.sent_frames == mine.per_peer[0].sent_frames  # one peer, none lost
+        assert (mine.peers, mine.lost_peers, mine.flow) == (1, 0, t.FlowState.RUNNING)
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            mine.peers = 2  # type: ignore[misc]
