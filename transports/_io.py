@@ -33,6 +33,7 @@ log = logging.getLogger("transports")
 _MORE = int(zmq.SNDMORE | zmq.NOBLOCK)
 _LAST = int(zmq.NOBLOCK)
 _NOBLOCK = int(zmq.NOBLOCK)
+_CREDIT_DELAY = 0.001  # seconds a small credit return may wait for a reply to carry it
 
 ReceiveCallback = Callable[[Sequence[Inbound]], None]
 EventCallback = Callable[[PeerEvent], None]
@@ -114,9 +115,16 @@ class IoThread(threading.Thread):
         tick = core.config.heartbeat_interval / 2
         next_tick = time.monotonic() + tick
         try:
+            credit_wait = 1  # ms; see below
             while not self._stopping:
-                timeout = max(0.0, next_tick - time.monotonic())
-                ready = dict(self.poller.poll(int(timeout * 1000) + 1))
+                timeout_ms = int(max(0.0, next_tick - time.monotonic()) * 1000) + 1
+                if core.credit_held:
+                    # our owner holds delivered bytes: a small release does not wake us
+                    # (its reply usually carries the credit back), so look again soon:
+                    # 1 ms after traffic, backing off to 64 ms while nothing moves
+                    timeout_ms = min(timeout_ms, credit_wait)
+                ready = dict(self.poller.poll(timeout_ms))
+                credit_wait = 1 if ready else min(credit_wait * 2, 64)
                 for command in core.take_commands():
                     if not self._run_command(command):
                         return
@@ -243,9 +251,11 @@ class IoThread(threading.Thread):
             if state is None:
                 return  # lost meanwhile: the reply goes with the peer
             if not (state.outbound or state.completion_seen):
-                state.completion_backlog.append(("comp", peer, kind, route_id, frames))
+                if kind is not Kind.CREDIT:  # owed credit stays owed and goes later
+                    state.completion_backlog.append(("comp", peer, kind, route_id, frames, aux))
                 return
             credit, state.owed = state.owed, 0
+            core.credit_held -= credit
             core.credit_dirty.discard(peer)
         self._send(self.comp, peer, encode(kind, aux, route_id, credit), frames)
 
@@ -259,11 +269,19 @@ class IoThread(threading.Thread):
             self._send_comp(peer, Kind.FLOW, epoch, (), aux=state.value)
 
     def _flush_credit(self) -> None:
+        """Return owed credit in CREDIT frames: at once when a large amount is owed, else
+        after it has waited 1 ms (a reply to that peer usually carries it back first)."""
         core = self.core
         if not core.credit_dirty:
             return
+        due = time.monotonic() - _CREDIT_DELAY
         with core.lock:
-            dirty = list(core.credit_dirty)
+            dirty = [
+                peer
+                for peer in core.credit_dirty
+                if (state := core.peers.get(peer)) is not None
+                and (state.owed >= core.wake_credit or state.owed_since <= due)
+            ]
         for peer in dirty:
             self._send_comp(peer, Kind.CREDIT, 0, ())
 
@@ -416,11 +434,13 @@ class IoThread(threading.Thread):
         charge = max(env.credit, 1)
         if size > self.core.config.max_message_size:
             state.owed += charge  # rejected: its credit goes straight back
+            self.core.credit_held += charge
             self.core.credit_dirty.add(state.name)
             error = PayloadTooLarge(f"{size} bytes of payload refused")
             batch.append(Inbound(state.name, kind, env.route_id, (), 0, error))
             return
         state.unreleased += charge
+        self.core.credit_held += charge
         batch.append(Inbound(state.name, kind, env.route_id, payload, charge))
 
     def _completion_locked(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import time
 from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import Future
@@ -61,6 +62,7 @@ class PeerState:
     flow_epoch_seen: int = 0
     # receiving side: the peer's frames to us
     owed: int = 0  # released by our owner, not yet returned in a frame
+    owed_since: float = 0.0  # when `owed` last became non-zero
     unreleased: int = 0  # delivered to our owner, not yet released
     completion_backlog: list[Command] = field(default_factory=list)
     app_backlog: list[Command] = field(default_factory=list)  # before its app hello is read
@@ -85,6 +87,11 @@ class Core:
         self.peers: dict[bytes, PeerState] = {}
         self.commands: deque[Command] = deque()
         self.credit_dirty: set[bytes] = set()
+        # bytes delivered to our owner and not yet returned to their senders (unreleased
+        # or owed): while any are held, the I/O thread wakes at least every millisecond
+        # to return released credit, so a release need not wake it for small amounts
+        self.credit_held = 0
+        self.wake_credit = max(config.min_charge, config.credit_window // 8)
         self.flow = FlowState.RUNNING
         self.flow_epoch = 0
         self.closed = False
@@ -192,10 +199,12 @@ class Core:
             if nbytes == 0:
                 return
             state.unreleased -= nbytes
+            if not state.owed:
+                state.owed_since = time.monotonic()
             state.owed += nbytes
-            if peer not in self.credit_dirty:
-                self.credit_dirty.add(peer)
-                self._wake_locked()
+            self.credit_dirty.add(peer)
+            if state.owed >= self.wake_credit:
+                self._wake_locked()  # a large return goes at once, not at the next tick
 
     # -- loss and close -------------------------------------------------------------
 
@@ -205,6 +214,7 @@ class Core:
         self.credit_dirty.discard(peer)
         if state is None:
             return []
+        self.credit_held -= state.unreleased + state.owed
         self.lost_peers += 1
         return [item.future for item in state.parked]
 
