@@ -17,15 +17,15 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
 
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from ._errors import MalformedFrame, PayloadTooLarge, PeerLost
-from ._state import Command, Core, PeerState, admit_all, fail_all
-from ._types import FlowState, Inbound, InboundKind, PeerEvent, PeerEventKind
-from ._wire import Envelope, Kind, decode, encode
+from ._errors import MalformedFrame, PeerLost
+from ._receive import Receiver
+from ._state import Command, Core, admit_all, fail_all
+from ._types import FlowState, Inbound, PeerEvent, PeerEventKind
+from ._wire import Kind, encode
 
 __all__ = ["IoThread"]
 
@@ -79,7 +79,7 @@ class IoThread(threading.Thread):
         self.app_polled = False
         self._poll_app(True)
         self._events: list[PeerEvent] = []
-        self._restarted: list[Future[None]] = []  # parked for a restarted peer, to fail
+        self.receiver = Receiver(core, self._events)
         self._stopping = False
 
     def _router(self) -> zmq.Socket[bytes]:
@@ -167,7 +167,8 @@ class IoThread(threading.Thread):
         if not self._events or self.on_event is None:
             self._events.clear()
             return
-        events, self._events = self._events, []
+        events = list(self._events)
+        self._events.clear()  # the same list the receiver appends to
         for event in events:
             try:
                 self.on_event(event)
@@ -371,9 +372,13 @@ class IoThread(threading.Thread):
             except zmq.Again:
                 break
             try:
-                self._handle(msg, completion, batch, now)
+                flush, admitted, restarted = self.receiver.handle(msg, completion, batch, now)
             except MalformedFrame as exc:
                 self._drop(msg[0] if msg else b"", str(exc))
+                continue
+            self._run_all(flush)
+            admit_all(admitted)
+            fail_all(restarted, PeerLost, f"peer {msg[0]!r} restarted")
         if batch:
             try:
                 self.on_receive(batch)
@@ -385,136 +390,9 @@ class IoThread(threading.Thread):
             self.core.dropped_frames += 1
         log.warning("transports %r dropped a frame from %r: %s", self.core.name, peer, why)
 
-    def _handle(self, msg: list[bytes], completion: bool, batch: list[Inbound], now: float) -> None:
-        if len(msg) < 2:
-            raise MalformedFrame("a message without an envelope frame")
-        peer, env_frame, payload = msg[0], msg[1], msg[2:]
-        env = decode(env_frame)
-        core = self.core
-        payload_size = 0
-        for frame in payload:
-            payload_size += len(frame)
-        size = len(env_frame) + payload_size
-        admitted: list[Future[None]] = []
-        flush: list[Command] = []  # sent after the lock is released (a send may lose)
-        with core.lock:
-            core.received_frames += 1
-            core.received_bytes += size
-            state = core.peers.get(peer)
-            if env.kind is Kind.HELLO:
-                state = self._hello_locked(peer, state, completion, now, flush)
-            if state is None:
-                raise MalformedFrame(f"a {env.kind.name} frame from a peer without a hello")
-            state.received_frames += 1
-            state.received_bytes += size
-            state.deadline = now + core.config.heartbeat_timeout
-            if env.kind is Kind.HELLO:
-                pass
-            elif not completion:
-                self._inbound_locked(state, env, payload, payload_size, batch)
-            else:
-                self._completion_locked(state, env, payload, batch, now)
-                admitted = core.admit_parked_locked(state)
-        self._run_all(flush)
-        admit_all(admitted)
-        if self._restarted:
-            futures, self._restarted = self._restarted, []
-            fail_all(futures, PeerLost, f"peer {peer!r} restarted")
-
-    def _inbound_locked(
-        self, state: PeerState, env: Envelope, payload: list[bytes], size: int, batch: list[Inbound]
-    ) -> None:
-        """A frame on the application connection: a message or a request."""
-        if env.kind is Kind.MESSAGE:
-            kind = InboundKind.MESSAGE
-        elif env.kind is Kind.REQUEST:
-            kind = InboundKind.REQUEST
-        else:
-            raise MalformedFrame(f"a {env.kind.name} frame on the application connection")
-        charge = max(env.credit, 1)
-        if size > self.core.config.max_message_size:
-            state.owed += charge  # rejected: its credit goes straight back
-            self.core.credit_held += charge
-            self.core.credit_dirty.add(state.name)
-            error = PayloadTooLarge(f"{size} bytes of payload refused")
-            batch.append(Inbound(state.name, kind, env.route_id, (), 0, error))
-            return
-        state.unreleased += charge
-        self.core.credit_held += charge
-        batch.append(Inbound(state.name, kind, env.route_id, payload, charge))
-
-    def _completion_locked(
-        self,
-        state: PeerState,
-        env: Envelope,
-        payload: list[bytes],
-        batch: list[Inbound],
-        now: float,
-    ) -> None:
-        """A frame on the completion connection; any of them may return credit."""
-        if env.kind in (Kind.MESSAGE, Kind.REQUEST):
-            raise MalformedFrame(f"a {env.kind.name} frame on the completion connection")
-        if env.credit:
-            state.in_use = max(0, state.in_use - env.credit)
-        if env.kind is Kind.HELLO_ACK:
-            if not state.ready:
-                state.ready = True
-                state.next_ping = now + self.core.config.heartbeat_interval
-                self._events.append(PeerEvent(state.name, PeerEventKind.READY))
-        elif env.kind is Kind.REPLY:
-            state.slots = max(0, state.slots - 1)
-            batch.append(Inbound(state.name, InboundKind.REPLY, env.route_id, payload, 0))
-        elif env.kind is Kind.FLOW:
-            if env.route_id > state.flow_epoch_seen:  # an older epoch is stale
-                state.flow_epoch_seen = env.route_id
-                state.paused_by_peer = env.aux == FlowState.PAUSED.value
-        elif env.kind is Kind.PING:
-            self.core.post(("comp", state.name, Kind.PONG, env.route_id, ()))
-
     def _run_all(self, commands: list[Command]) -> None:
         for command in commands:
             self._run_command(command)
-
-    def _hello_locked(
-        self,
-        peer: bytes,
-        state: PeerState | None,
-        completion: bool,
-        now: float,
-        flush: list[Command],
-    ) -> PeerState:
-        """A hello on one of the two connections; the completion one makes an inbound peer
-        ready (its application hello may wait unread while we are paused). What was held
-        back for the peer goes into `flush`, sent before any later command."""
-        core = self.core
-        seen = state is not None and (state.completion_seen if completion else state.app_seen)
-        if state is not None and not state.outbound and seen:
-            # a second hello on the same connection: the peer restarted under its name;
-            # its old incarnation is lost (its parked futures fail)
-            self._restarted.extend(core.drop_peer_locked(peer))
-            self._events.append(PeerEvent(peer, PeerEventKind.LOST, "restarted"))
-            state = None
-        if state is None:
-            state = PeerState(peer, outbound=False, deadline=now + core.config.heartbeat_timeout)
-            core.peers[peer] = state
-            self._events.append(PeerEvent(peer, PeerEventKind.CONNECTED))
-        if state.outbound:
-            return state
-        if completion and not state.completion_seen:
-            state.completion_seen = True
-            state.ready = True
-            state.next_ping = now + core.config.heartbeat_interval
-            flush.append(("comp", peer, Kind.HELLO_ACK, 0, ()))
-            if core.flow_epoch:
-                flush.append(("comp", peer, Kind.FLOW, core.flow_epoch, (), core.flow.value))
-            flush.extend(state.completion_backlog)
-            state.completion_backlog.clear()
-            self._events.append(PeerEvent(peer, PeerEventKind.READY))
-        elif not completion and not state.app_seen:
-            state.app_seen = True
-            flush.extend(state.app_backlog)
-            state.app_backlog.clear()
-        return state
 
     # -- liveness ---------------------------------------------------------------------
 

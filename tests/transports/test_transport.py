@@ -284,7 +284,7 @@ def test_a_flow_frame_of_an_older_epoch_is_stale_and_ignored(tmp_path: pathlib.P
         stale = Envelope(Kind.FLOW, t.FlowState.PAUSED.value, 1, 0)
         with a._core.lock:
             state = a._core.peers[b"B"]
-            a._io._completion_locked(state, stale, [], [], 0.0)
+            a._io.receiver.completion_locked(state, stale, [], [], 0.0)
             assert not state.paused_by_peer
             assert state.flow_epoch_seen == 2
 
