@@ -82,6 +82,12 @@ class Transport:
         return self._core.config
 
     def _call(self, function: Callable[[IoThread], T]) -> T:
+        """Run `function` on the I/O thread and wait for its result (directly, when
+        called from a callback on that thread)."""
+        if threading.current_thread() is self._io:
+            if self._core.closed:
+                raise Closed("the transport is closed")
+            return function(self._io)
         future: Future[T] = Future()
         with self._core.lock:
             if self._core.closed:
@@ -136,6 +142,19 @@ class Transport:
                 deadline=time.monotonic() + core.config.heartbeat_timeout,
             )
         self._call(lambda io: io.connect(peer, server_key))
+
+    def disconnect(self, peer: bytes) -> None:
+        """Forget `peer` now, as if it were lost: its parked futures fail with `PeerLost`,
+        `on_event` gets LOST, the connections we opened to it are closed. Returns once
+        done.
+
+        Raises:
+            UnknownPeer: no such peer. Closed: the transport is closed.
+        """
+        with self._core.lock:
+            if peer not in self._core.peers:
+                raise UnknownPeer(f"no connection to peer {peer!r}")
+        self._call(lambda io: io.lose(peer, "disconnected by its owner"))
 
     def submit(self, peer: bytes, frames: Sequence[bytes]) -> SubmitResult:
         """Submit a one-way message to `peer`.

@@ -301,3 +301,41 @@ def test_statistics_are_frozen_snapshots_that_count_the_traffic(tmp_path: pathli
         assert (mine.peers, mine.lost_peers, mine.flow) == (1, 0, t.FlowState.RUNNING)
         with pytest.raises(dataclasses.FrozenInstanceError):
             mine.peers = 2  # type: ignore[misc]
+
+
+def test_disconnect_fails_the_parked_futures_and_forgets_the_peer(tmp_path: pathlib.Path) -> None:
+    config = t.TransportConfig(credit_window=4096, heartbeat_interval=0.1, heartbeat_timeout=5)
+    holder = Owner(auto_release=False)
+    with pair("tcp", tmp_path, a_config=config, b_owner=holder) as (a, a_owner, _b, _bo):
+        results = [a.submit(b"B", [b"x" * 2048]) for _ in range(4)]
+        parked = [r.admitted for r in results if r.admitted is not None]
+        assert len(parked) == 2
+        a.disconnect(b"B")
+        for future in parked:
+            assert isinstance(future.exception(WAIT), t.PeerLost)
+        assert a_owner.wait(lambda: t.PeerEventKind.LOST in a_owner.event_kinds(b"B"))
+        assert a_owner.events[-1].reason == "disconnected by its owner"
+        assert a.peers() == ()
+        with pytest.raises(t.UnknownPeer):
+            a.disconnect(b"B")
+
+
+def test_setup_calls_from_a_callback_run_on_the_io_thread_without_waiting(
+    tmp_path: pathlib.Path,
+) -> None:
+    done: list[t.Endpoints] = []
+    owner = Owner()
+    first = owner.on_receive
+
+    def bind_from_callback(batch: list[t.Inbound]) -> None:
+        first(batch)
+        assert owner.transport is not None
+        if not done:
+            done.append(owner.transport.bind("tcp://127.0.0.1:*", "tcp://127.0.0.1:*"))
+
+    owner.on_receive = bind_from_callback  # type: ignore[method-assign]
+    with pair("tcp", tmp_path, b_owner=owner) as (a, _, _b, _bo):
+        assert a.submit(b"B", [b"go"]).status is t.SubmitStatus.OK
+        assert owner.wait(lambda: len(owner.records) == 1)
+        assert wait_until(lambda: len(done) == 1)
+        assert done[0].application.startswith("tcp://127.0.0.1:")
