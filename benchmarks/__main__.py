@@ -8,7 +8,16 @@ import os
 import platform
 import sys
 
-from . import handler_to_handler, http, latency, location, oneway, pipelined, spots10k
+from . import (
+    handler_to_handler,
+    http,
+    latency,
+    location,
+    oneway,
+    pipelined,
+    spots10k,
+    transports,
+)
 from ._harness import Scenario, report, run
 
 
@@ -28,6 +37,7 @@ def main() -> int:
         5: [spots10k.scenario(args.quick)],
         6: http.scenarios(args.quick),
         7: [location.scenario(args.quick)],
+        8: transports.scenarios(args.quick),
     }
     print(
         f"python {platform.python_version()} on {platform.machine()}, "

@@ -1,0 +1,431 @@
+"""The I/O thread: the one thread that owns every socket of a transport.
+
+It sleeps in `zmq.Poller.poll` on the two ROUTERs and the waker (an eventfd other
+threads write when they queue a command), never in a polling sleep. Each wake it runs
+the queued commands in order, reads at most `batch` records from each socket in turn
+(paused: the application socket is not read at all, so RCVHWM and TCP push back), hands
+each socket's batch to the owner's callback, returns released credit, and runs the
+heartbeat. The lock of `Core` is never held while a callback runs or a future completes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+import zmq
+from zmq.utils.monitor import recv_monitor_message
+
+from ._errors import MalformedFrame, PeerLost
+from ._receive import Receiver
+from ._state import Command, Core, admit_all, fail_all
+from ._types import FlowState, Inbound, PeerEvent, PeerEventKind
+from ._wire import Kind, encode
+
+__all__ = ["IoThread"]
+
+log = logging.getLogger("transports")
+_MORE = int(zmq.SNDMORE | zmq.NOBLOCK)
+_LAST = int(zmq.NOBLOCK)
+_NOBLOCK = int(zmq.NOBLOCK)
+_CREDIT_DELAY = 0.001  # seconds a small credit return may wait for a reply to carry it
+
+ReceiveCallback = Callable[[Sequence[Inbound]], None]
+EventCallback = Callable[[PeerEvent], None]
+
+
+class IoThread(threading.Thread):
+    """Owns the zmq context and sockets of one transport; built by `Transport` only."""
+
+    def __init__(self, core: Core, on_receive: ReceiveCallback, on_event: EventCallback | None):
+        super().__init__(name=f"transports-io-{core.name.decode(errors='replace')}", daemon=True)
+        self.core = core
+        self.on_receive = on_receive
+        self.on_event = on_event
+        self.context = zmq.Context()
+        self.app = self._router()
+        self.comp = self._router()
+        # replies and flow frames are exempt from credit: no HWM on the completion side
+        self.comp.setsockopt(zmq.SNDHWM, 0)
+        self.comp.setsockopt(zmq.RCVHWM, 0)
+        # the monitors report each connection of the sockets we connected: a connect as
+        # CONNECTED, a disconnect (the peer died, or dropped us for an oversize frame)
+        # as the loss of that peer; the heartbeat covers what the monitors cannot see
+        events = zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED
+        self.monitors = [self.app.get_monitor_socket(events), self.comp.get_monitor_socket(events)]
+        self.poller = zmq.Poller()
+        self.zap: zmq.Socket[bytes] | None = None
+        curve = core.config.curve
+        if curve is not None:
+            # our own ZAP handler, on this thread: the accepted keys decide who connects
+            self.accepted = curve.accepted_raw()
+            self.zap = self.context.socket(zmq.ROUTER)
+            self.zap.setsockopt(zmq.LINGER, 0)
+            self.zap.bind("inproc://zeromq.zap.01")
+            self.poller.register(self.zap, zmq.POLLIN)
+            for sock in (self.app, self.comp):
+                sock.setsockopt(zmq.CURVE_PUBLICKEY, curve.public_key)
+                sock.setsockopt(zmq.CURVE_SECRETKEY, curve.secret_key)
+                sock.setsockopt(zmq.ZAP_DOMAIN, b"transports")
+        self.poller.register(self.comp, zmq.POLLIN)
+        self.poller.register(core.waker, zmq.POLLIN)
+        for monitor in self.monitors:
+            self.poller.register(monitor, zmq.POLLIN)
+        self.app_polled = False
+        self._poll_app(True)
+        self._events: list[PeerEvent] = []
+        self.receiver = Receiver(core, self._events)
+        self._stopping = False
+
+    def _router(self) -> zmq.Socket[bytes]:
+        cfg = self.core.config
+        sock: zmq.Socket[bytes] = self.context.socket(zmq.ROUTER)
+        sock.setsockopt(zmq.ROUTING_ID, self.core.name)
+        sock.setsockopt(zmq.ROUTER_MANDATORY, 1)  # an unknown peer is an error, not a drop
+        sock.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a peer's new connection replaces its old
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.MAXMSGSIZE, cfg.frame_cap)
+        # the libzmq HWM is a backstop only: credit binds first (window / min charge)
+        backstop = cfg.credit_window // cfg.min_charge + 1024
+        sock.setsockopt(zmq.SNDHWM, backstop)
+        sock.setsockopt(zmq.RCVHWM, backstop)
+        # ZMTP heartbeats close half-open links; the application probe is ours (PING)
+        ivl = max(1, int(cfg.heartbeat_interval * 1000))
+        sock.setsockopt(zmq.HEARTBEAT_IVL, ivl)
+        sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, max(ivl, int(cfg.heartbeat_timeout * 1000)))
+        sock.setsockopt(zmq.HEARTBEAT_TTL, max(ivl, int(cfg.heartbeat_timeout * 1000)))
+        return sock
+
+    def _poll_app(self, on: bool) -> None:
+        if on and not self.app_polled:
+            self.poller.register(self.app, zmq.POLLIN)
+        elif not on and self.app_polled:
+            self.poller.unregister(self.app)
+        self.app_polled = on
+
+    # -- the loop ---------------------------------------------------------------------
+
+    def run(self) -> None:
+        core = self.core
+        tick = core.config.heartbeat_interval / 2
+        next_tick = time.monotonic() + tick
+        try:
+            credit_wait = 1  # ms; see below
+            while not self._stopping:
+                timeout_ms = int(max(0.0, next_tick - time.monotonic()) * 1000) + 1
+                if core.credit_held:
+                    # our owner holds delivered bytes: a small release does not wake us
+                    # (its reply usually carries the credit back), so look again soon:
+                    # 1 ms after traffic, backing off to 64 ms while nothing moves
+                    timeout_ms = min(timeout_ms, credit_wait)
+                ready = dict(self.poller.poll(timeout_ms))
+                credit_wait = 1 if ready else min(credit_wait * 2, 64)
+                for command in core.take_commands():
+                    if not self._run_command(command):
+                        return
+                if ready.get(self.app) and self.app_polled:
+                    self._read(self.app, completion=False)
+                if ready.get(self.comp):
+                    self._read(self.comp, completion=True)
+                for monitor in self.monitors:
+                    if ready.get(monitor):
+                        self._read_monitor(monitor)
+                if self.zap is not None and ready.get(self.zap):
+                    self._answer_zap(self.zap)
+                self._flush_credit()
+                now = time.monotonic()
+                if now >= next_tick:
+                    self._heartbeat(now)
+                    next_tick = now + tick
+                self._emit()
+        except Exception:  # a bug here must not leave futures hanging silently
+            log.exception("transports I/O thread of %r failed", core.name)
+            with core.lock:
+                futures = core.close_locked()
+            fail_all(futures, PeerLost, "the transport's I/O thread failed")
+        finally:
+            self._emit()
+            for sock in (self.app, self.comp):
+                sock.disable_monitor()
+            for monitor in self.monitors:
+                monitor.close(0)
+            if self.zap is not None:
+                self.zap.close(0)
+            self.app.close(0)
+            self.comp.close(0)
+            self.context.term()
+            with self.core.lock:
+                self.core.waker_closed = True
+            os.close(self.core.waker)
+
+    def _emit(self) -> None:
+        if not self._events or self.on_event is None:
+            self._events.clear()
+            return
+        events = list(self._events)
+        self._events.clear()  # the same list the receiver appends to
+        for event in events:
+            try:
+                self.on_event(event)
+            except Exception:
+                log.exception("on_event callback failed for %r", event)
+
+    # -- commands ---------------------------------------------------------------------
+
+    def _run_command(self, command: Command) -> bool:
+        """Run one command; False for "stop"."""
+        op = command[0]
+        if op == "app":
+            _, peer, kind, route_id, frames, charge = command
+            state = self.core.peers.get(peer)  # app_seen is written by this thread only
+            if state is not None and not (state.outbound or state.app_seen):
+                with self.core.lock:
+                    # its application connection is not known to be up yet (we may be
+                    # paused and not reading it): keep the order, send on its hello
+                    state.app_backlog.append(command)
+                return True
+            self._send(self.app, peer, encode(kind, 0, route_id, charge), frames)
+        elif op == "comp":
+            _, peer, kind, route_id, frames, *aux = command
+            self._send_comp(peer, kind, route_id, frames, *aux)
+        elif op == "flow":
+            self._send_flow()
+        elif op == "call":
+            _, function, future = command
+            try:
+                future.set_result(function(self))
+            except Exception as exc:
+                future.set_exception(exc)
+        elif op == "stop":
+            self._stopping = True
+            return False
+        return True
+
+    def _send(
+        self, sock: zmq.Socket[bytes], peer: bytes, env: bytes, frames: Sequence[bytes]
+    ) -> bool:
+        try:
+            # frame by frame with plain int flags: send_multipart's enum arithmetic
+            # costs more than the sends of a small message
+            send = sock.send
+            send(peer, _MORE)
+            if frames:
+                send(env, _MORE)
+                last = len(frames) - 1
+                for i, frame in enumerate(frames):
+                    send(frame, _LAST if i == last else _MORE)
+            else:
+                send(env, _LAST)
+        except zmq.ZMQError as exc:
+            if exc.errno == errno.EHOSTUNREACH:
+                self.lose(peer, "no route to the peer (ROUTER_MANDATORY)")
+            elif exc.errno == errno.EAGAIN:
+                self.lose(peer, "the libzmq HWM backstop was reached")
+            else:
+                raise
+            return False
+        # counters are written by this thread only; statistics() reads a snapshot
+        size = len(env)
+        for frame in frames:
+            size += len(frame)
+        core = self.core
+        core.sent_frames += 1
+        core.sent_bytes += size
+        state = core.peers.get(peer)
+        if state is not None:
+            state.sent_frames += 1
+            state.sent_bytes += size
+        return True
+
+    def _send_comp(
+        self, peer: bytes, kind: Kind, route_id: int, frames: Sequence[bytes], aux: int = 0
+    ) -> None:
+        """Send on the completion connection, returning what credit is owed with it."""
+        core = self.core
+        with core.lock:
+            state = core.peers.get(peer)
+            if state is None:
+                return  # lost meanwhile: the reply goes with the peer
+            if not (state.outbound or state.completion_seen):
+                if kind is not Kind.CREDIT:  # owed credit stays owed and goes later
+                    state.completion_backlog.append(("comp", peer, kind, route_id, frames, aux))
+                return
+            credit, state.owed = state.owed, 0
+            core.credit_held -= credit
+            core.credit_dirty.discard(peer)
+        self._send(self.comp, peer, encode(kind, aux, route_id, credit), frames)
+
+    def _send_flow(self) -> None:
+        core = self.core
+        with core.lock:
+            state, epoch = core.flow, core.flow_epoch
+            peers = [p for p, s in core.peers.items() if s.outbound or s.completion_seen]
+        self._poll_app(state is FlowState.RUNNING)
+        for peer in peers:
+            self._send_comp(peer, Kind.FLOW, epoch, (), aux=state.value)
+
+    def _flush_credit(self) -> None:
+        """Return owed credit in CREDIT frames: at once when a large amount is owed, else
+        after it has waited 1 ms (a reply to that peer usually carries it back first)."""
+        core = self.core
+        if not core.credit_dirty:
+            return
+        due = time.monotonic() - _CREDIT_DELAY
+        with core.lock:
+            dirty = [
+                peer
+                for peer in core.credit_dirty
+                if (state := core.peers.get(peer)) is not None
+                and (state.owed >= core.wake_credit or state.owed_since <= due)
+            ]
+        for peer in dirty:
+            self._send_comp(peer, Kind.CREDIT, 0, ())
+
+    # -- setup (run on this thread through "call" commands) ----------------------------
+
+    def bind(self, application: str, completion: str) -> tuple[str, str]:
+        # libzmq reads the security options when an endpoint is bound or connected
+        for sock in (self.app, self.comp):
+            if self.zap is not None:
+                sock.setsockopt(zmq.CURVE_SERVER, 1)
+        self.app.bind(application)
+        self.comp.bind(completion)
+        app_end = self.app.getsockopt(zmq.LAST_ENDPOINT)
+        comp_end = self.comp.getsockopt(zmq.LAST_ENDPOINT)
+        assert isinstance(app_end, bytes)
+        assert isinstance(comp_end, bytes)
+        return app_end.decode(), comp_end.decode()
+
+    def connect(self, peer: bytes, server_key: bytes | None) -> None:
+        with self.core.lock:
+            state = self.core.peers[peer]
+            application, completion = state.addresses
+        for sock, address in ((self.app, application), (self.comp, completion)):
+            sock.setsockopt(zmq.CONNECT_ROUTING_ID, peer)
+            if server_key is not None:  # we are the CURVE client of this connection
+                sock.setsockopt(zmq.CURVE_SERVER, 0)
+                sock.setsockopt(zmq.CURVE_SERVERKEY, server_key)
+            sock.connect(address)
+            if server_key is not None:
+                sock.setsockopt(zmq.CURVE_SERVER, 1)  # for a later bind
+            self._send(sock, peer, encode(Kind.HELLO), ())
+
+    def _answer_zap(self, zap: zmq.Socket[bytes]) -> None:
+        """ZAP (RFC 27): accept a CURVE client whose public key is in `accepted_keys`."""
+        for _ in range(self.core.config.batch):
+            try:
+                request = zap.recv_multipart(_NOBLOCK)
+            except zmq.Again:
+                return
+            # [routing id, b"", version, request id, domain, address, identity,
+            #  mechanism, client key]
+            if len(request) < 8:
+                log.warning("transports %r: a malformed ZAP request", self.core.name)
+                continue
+            rid, _, version, request_id = request[:4]
+            mechanism, credentials = request[7], request[8:]
+            ok = mechanism == b"CURVE" and credentials and credentials[0] in self.accepted
+            if not ok:
+                log.warning("transports %r refused a %s client", self.core.name, mechanism)
+            status = (b"200", b"OK") if ok else (b"400", b"key not accepted")
+            zap.send_multipart([rid, b"", version, request_id, *status, b"", b""])
+
+    def _read_monitor(self, monitor: zmq.Socket[bytes]) -> None:
+        for _ in range(self.core.config.batch):
+            try:
+                event = recv_monitor_message(monitor, zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            raw: object = event["endpoint"]
+            address = raw.decode() if isinstance(raw, bytes) else str(raw)
+            with self.core.lock:
+                peer = next(
+                    (s.name for s in self.core.peers.values() if address in s.addresses), None
+                )
+            if peer is None:
+                continue  # a connection to our bound side: the heartbeat watches those
+            if event["event"] == zmq.EVENT_CONNECTED:
+                if monitor is self.monitors[0]:
+                    self._events.append(PeerEvent(peer, PeerEventKind.CONNECTED))
+            elif event["event"] == zmq.EVENT_DISCONNECTED:
+                self.lose(peer, f"disconnected from {address}")
+
+    # -- receiving --------------------------------------------------------------------
+
+    def _read(self, sock: zmq.Socket[bytes], completion: bool) -> None:
+        batch: list[Inbound] = []
+        now = time.monotonic()
+        recv = sock.recv
+        for _ in range(self.core.config.batch):
+            try:
+                # frame by frame: Frame.more is cheaper than recv_multipart's getsockopt
+                frame = recv(_NOBLOCK, copy=False)
+                msg = [frame.bytes]
+                while frame.more:
+                    frame = recv(_NOBLOCK, copy=False)
+                    msg.append(frame.bytes)
+            except zmq.Again:
+                break
+            try:
+                flush, admitted, restarted = self.receiver.handle(msg, completion, batch, now)
+            except MalformedFrame as exc:
+                self._drop(msg[0] if msg else b"", str(exc))
+                continue
+            self._run_all(flush)
+            admit_all(admitted)
+            fail_all(restarted, PeerLost, f"peer {msg[0]!r} restarted")
+        if batch:
+            try:
+                self.on_receive(batch)
+            except Exception:
+                log.exception("on_receive callback failed on a batch of %d", len(batch))
+
+    def _drop(self, peer: bytes, why: str) -> None:
+        with self.core.lock:
+            self.core.dropped_frames += 1
+        log.warning("transports %r dropped a frame from %r: %s", self.core.name, peer, why)
+
+    def _run_all(self, commands: list[Command]) -> None:
+        for command in commands:
+            self._run_command(command)
+
+    # -- liveness ---------------------------------------------------------------------
+
+    def _heartbeat(self, now: float) -> None:
+        core = self.core
+        lost: list[tuple[bytes, str]] = []
+        pings: list[tuple[bytes, int]] = []
+        with core.lock:
+            for peer, state in core.peers.items():
+                if now > state.deadline:
+                    why = "silent" if state.ready else "no hello answered"
+                    lost.append((peer, f"{why} for {core.config.heartbeat_timeout} s"))
+                elif state.ready and now >= state.next_ping:
+                    state.ping_seq += 1
+                    state.next_ping = now + core.config.heartbeat_interval
+                    pings.append((peer, state.ping_seq))
+        for peer, reason in lost:
+            self.lose(peer, reason)
+        for peer, seq in pings:
+            self._send_comp(peer, Kind.PING, seq, ())
+
+    def lose(self, peer: bytes, reason: str) -> None:
+        """Forget the peer, fail its parked futures with PeerLost, report LOST."""
+        core = self.core
+        with core.lock:
+            state = core.peers.get(peer)
+            futures = core.drop_peer_locked(peer)
+        if state is None:
+            return
+        if state.outbound:
+            for sock, address in zip((self.app, self.comp), state.addresses, strict=True):
+                with contextlib.suppress(zmq.ZMQError):  # already gone
+                    sock.disconnect(address)
+        log.info("transports %r lost peer %r: %s", core.name, peer, reason)
+        fail_all(futures, PeerLost, f"peer {peer!r} lost: {reason}")
+        self._events.append(PeerEvent(peer, PeerEventKind.LOST, reason))

@@ -1,0 +1,163 @@
+"""The receiving half of the protocol: what each received frame does to the peer table.
+
+No socket lives here. The I/O thread (`_io.py`) reads a message and hands it to
+`Receiver.handle`, which decodes the envelope, runs the hello exchange, counts credit,
+slots and flow state under the `Core` lock, and appends what the owner gets to the batch;
+it returns what must happen after the lock is released (sends, futures to complete).
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+
+from ._errors import MalformedFrame, PayloadTooLarge
+from ._state import Command, Core, PeerState
+from ._types import FlowState, Inbound, InboundKind, PeerEvent, PeerEventKind
+from ._wire import Envelope, Kind, decode
+
+__all__ = ["Receiver"]
+
+
+class Receiver:
+    """Applies received frames to one transport's `Core`; used by its I/O thread only."""
+
+    def __init__(self, core: Core, events: list[PeerEvent]) -> None:
+        self.core = core
+        self.events = events  # shared with the I/O thread, which emits them
+        self._restarted: list[Future[None]] = []  # parked for a restarted peer, to fail
+
+    def handle(
+        self, msg: list[bytes], completion: bool, batch: list[Inbound], now: float
+    ) -> tuple[list[Command], list[Future[None]], list[Future[None]]]:
+        """Apply one received message; append what the owner gets to `batch`.
+
+        Returns:
+            The commands to run now, in order (what a hello released), the futures now
+            admitted, and the futures to fail (a restarted peer's parked ones); the
+            caller runs them after the lock is released, since a send may lose a peer.
+
+        Raises:
+            MalformedFrame: the message is dropped (the caller counts it).
+        """
+        if len(msg) < 2:
+            raise MalformedFrame("a message without an envelope frame")
+        peer, env_frame, payload = msg[0], msg[1], msg[2:]
+        env = decode(env_frame)
+        core = self.core
+        payload_size = 0
+        for frame in payload:
+            payload_size += len(frame)
+        size = len(env_frame) + payload_size
+        admitted: list[Future[None]] = []
+        flush: list[Command] = []  # sent after the lock is released (a send may lose)
+        with core.lock:
+            core.received_frames += 1
+            core.received_bytes += size
+            state = core.peers.get(peer)
+            if env.kind is Kind.HELLO:
+                state = self.hello_locked(peer, state, completion, now, flush)
+            if state is None:
+                raise MalformedFrame(f"a {env.kind.name} frame from a peer without a hello")
+            state.received_frames += 1
+            state.received_bytes += size
+            state.deadline = now + core.config.heartbeat_timeout
+            if env.kind is Kind.HELLO:
+                pass
+            elif not completion:
+                self.inbound_locked(state, env, payload, payload_size, batch)
+            else:
+                self.completion_locked(state, env, payload, batch, now)
+                admitted = core.admit_parked_locked(state)
+        restarted, self._restarted = self._restarted, []
+        return flush, admitted, restarted
+
+    def inbound_locked(
+        self, state: PeerState, env: Envelope, payload: list[bytes], size: int, batch: list[Inbound]
+    ) -> None:
+        """A frame on the application connection: a message or a request."""
+        if env.kind is Kind.MESSAGE:
+            kind = InboundKind.MESSAGE
+        elif env.kind is Kind.REQUEST:
+            kind = InboundKind.REQUEST
+        else:
+            raise MalformedFrame(f"a {env.kind.name} frame on the application connection")
+        charge = max(env.credit, 1)
+        if size > self.core.config.max_message_size:
+            state.owed += charge  # rejected: its credit goes straight back
+            self.core.credit_held += charge
+            self.core.credit_dirty.add(state.name)
+            error = PayloadTooLarge(f"{size} bytes of payload refused")
+            batch.append(Inbound(state.name, kind, env.route_id, (), 0, error))
+            return
+        state.unreleased += charge
+        self.core.credit_held += charge
+        batch.append(Inbound(state.name, kind, env.route_id, payload, charge))
+
+    def completion_locked(
+        self,
+        state: PeerState,
+        env: Envelope,
+        payload: list[bytes],
+        batch: list[Inbound],
+        now: float,
+    ) -> None:
+        """A frame on the completion connection; any of them may return credit."""
+        if env.kind in (Kind.MESSAGE, Kind.REQUEST):
+            raise MalformedFrame(f"a {env.kind.name} frame on the completion connection")
+        if env.credit:
+            state.in_use = max(0, state.in_use - env.credit)
+        if env.kind is Kind.HELLO_ACK:
+            if not state.ready:
+                state.ready = True
+                state.next_ping = now + self.core.config.heartbeat_interval
+                self.events.append(PeerEvent(state.name, PeerEventKind.READY))
+        elif env.kind is Kind.REPLY:
+            state.slots = max(0, state.slots - 1)
+            batch.append(Inbound(state.name, InboundKind.REPLY, env.route_id, payload, 0))
+        elif env.kind is Kind.FLOW:
+            if env.route_id > state.flow_epoch_seen:  # an older epoch is stale
+                state.flow_epoch_seen = env.route_id
+                state.paused_by_peer = env.aux == FlowState.PAUSED.value
+        elif env.kind is Kind.PING:
+            self.core.post(("comp", state.name, Kind.PONG, env.route_id, ()))
+
+    def hello_locked(
+        self,
+        peer: bytes,
+        state: PeerState | None,
+        completion: bool,
+        now: float,
+        flush: list[Command],
+    ) -> PeerState:
+        """A hello on one of the two connections; the completion one makes an inbound peer
+        ready (its application hello may wait unread while we are paused). What was held
+        back for the peer goes into `flush`, sent before any later command."""
+        core = self.core
+        seen = state is not None and (state.completion_seen if completion else state.app_seen)
+        if state is not None and not state.outbound and seen:
+            # a second hello on the same connection: the peer restarted under its name;
+            # its old incarnation is lost (its parked futures fail)
+            self._restarted.extend(core.drop_peer_locked(peer))
+            self.events.append(PeerEvent(peer, PeerEventKind.LOST, "restarted"))
+            state = None
+        if state is None:
+            state = PeerState(peer, outbound=False, deadline=now + core.config.heartbeat_timeout)
+            core.peers[peer] = state
+            self.events.append(PeerEvent(peer, PeerEventKind.CONNECTED))
+        if state.outbound:
+            return state
+        if completion and not state.completion_seen:
+            state.completion_seen = True
+            state.ready = True
+            state.next_ping = now + core.config.heartbeat_interval
+            flush.append(("comp", peer, Kind.HELLO_ACK, 0, ()))
+            if core.flow_epoch:
+                flush.append(("comp", peer, Kind.FLOW, core.flow_epoch, (), core.flow.value))
+            flush.extend(state.completion_backlog)
+            state.completion_backlog.clear()
+            self.events.append(PeerEvent(peer, PeerEventKind.READY))
+        elif not completion and not state.app_seen:
+            state.app_seen = True
+            flush.extend(state.app_backlog)
+            state.app_backlog.clear()
+        return state

@@ -1,0 +1,263 @@
+"""The shared state of one transport: peers, credit, parked frames, the command queue.
+
+Every field here is guarded by `Core.lock`. Application threads change it in `submit`,
+`release` and `set_flow`; the I/O thread changes it when frames arrive. Neither calls a
+callback or completes a future while holding the lock: the methods return what is to
+be completed, and the caller completes it after releasing the lock. No socket lives
+here: only the I/O thread (`_io.py`) touches sockets, and it learns what to send from
+`Core.commands`, a FIFO that also keeps the per-peer order of admitted frames.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._errors import Closed, InvalidRelease, PayloadTooLarge, PeerLost, UnknownPeer
+from ._types import FlowState, PeerStatistics, SubmitResult, SubmitStatus, TransportConfig
+from ._wire import Kind
+
+__all__ = ["Command", "Core", "Parked", "PeerState"]
+
+#: A command for the I/O thread: (op, *args). Ops: "app" (peer, kind, route_id, frames,
+#: charge),
+#: "comp" (peer, kind, route_id, frames), "flow" (), "call" (function, future).
+Command = tuple[Any, ...]
+
+
+@dataclass
+class Parked:
+    """Frames waiting for credit, and the future that tells when they are admitted."""
+
+    kind: Kind
+    route_id: int
+    frames: Sequence[bytes]
+    charge: int
+    future: Future[None]
+
+
+@dataclass
+class PeerState:
+    """What one transport knows of one peer (both directions)."""
+
+    name: bytes
+    outbound: bool  # True: we connected to it; False: it connected to us
+    addresses: tuple[str, str] = ("", "")  # what we connected to (outbound only)
+    ready: bool = False
+    app_seen: bool = False
+    completion_seen: bool = False
+    # sending side: our frames to the peer
+    in_use: int = 0
+    parked: deque[Parked] = field(default_factory=deque)
+    parked_bytes: int = 0
+    slots: int = 0
+    paused_by_peer: bool = False
+    flow_epoch_seen: int = 0
+    # receiving side: the peer's frames to us
+    owed: int = 0  # released by our owner, not yet returned in a frame
+    owed_since: float = 0.0  # when `owed` last became non-zero
+    unreleased: int = 0  # delivered to our owner, not yet released
+    completion_backlog: list[Command] = field(default_factory=list)
+    app_backlog: list[Command] = field(default_factory=list)  # before its app hello is read
+    # liveness
+    deadline: float = 0.0  # lost if nothing is heard from the peer by then
+    next_ping: float = 0.0
+    ping_seq: int = 0
+    # counters
+    sent_frames: int = 0
+    sent_bytes: int = 0
+    received_frames: int = 0
+    received_bytes: int = 0
+
+
+class Core:
+    """Peers, credit and the command queue of one transport (see the module docstring)."""
+
+    def __init__(self, name: bytes, config: TransportConfig) -> None:
+        self.name = name
+        self.config = config
+        self.lock = threading.Lock()
+        self.peers: dict[bytes, PeerState] = {}
+        self.commands: deque[Command] = deque()
+        self.credit_dirty: set[bytes] = set()
+        # bytes delivered to our owner and not yet returned to their senders (unreleased
+        # or owed): while any are held, the I/O thread wakes at least every millisecond
+        # to return released credit, so a release need not wake it for small amounts
+        self.credit_held = 0
+        self.wake_credit = max(config.min_charge, config.credit_window // 8)
+        self.flow = FlowState.RUNNING
+        self.flow_epoch = 0
+        self.closed = False
+        self.lost_peers = 0
+        self.dropped_frames = 0
+        # totals over every peer, the lost ones included (the I/O thread counts them)
+        self.sent_frames = 0
+        self.sent_bytes = 0
+        self.received_frames = 0
+        self.received_bytes = 0
+        self._wake_pending = False
+        self.waker_closed = False  # set by the I/O thread before it closes the eventfd
+        self.waker = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+
+    # -- the waker ------------------------------------------------------------------
+
+    def post(self, command: Command) -> None:
+        """Queue a command and wake the I/O thread. Call with the lock held."""
+        self.commands.append(command)
+        self._wake_locked()
+
+    def _wake_locked(self) -> None:
+        if not self._wake_pending and not self.waker_closed:
+            self._wake_pending = True
+            os.eventfd_write(self.waker, 1)
+
+    def take_commands(self) -> list[Command]:
+        """The I/O thread takes every queued command (in order) and re-arms the waker."""
+        with self.lock:
+            self._wake_pending = False
+            with contextlib.suppress(BlockingIOError):
+                os.eventfd_read(self.waker)
+            taken = list(self.commands)
+            self.commands.clear()
+            return taken
+
+    # -- submit ---------------------------------------------------------------------
+
+    def charge_of(self, frames: Sequence[bytes]) -> int:
+        size = 0
+        for frame in frames:
+            size += len(frame)
+        if size > self.config.max_message_size:
+            raise PayloadTooLarge(
+                f"{size} bytes of frames, above max_message_size {self.config.max_message_size}"
+            )
+        return max(size, self.config.min_charge)
+
+    def submit(
+        self, peer: bytes, kind: Kind, route_id: int, frames: Sequence[bytes]
+    ) -> SubmitResult:
+        """Admit now (OK), park (BACKPRESSURED + future) or refuse a request (no slot)."""
+        charge = self.charge_of(frames)
+        with self.lock:
+            if self.closed:
+                raise Closed("the transport is closed")
+            state = self.peers.get(peer)
+            if state is None or not (state.outbound or state.ready):
+                raise UnknownPeer(f"no connection to peer {peer!r}")
+            if kind is Kind.REQUEST:
+                if state.slots >= self.config.slots:
+                    return SubmitResult(SubmitStatus.BACKPRESSURED, None)
+                state.slots += 1
+            if not state.parked and self._fits(state, charge):
+                state.in_use += charge
+                self.post(("app", peer, kind, route_id, frames, charge))
+                return _OK
+            future: Future[None] = Future()
+            future.set_running_or_notify_cancel()
+            state.parked.append(Parked(kind, route_id, frames, charge, future))
+            state.parked_bytes += charge
+            return SubmitResult(SubmitStatus.BACKPRESSURED, future)
+
+    def _fits(self, state: PeerState, charge: int) -> bool:
+        if state.paused_by_peer:
+            return False
+        # a message larger than the window goes alone, when nothing else is in flight
+        return state.in_use + charge <= self.config.credit_window or state.in_use == 0
+
+    def admit_parked_locked(self, state: PeerState) -> list[Future[None]]:
+        """Move parked frames that now fit into the command queue, in order."""
+        admitted: list[Future[None]] = []
+        while state.parked and self._fits(state, state.parked[0].charge):
+            item = state.parked.popleft()
+            state.parked_bytes -= item.charge
+            state.in_use += item.charge
+            self.post(("app", state.name, item.kind, item.route_id, item.frames, item.charge))
+            admitted.append(item.future)
+        return admitted
+
+    # -- the receiving side's credit ------------------------------------------------
+
+    def release(self, peer: bytes, nbytes: int) -> None:
+        if not isinstance(nbytes, int) or isinstance(nbytes, bool) or nbytes < 0:
+            raise InvalidRelease(f"release of {nbytes!r} bytes: a non-negative int is needed")
+        with self.lock:
+            state = self.peers.get(peer)
+            if state is None:
+                return  # the peer is gone: its credit went with it
+            if nbytes > state.unreleased:
+                raise InvalidRelease(
+                    f"release of {nbytes} bytes, but only {state.unreleased} are "
+                    f"delivered and unreleased for peer {peer!r}"
+                )
+            if nbytes == 0:
+                return
+            state.unreleased -= nbytes
+            if not state.owed:
+                state.owed_since = time.monotonic()
+            state.owed += nbytes
+            self.credit_dirty.add(peer)
+            if state.owed >= self.wake_credit:
+                self._wake_locked()  # a large return goes at once, not at the next tick
+
+    # -- loss and close -------------------------------------------------------------
+
+    def drop_peer_locked(self, peer: bytes) -> list[Future[None]]:
+        """Forget a peer; return its parked futures (to fail with PeerLost)."""
+        state = self.peers.pop(peer, None)
+        self.credit_dirty.discard(peer)
+        if state is None:
+            return []
+        self.credit_held -= state.unreleased + state.owed
+        self.lost_peers += 1
+        return [item.future for item in state.parked]
+
+    def close_locked(self) -> list[Future[None]]:
+        self.closed = True
+        futures = [item.future for state in self.peers.values() for item in state.parked]
+        for state in self.peers.values():
+            state.parked.clear()
+            state.parked_bytes = 0
+        return futures
+
+    def peer_statistics_locked(self, state: PeerState) -> PeerStatistics:
+        return PeerStatistics(
+            peer=state.name,
+            ready=state.ready,
+            credit_window=self.config.credit_window,
+            credit_in_use=state.in_use,
+            credit_owed=state.owed,
+            unreleased=state.unreleased,
+            parked_messages=len(state.parked),
+            parked_bytes=state.parked_bytes,
+            slots_in_use=state.slots,
+            paused_by_peer=state.paused_by_peer,
+            sent_frames=state.sent_frames,
+            sent_bytes=state.sent_bytes,
+            received_frames=state.received_frames,
+            received_bytes=state.received_bytes,
+        )
+
+
+_OK = SubmitResult(SubmitStatus.OK)
+
+
+def fail_all(
+    futures: Sequence[Future[None]], error_type: type[PeerLost | Closed], text: str
+) -> None:
+    """Fail each future once (outside the lock)."""
+    for future in futures:
+        if not future.done():
+            future.set_exception(error_type(text))
+
+
+def admit_all(futures: Sequence[Future[None]]) -> None:
+    for future in futures:
+        if not future.done():
+            future.set_result(None)

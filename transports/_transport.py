@@ -1,0 +1,285 @@
+"""`Transport`: the public face of one transport (two ROUTERs and their I/O thread)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from types import TracebackType
+from typing import TypeVar
+
+from ._errors import Closed, TransportUsageError, UnknownPeer
+from ._io import EventCallback, IoThread, ReceiveCallback
+from ._state import Core, PeerState, fail_all
+from ._types import (
+    Endpoints,
+    FlowState,
+    PeerStatistics,
+    SubmitResult,
+    TransportConfig,
+    TransportStatistics,
+)
+from ._wire import Kind
+
+__all__ = ["Transport"]
+
+T = TypeVar("T")
+_SETUP_TIMEOUT = 10.0
+_U64 = 2**64 - 1
+
+
+def _check_frames(frames: Sequence[bytes]) -> Sequence[bytes]:
+    if isinstance(frames, bytes | bytearray | memoryview | str):
+        raise TransportUsageError("frames must be a sequence of bytes frames, not one frame")
+    for frame in frames:
+        if not isinstance(frame, bytes):
+            raise TransportUsageError(f"a frame must be bytes, got {type(frame).__name__}")
+    return tuple(frames)
+
+
+def _check_route_id(route_id: int) -> None:
+    if not isinstance(route_id, int) or isinstance(route_id, bool) or not 0 <= route_id <= _U64:
+        raise TransportUsageError(f"route_id must be an int in 0..2**64-1, got {route_id!r}")
+
+
+class Transport:
+    """One network endpoint: an application ROUTER and a completion ROUTER, one I/O thread.
+
+    Args:
+        name: this transport's routing id (1..255 bytes, not starting with a zero byte);
+            peers address it by this name.
+        on_receive: called on the I/O thread with each batch (at most `config.batch`
+            records from one socket). It must not block; it may call `submit`,
+            `reply` and `release`.
+        on_event: called on the I/O thread with each `PeerEvent`.
+        config: the `TransportConfig`.
+
+    Every method is thread-safe: none touches a socket; each posts a command to the I/O
+    thread. Use as a context manager, or call `close()`.
+    """
+
+    def __init__(
+        self,
+        name: bytes,
+        on_receive: ReceiveCallback,
+        *,
+        on_event: EventCallback | None = None,
+        config: TransportConfig | None = None,
+    ) -> None:
+        if not isinstance(name, bytes) or not 1 <= len(name) <= 255 or name[0] == 0:
+            raise TransportUsageError("name must be 1..255 bytes not starting with b'\\x00'")
+        self._core = Core(name, config or TransportConfig())
+        self._io = IoThread(self._core, on_receive, on_event)
+        self._io.start()
+
+    @property
+    def name(self) -> bytes:
+        return self._core.name
+
+    @property
+    def config(self) -> TransportConfig:
+        return self._core.config
+
+    def _call(self, function: Callable[[IoThread], T]) -> T:
+        """Run `function` on the I/O thread and wait for its result (directly, when
+        called from a callback on that thread)."""
+        if threading.current_thread() is self._io:
+            if self._core.closed:
+                raise Closed("the transport is closed")
+            return function(self._io)
+        future: Future[T] = Future()
+        with self._core.lock:
+            if self._core.closed:
+                raise Closed("the transport is closed")
+            self._core.post(("call", function, future))
+        return future.result(_SETUP_TIMEOUT)
+
+    def bind(self, application: str, completion: str) -> Endpoints:
+        """Bind both ROUTERs (`tcp://127.0.0.1:*` picks a port) and return the addresses.
+
+        Raises:
+            Closed: the transport is closed.
+            zmq.ZMQError: libzmq refused the address.
+        """
+        app, comp = self._call(lambda io: io.bind(application, completion))
+        curve = self._core.config.curve
+        return Endpoints(app, comp, curve.public_key if curve is not None else None)
+
+    def connect(self, peer: bytes, endpoints: Endpoints) -> None:
+        """Connect both ROUTERs to a peer's `Endpoints`. Returns before the hello exchange
+        completes: `submit` may be used at once (frames wait in libzmq). The peer is
+        lost if the exchange does not complete within `heartbeat_timeout`.
+
+        With CURVE configured, `endpoints.curve_public_key` is the peer's public key and
+        our own public key must be among the peer's `accepted_keys` (else its ZAP handler
+        refuses us and the peer is lost after the hello timeout).
+
+        Raises:
+            TransportUsageError: already connected to that peer, a bad name, or CURVE on
+                one side only.
+            Closed: the transport is closed.
+        """
+        if not isinstance(peer, bytes) or not 1 <= len(peer) <= 255 or peer[0] == 0:
+            raise TransportUsageError("peer must be 1..255 bytes not starting with b'\\x00'")
+        core = self._core
+        server_key = endpoints.curve_public_key
+        if (core.config.curve is None) != (server_key is None):
+            raise TransportUsageError(
+                "CURVE must be configured on both sides: this transport has "
+                f"{'no' if core.config.curve is None else 'a'} CurveConfig and the "
+                f"endpoints {'no' if server_key is None else 'a'} public key"
+            )
+        with core.lock:
+            if core.closed:
+                raise Closed("the transport is closed")
+            if peer in core.peers:
+                raise TransportUsageError(f"already connected to peer {peer!r}")
+            core.peers[peer] = PeerState(
+                peer,
+                outbound=True,
+                addresses=(endpoints.application, endpoints.completion),
+                deadline=time.monotonic() + core.config.heartbeat_timeout,
+            )
+        self._call(lambda io: io.connect(peer, server_key))
+
+    def disconnect(self, peer: bytes) -> None:
+        """Forget `peer` now, as if it were lost: its parked futures fail with `PeerLost`,
+        `on_event` gets LOST, the connections we opened to it are closed. Returns once
+        done.
+
+        Raises:
+            UnknownPeer: no such peer. Closed: the transport is closed.
+        """
+        with self._core.lock:
+            if peer not in self._core.peers:
+                raise UnknownPeer(f"no connection to peer {peer!r}")
+        self._call(lambda io: io.lose(peer, "disconnected by its owner"))
+
+    def submit(self, peer: bytes, frames: Sequence[bytes]) -> SubmitResult:
+        """Submit a one-way message to `peer`.
+
+        Completes when: at once. `OK` means admitted now; `BACKPRESSURED` carries the
+        `admitted` future (the frames are parked, FIFO per peer). A parked message can
+        wait forever if the peer never releases credit and stays alive.
+
+        Raises:
+            UnknownPeer: no connection to `peer` (nothing is sent or kept).
+            PayloadTooLarge: above `config.max_message_size`.
+            Closed: the transport is closed.
+        """
+        return self._core.submit(peer, Kind.MESSAGE, 0, _check_frames(frames))
+
+    def submit_request(self, peer: bytes, route_id: int, frames: Sequence[bytes]) -> SubmitResult:
+        """Submit a request that takes one of the peer's completion slots until its reply.
+
+        `route_id` is opaque here: the peer's `reply` returns it, and the transport keeps
+        no table of pending requests. With no free slot the result is BACKPRESSURED with
+        `admitted` None (`result.no_slot`), and nothing was accepted.
+
+        Raises: as `submit`, and TransportUsageError for a bad `route_id`.
+        """
+        _check_route_id(route_id)
+        return self._core.submit(peer, Kind.REQUEST, route_id, _check_frames(frames))
+
+    def reply(self, peer: bytes, route_id: int, frames: Sequence[bytes]) -> None:
+        """Send a reply on the completion connection: never charged, never parked.
+
+        A peer lost meanwhile takes the reply with it (its requester sees LOST).
+
+        Raises:
+            UnknownPeer: no such peer. Closed: the transport is closed.
+        """
+        _check_route_id(route_id)
+        checked = _check_frames(frames)
+        self._core.charge_of(checked)  # PayloadTooLarge for oversize
+        core = self._core
+        with core.lock:
+            if core.closed:
+                raise Closed("the transport is closed")
+            if peer not in core.peers:
+                raise UnknownPeer(f"no connection to peer {peer!r}")
+            core.post(("comp", peer, Kind.REPLY, route_id, checked))
+
+    def release(self, peer: bytes, nbytes: int) -> None:
+        """Return `nbytes` of credit (the `charge` of consumed records) to `peer`.
+
+        Raises:
+            InvalidRelease: more than the peer's delivered, unreleased bytes.
+        """
+        self._core.release(peer, nbytes)
+
+    def set_flow(self, state: FlowState) -> None:
+        """Announce PAUSED or RUNNING to every sender (an absolute, epoch-tagged frame,
+        sent only on a change). While PAUSED the application connection is not read;
+        the completion connection (replies, credit, heartbeat) keeps flowing."""
+        if not isinstance(state, FlowState):
+            raise TransportUsageError(f"state must be a FlowState, got {state!r}")
+        core = self._core
+        with core.lock:
+            if core.closed:
+                raise Closed("the transport is closed")
+            if core.flow is state:
+                return  # never repeated
+            core.flow = state
+            core.flow_epoch += 1
+            core.post(("flow",))
+
+    def peers(self) -> tuple[bytes, ...]:
+        """The names of the peers known now (connected or connecting)."""
+        with self._core.lock:
+            return tuple(self._core.peers)
+
+    def statistics(self) -> TransportStatistics:
+        """A frozen snapshot of the transport and each of its peers."""
+        core = self._core
+        with core.lock:
+            per_peer = tuple(core.peer_statistics_locked(s) for s in core.peers.values())
+            return TransportStatistics(
+                name=core.name,
+                flow=core.flow,
+                peers=len(per_peer),
+                lost_peers=core.lost_peers,
+                dropped_frames=core.dropped_frames,
+                parked_messages=sum(p.parked_messages for p in per_peer),
+                parked_bytes=sum(p.parked_bytes for p in per_peer),
+                credit_in_use=sum(p.credit_in_use for p in per_peer),
+                sent_frames=core.sent_frames,
+                sent_bytes=core.sent_bytes,
+                received_frames=core.received_frames,
+                received_bytes=core.received_bytes,
+                per_peer=per_peer,
+            )
+
+    def peer_statistics(self, peer: bytes) -> PeerStatistics:
+        """A frozen snapshot of one peer. Raises UnknownPeer."""
+        with self._core.lock:
+            state = self._core.peers.get(peer)
+            if state is None:
+                raise UnknownPeer(f"no connection to peer {peer!r}")
+            return self._core.peer_statistics_locked(state)
+
+    def close(self) -> None:
+        """Fail every parked future with `Closed`, stop the I/O thread and join it
+        (unless called on the I/O thread itself, from a callback). Idempotent."""
+        core = self._core
+        with core.lock:
+            if core.closed:
+                futures: list[Future[None]] = []
+            else:
+                futures = core.close_locked()
+                core.post(("stop",))
+        fail_all(futures, Closed, "the transport was closed")
+        if threading.current_thread() is not self._io:
+            self._io.join()
+
+    def __enter__(self) -> Transport:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

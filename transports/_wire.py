@@ -1,0 +1,82 @@
+"""The envelope: the first frame of every transport message, fixed size, own version.
+
+A message on the wire is ``[envelope, *payload]`` (a ROUTER prepends the routing id).
+The envelope travels in its own frame so that a receiver reads the kind and the
+reply-route id before it looks at (or rejects) the payload. Layout, network order::
+
+    version u8 | kind u8 | flags u16 | aux u32 | route_id u64 | credit u64   (24 bytes)
+
+`aux` is the flow state for FLOW; `route_id` is the opaque reply-route id of a REQUEST
+or REPLY, the epoch of a FLOW, the sequence of a PING/PONG; `credit` is the number of
+bytes the sender of the frame returns to its peer (any completion-connection frame may
+carry it).
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from typing import NamedTuple
+
+from ._errors import MalformedFrame
+
+__all__ = ["ENVELOPE_SIZE", "VERSION", "Envelope", "Kind", "decode", "encode"]
+
+VERSION = 1
+_STRUCT = struct.Struct("!BBHIQQ")
+ENVELOPE_SIZE = _STRUCT.size
+_U32 = 2**32 - 1
+_U64 = 2**64 - 1
+
+
+class Kind(enum.IntEnum):
+    """What a frame is. Application connection: HELLO, MESSAGE, REQUEST. Completion
+    connection: HELLO, HELLO_ACK, REPLY, CREDIT, FLOW, PING, PONG."""
+
+    HELLO = 1
+    HELLO_ACK = 2
+    MESSAGE = 3
+    REQUEST = 4
+    REPLY = 5
+    CREDIT = 6
+    FLOW = 7
+    PING = 8
+    PONG = 9
+
+
+_BY_VALUE: dict[int, Kind] = {int(k): k for k in Kind}
+
+
+class Envelope(NamedTuple):
+    """A decoded envelope."""
+
+    kind: Kind
+    aux: int = 0
+    route_id: int = 0
+    credit: int = 0
+
+
+def encode(kind: Kind, aux: int = 0, route_id: int = 0, credit: int = 0) -> bytes:
+    """The envelope frame; the fields must fit their widths (checked by struct)."""
+    return _STRUCT.pack(VERSION, kind, 0, aux, route_id, credit)
+
+
+def decode(frame: bytes) -> Envelope:
+    """Decode one envelope frame.
+
+    Raises:
+        MalformedFrame: wrong length, version, kind, flags or flow state.
+    """
+    if len(frame) != ENVELOPE_SIZE:
+        raise MalformedFrame(f"envelope of {len(frame)} bytes, expected {ENVELOPE_SIZE}")
+    version, kind, flags, aux, route_id, credit = _STRUCT.unpack(frame)
+    if version != VERSION:
+        raise MalformedFrame(f"envelope version {version}, this side speaks {VERSION}")
+    known = _BY_VALUE.get(kind)
+    if known is None:
+        raise MalformedFrame(f"unknown frame kind {kind}")
+    if flags:
+        raise MalformedFrame(f"unknown flags {flags:#x}")
+    if kind == Kind.FLOW and aux not in (0, 1):
+        raise MalformedFrame(f"flow state {aux} is neither RUNNING (0) nor PAUSED (1)")
+    return Envelope(known, aux, route_id, credit)
