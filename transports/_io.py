@@ -21,10 +21,10 @@ from collections.abc import Callable, Sequence
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from ._errors import MalformedFrame, PeerLost
+from ._errors import Closed, MalformedFrame, PeerLost, TransportUsageError
 from ._receive import Receiver
-from ._state import Command, Core, admit_all, fail_all
-from ._types import FlowState, Inbound, PeerEvent, PeerEventKind
+from ._state import Command, Core, PeerState, admit_all, fail_all
+from ._types import Endpoints, FlowState, Inbound, PeerEvent, PeerEventKind
 from ._wire import Kind, encode
 
 __all__ = ["IoThread"]
@@ -301,19 +301,48 @@ class IoThread(threading.Thread):
         assert isinstance(comp_end, bytes)
         return app_end.decode(), comp_end.decode()
 
-    def connect(self, peer: bytes, server_key: bytes | None) -> None:
-        with self.core.lock:
-            state = self.core.peers[peer]
-            application, completion = state.addresses
-        for sock, address in ((self.app, application), (self.comp, completion)):
-            sock.setsockopt(zmq.CONNECT_ROUTING_ID, peer)
-            if server_key is not None:  # we are the CURVE client of this connection
-                sock.setsockopt(zmq.CURVE_SERVER, 0)
-                sock.setsockopt(zmq.CURVE_SERVERKEY, server_key)
-            sock.connect(address)
-            if server_key is not None:
-                sock.setsockopt(zmq.CURVE_SERVER, 1)  # for a later bind
+    def connect(self, peer: bytes, endpoints: Endpoints, server_key: bytes | None) -> None:
+        """Make `peer`'s state and dial it; on a failure, undo both (nothing half-made is
+        left). Then tell it our flow state if we ever set one."""
+        core = self.core
+        application, completion = endpoints.application, endpoints.completion
+        with core.lock:
+            if core.closed:
+                raise Closed("the transport is closed")
+            if peer in core.peers:
+                raise TransportUsageError(f"already connected to peer {peer!r}")
+            core.peers[peer] = PeerState(
+                peer,
+                outbound=True,
+                addresses=(application, completion),
+                deadline=time.monotonic() + core.config.heartbeat_timeout,
+            )
+        dialled: list[tuple[zmq.Socket[bytes], str]] = []
+        try:
+            for sock, address in ((self.app, application), (self.comp, completion)):
+                sock.setsockopt(zmq.CONNECT_ROUTING_ID, peer)
+                if server_key is not None:  # we are the CURVE client of this connection
+                    sock.setsockopt(zmq.CURVE_SERVER, 0)
+                    sock.setsockopt(zmq.CURVE_SERVERKEY, server_key)
+                try:
+                    sock.connect(address)
+                finally:
+                    if server_key is not None:
+                        sock.setsockopt(zmq.CURVE_SERVER, 1)  # for a later bind
+                dialled.append((sock, address))
+        except BaseException:
+            for sock, address in dialled:
+                with contextlib.suppress(zmq.ZMQError):
+                    sock.disconnect(address)
+            with core.lock:
+                core.peers.pop(peer, None)
+            raise
+        for sock, _ in dialled:
             self._send(sock, peer, encode(Kind.HELLO), ())
+        with core.lock:
+            flow, epoch = core.flow, core.flow_epoch
+        if epoch:  # a peer dialled after a flow change hears the current state
+            self._send_comp(peer, Kind.FLOW, epoch, (), aux=flow.value)
 
     def _answer_zap(self, zap: zmq.Socket[bytes]) -> None:
         """ZAP (RFC 27): accept a CURVE client whose public key is in `accepted_keys`."""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from types import TracebackType
@@ -11,7 +10,7 @@ from typing import TypeVar
 
 from ._errors import Closed, TransportUsageError, UnknownPeer
 from ._io import EventCallback, IoThread, ReceiveCallback
-from ._state import Core, PeerState, fail_all
+from ._state import Core, fail_all
 from ._types import (
     Endpoints,
     FlowState,
@@ -130,18 +129,9 @@ class Transport:
                 f"{'no' if core.config.curve is None else 'a'} CurveConfig and the "
                 f"endpoints {'no' if server_key is None else 'a'} public key"
             )
-        with core.lock:
-            if core.closed:
-                raise Closed("the transport is closed")
-            if peer in core.peers:
-                raise TransportUsageError(f"already connected to peer {peer!r}")
-            core.peers[peer] = PeerState(
-                peer,
-                outbound=True,
-                addresses=(endpoints.application, endpoints.completion),
-                deadline=time.monotonic() + core.config.heartbeat_timeout,
-            )
-        self._call(lambda io: io.connect(peer, server_key))
+        # The peer's state is made on the I/O thread, in the step that dials it: no frame
+        # (a flow change, a submit) can reach a peer that is known but not yet dialled.
+        self._call(lambda io: io.connect(peer, endpoints, server_key))
 
     def disconnect(self, peer: bytes) -> None:
         """Forget `peer` now, as if it were lost: its parked futures fail with `PeerLost`,
