@@ -88,6 +88,11 @@ class _Lost(Exception):
     """The connection failed after the command was sent (the outcome is unknown)."""
 
 
+class _Refused(Exception):
+    """Redis answered the script with an error reply (for a write: the outcome is
+    unknown, since a script that fails midway keeps what it wrote)."""
+
+
 def _now(sec: bytes, usec: bytes) -> float:
     return int(sec) + int(usec) / 1_000_000
 
@@ -320,7 +325,7 @@ class RedisLocationStore:
     ) -> Any:
         """Run one script on one connection: `EVALSHA`, and after `NOSCRIPT` (which
         means it did not run) `SCRIPT LOAD` and `EVALSHA` again. Connection failures
-        after the send raise `_Lost`."""
+        after the send raise `_Lost`, an error reply `_Refused`."""
         conn = await self._acquire(pool)
         healthy = False
         try:
@@ -339,7 +344,7 @@ class RedisLocationStore:
                     continue
                 except ResponseError as exc:
                     healthy = True
-                    raise UnavailableError(f"Redis refused the operation: {exc}") from exc
+                    raise _Refused(str(exc)) from exc
                 except (RedisError, OSError) as exc:
                     raise _Lost(str(exc)) from exc
                 healthy = True
@@ -376,6 +381,8 @@ class RedisLocationStore:
             )
         except _Lost as exc:
             raise UnavailableError(f"lost the connection to Redis at {self.url}: {exc}") from None
+        except _Refused as exc:
+            raise UnavailableError(f"Redis refused the read: {exc}") from None
         now = _now(reply[0], reply[1])
         if len(reply) == 2:
             return Missing(now)
@@ -389,7 +396,8 @@ class RedisLocationStore:
         Raises:
             ValueError / TypeError: a batch over a limit (nothing is sent).
             UnavailableError: Redis unreachable before sending (nothing written).
-            WriteOutcomeUnknownError: the result was lost after sending.
+            WriteOutcomeUnknownError: the result was lost after sending, or Redis
+                answered the sent batch with an error reply.
             DeadlineExceededError: past `operation_timeout`; when the batch had been
                 sent, its `__cause__` is the `WriteOutcomeUnknownError` with the versions.
             ShuttingDownError: closed.
@@ -432,6 +440,11 @@ class RedisLocationStore:
             raise WriteOutcomeUnknownError(
                 f"lost the result of a write to Redis at {self.url}: {exc}", versions
             ) from None
+        except _Refused as exc:
+            # A script that fails midway keeps what it wrote: the outcome is unknown.
+            raise WriteOutcomeUnknownError(
+                f"Redis answered a write at {self.url} with an error: {exc}", versions
+            ) from None
         except DeadlineExceededError as exc:
             # The script may have run: say so, with the versions for an exact read.
             exc.__cause__ = WriteOutcomeUnknownError(str(exc), versions)
@@ -470,6 +483,8 @@ class RedisLocationStore:
             )
         except _Lost as exc:
             raise UnavailableError(f"lost the connection to Redis at {self.url}: {exc}") from None
+        except _Refused as exc:
+            raise UnavailableError(f"Redis refused the scan: {exc}") from None
         now = _now(reply[0], reply[1])
         epoch = reply[2].decode()
         if reply[3] == -1:

@@ -22,6 +22,7 @@ __all__ = [
     "MAX_BATCH_KEYS",
     "MAX_KEY_BYTES",
     "MAX_SCAN_LIMIT",
+    "MAX_TTL",
     "MAX_VALUE_BYTES",
     "MAX_VERSION_BYTES",
     "Committed",
@@ -55,6 +56,8 @@ MAX_BATCH_KEYS: Final = 2048
 MAX_BATCH_BYTES: Final = 4 << 20
 #: A scan page holds 1..1000 items.
 MAX_SCAN_LIMIT: Final = 1000
+#: A `ttl` is at most 10^9 seconds (about 31 years): every provider can represent it.
+MAX_TTL: Final = 1e9
 #: A version is an opaque string of at most 4096 bytes (digest §6).
 MAX_VERSION_BYTES: Final = 4096
 
@@ -225,8 +228,8 @@ def _check_ttl(ttl: object) -> float | None:
     if type(ttl) is bool or not isinstance(ttl, numbers.Real):
         raise TypeError(f"ttl must be a number of seconds, got {type(ttl).__name__}")
     seconds = float(ttl)
-    if not (math.isfinite(seconds) and seconds > 0):
-        raise ValueError(f"ttl must be a finite number of seconds > 0, got {ttl!r}")
+    if not (math.isfinite(seconds) and 0 < seconds <= MAX_TTL):
+        raise ValueError(f"ttl must be a number of seconds in (0, {MAX_TTL:g}], got {ttl!r}")
     return seconds
 
 
@@ -235,8 +238,8 @@ def check_batch(conditions: object, mutations: object) -> None:
 
     Raises:
         TypeError: an item is not a condition or mutation, or a field has the wrong type.
-        ValueError: a bad key, value, version or ttl; a key repeated on one side; over
-            2,048 unique keys or 4 MiB of values.
+        ValueError: a bad key, value, version or ttl (over 10^9 s included); a key
+            repeated on one side; over 2,048 unique keys or 4 MiB of values.
     """
     if isinstance(conditions, (str, bytes)) or not isinstance(conditions, Sequence):
         raise TypeError("conditions must be a sequence of IfMissing / IfVersion")

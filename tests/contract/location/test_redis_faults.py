@@ -27,6 +27,7 @@ from zlink_actors.location import (
     RedisLocationStore,
     ScanExpiredError,
     WriteOutcomeUnknownError,
+    scripts,
 )
 
 from ._redis_server import RedisServer
@@ -183,6 +184,46 @@ def test_script_is_reloaded_after_the_server_forgets_it(redis_server: RedisServe
         assert isinstance(found, Found)
         assert found.value == b"2"
     finally:
+        store.close()
+
+
+def test_write_script_checks_every_argument_before_its_first_write(
+    redis_server: RedisServer,
+) -> None:
+    # The script itself (past the SPI checks): a bad second ttl must leave the first
+    # put unwritten.
+    store = RedisLocationStore(redis_server.url, key_prefix="argcheck")
+    client = redis.Redis(host="127.0.0.1", port=redis_server.port)
+    try:
+        data, index = store._data, store._index
+        for bad in (b"1e23", b"0", b"x"):
+            with pytest.raises(redis.ResponseError, match="zla1 bad ttl"):
+                client.eval(
+                    scripts.WRITE, 3, index, data + b"a", data + b"b",
+                    0, store._plen, b"p", b"1", b"v1", b"", b"p", b"2", b"v2", bad,
+                )  # fmt: skip
+            assert client.exists(data + b"a", data + b"b") == 0
+            assert client.zcard(index) == 0
+        assert isinstance(run(store.read("a")), Missing)
+    finally:
+        client.close()
+        store.close()
+
+
+def test_an_error_reply_to_a_sent_write_is_an_unknown_outcome(redis_server: RedisServer) -> None:
+    # Redis answers the script with an error midway (its index key has the wrong type, so
+    # ZADD fails after the first HSET): a script that fails midway keeps what it wrote,
+    # so the caller gets the versions to check, never a plain "nothing written".
+    store = RedisLocationStore(redis_server.url, key_prefix="errreply")
+    client = redis.Redis(host="127.0.0.1", port=redis_server.port)
+    try:
+        client.set(store._index, b"not a sorted set")
+        with pytest.raises(WriteOutcomeUnknownError) as caught:
+            run(store.write([], [Put("k", b"2"), Put("j", b"3")]))
+        assert set(caught.value.versions) == {"k", "j"}
+        assert client.hget(store._data + b"k", b"r") == caught.value.versions["k"].encode()
+    finally:
+        client.close()
         store.close()
 
 
