@@ -140,7 +140,9 @@ class RedisLocationStore:
         self._connection_kwargs: dict[str, Any] = dict(pool.connection_kwargs)
         self.url = url
         self.key_prefix = key_prefix
-        namespace = prefix + b":zla1:"
+        # Length-prefixed, so no prefix can reach under another's namespace (a prefix
+        # may itself contain ":zla1:").
+        namespace = b"%d:%s:zla1:" % (len(prefix), prefix)
         self._data = namespace + b"k:"
         self._index = namespace + b"i"
         self._epoch = namespace + b"e"

@@ -1,6 +1,7 @@
 """The Lua scripts of `RedisLocationStore` (private: the key layout may change).
 
-Key layout under the namespace `N = <key_prefix>:zla1:`:
+Key layout under the namespace `N = <len>:<key_prefix>:zla1:` (`<len>` the prefix's
+UTF-8 length in decimal, so no prefix can forge another's namespace):
 
 - `N k:<key>`: a hash per key: `v` the value, `r` the version, `e` the expiry in
   microseconds on the Redis clock (absent = none). A key with a TTL also gets a Redis
