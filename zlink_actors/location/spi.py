@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol, runtime_checkable
 
-from .._core.errors import UnavailableError
+from .._core.errors import DeadlineExceededError, UnavailableError
 
 __all__ = [
     "MAX_BATCH_BYTES",
@@ -38,6 +38,7 @@ __all__ = [
     "Put",
     "ScanExpiredError",
     "ScanPage",
+    "WriteDeadlineExceededError",
     "WriteOutcomeUnknownError",
     "check_batch",
     "check_key",
@@ -77,6 +78,12 @@ class WriteOutcomeUnknownError(UnavailableError):
     def __init__(self, message: str, versions: Mapping[str, str]) -> None:
         super().__init__(message)
         self.versions: dict[str, str] = dict(versions)
+
+
+class WriteDeadlineExceededError(DeadlineExceededError, WriteOutcomeUnknownError):
+    """A write that was sent ran past the provider's `operation_timeout`: both a
+    `DeadlineExceededError` (its kind) and a `WriteOutcomeUnknownError` (`.versions`
+    for the exact read that tells whether it committed)."""
 
 
 @dataclass(frozen=True, slots=True)

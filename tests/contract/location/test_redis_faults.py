@@ -26,9 +26,11 @@ from zlink_actors.location import (
     Put,
     RedisLocationStore,
     ScanExpiredError,
+    WriteDeadlineExceededError,
     WriteOutcomeUnknownError,
     scripts,
 )
+from zlink_actors.location.redis_store import MAX_CONNECTIONS
 
 from ._redis_server import RedisServer
 
@@ -154,14 +156,19 @@ def test_paused_redis_past_operation_timeout_is_deadline_exceeded(
 ) -> None:
     store = RedisLocationStore(own_redis.url, key_prefix="slow", operation_timeout=0.3)
     try:
-        run(store.write([], [Put("k", b"1")]))
-        own_redis.pause()
+
+        async def write_on_a_warm_connection() -> object:
+            await store.write([], [Put("k", b"1")])
+            own_redis.pause()
+            return await store.write([], [Put("k", b"2")])
+
         try:
+            with pytest.raises(DeadlineExceededError) as caught:
+                run(write_on_a_warm_connection())
             with pytest.raises(DeadlineExceededError):
                 run(store.read("k"))
-            with pytest.raises(DeadlineExceededError) as caught:
-                run(store.write([], [Put("k", b"2")]))
-            cause = caught.value.__cause__
+            cause = caught.value  # sent: also the unknown outcome, with the versions
+            assert isinstance(cause, WriteDeadlineExceededError)
             assert isinstance(cause, WriteOutcomeUnknownError)
             assert set(cause.versions) == {"k"}
         finally:
@@ -170,6 +177,65 @@ def test_paused_redis_past_operation_timeout_is_deadline_exceeded(
         assert isinstance(found, Found)
         assert found.value == b"1" or found.version == cause.versions["k"]
     finally:
+        store.close()
+
+
+def test_a_write_timed_out_before_sending_is_a_plain_deadline(own_redis: RedisServer) -> None:
+    # Every connection holds a sent write at the paused server: the 17th write waits
+    # for a connection, times out unsent, and says nothing of an unknown outcome.
+    store = RedisLocationStore(own_redis.url, key_prefix="unsent", operation_timeout=0.5)
+    try:
+
+        async def go() -> list[BaseException | object]:
+            await asyncio.gather(*(store.read(f"w{i}") for i in range(MAX_CONNECTIONS)))
+            own_redis.pause()
+            writes = (store.write([], [Put(f"k{i}", b"x")]) for i in range(MAX_CONNECTIONS + 1))
+            return await asyncio.gather(*writes, return_exceptions=True)
+
+        started = time.monotonic()
+        try:
+            outcomes = run(go())
+        finally:
+            own_redis.resume()
+        assert time.monotonic() - started < 5.0
+        sent = [e for e in outcomes if isinstance(e, WriteDeadlineExceededError)]
+        unsent = [e for e in outcomes if not isinstance(e, WriteDeadlineExceededError)]
+        assert len(sent) == MAX_CONNECTIONS
+        (plain,) = unsent
+        assert type(plain) is DeadlineExceededError
+        assert plain.__cause__ is None
+        assert not isinstance(plain, WriteOutcomeUnknownError)
+    finally:
+        store.close()
+
+
+def test_close_during_a_sent_write_gives_the_versions_as_the_cause(
+    own_redis: RedisServer,
+) -> None:
+    store = RedisLocationStore(own_redis.url, key_prefix="closing", operation_timeout=30)
+    outcome: list[BaseException | object] = []
+    try:
+        warm = threading.Event()
+
+        async def write_at_pause() -> object:
+            await store.write([], [Put("warm", b"1")])  # this loop's connection is open
+            own_redis.pause()
+            warm.set()
+            return await store.write([], [Put("k", b"v")])
+
+        writer = threading.Thread(target=lambda: outcome.append(_capture(write_at_pause())))
+        writer.start()
+        assert warm.wait(10)
+        assert _wait_until(lambda: own_redis.rx_queued() > 0)  # the batch was sent
+        store.close()
+        writer.join(10)
+        assert not writer.is_alive()
+        (err,) = outcome
+        assert isinstance(err, ShuttingDownError)
+        assert isinstance(err.__cause__, WriteOutcomeUnknownError)
+        assert set(err.__cause__.versions) == {"k"}
+    finally:
+        own_redis.resume()
         store.close()
 
 
