@@ -364,8 +364,15 @@ class RedisLocationStore:
                 except NoScriptError:
                     if attempt == 1:
                         raise UnavailableError("Redis lost the store's script twice") from None
-                    await conn.send_command("SCRIPT", "LOAD", script)
-                    await conn.read_response()
+                    if progress is not None:
+                        progress.sent = False  # NOSCRIPT: it did not run
+                    try:
+                        await conn.send_command("SCRIPT", "LOAD", script)
+                        await conn.read_response()
+                    except (RedisError, OSError) as exc:
+                        raise UnavailableError(
+                            f"cannot load the store's script into Redis at {self.url}: {exc}"
+                        ) from exc
                     continue
                 except ResponseError as exc:
                     healthy = True

@@ -253,6 +253,25 @@ def test_script_is_reloaded_after_the_server_forgets_it(redis_server: RedisServe
         store.close()
 
 
+def test_a_failed_script_reload_is_unavailable(redis_server: RedisServer) -> None:
+    # After NOSCRIPT the store loads the script again; when that fails (here: a user
+    # without SCRIPT LOAD), nothing ran: UnavailableError, never a raw redis error.
+    _redis_cli(redis_server, "ACL", "SETUSER", "noload", "on", "nopass", "~*", "&*", "+@all",
+               "-script|load")  # fmt: skip
+    url = f"redis://noload@127.0.0.1:{redis_server.port}/0"
+    store = RedisLocationStore(url, key_prefix="noload")
+    try:
+        _redis_cli(redis_server, "SCRIPT", "FLUSH")  # every script answers NOSCRIPT
+        for op in (store.read("k"), store.write([], [Put("k", b"2")]), store.scan("")):
+            with pytest.raises(UnavailableError) as caught:
+                run(op)
+            assert not isinstance(caught.value, WriteOutcomeUnknownError)
+    finally:
+        store.close()
+        _redis_cli(redis_server, "SCRIPT", "FLUSH")
+        _redis_cli(redis_server, "ACL", "DELUSER", "noload")
+
+
 def test_write_script_checks_every_argument_before_its_first_write(
     redis_server: RedisServer,
 ) -> None:
