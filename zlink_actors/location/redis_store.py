@@ -304,6 +304,7 @@ class RedisLocationStore:
 
     async def _acquire(self, pool: _LoopPool) -> AbstractConnection:
         await pool.slots.acquire()
+        conn: AbstractConnection | None = None
         try:
             if pool.free:
                 conn = pool.free.pop()
@@ -324,6 +325,12 @@ class RedisLocationStore:
                     raise UnavailableError(f"cannot reach Redis at {self.url}: {exc}") from exc
             return conn
         except BaseException:
+            # Also a timeout or cancel while connecting: never leave a half-open
+            # connection in the pool.
+            if conn is not None:
+                pool.all.discard(conn)
+                with contextlib.suppress(Exception):
+                    await conn.disconnect(nowait=True)
             pool.slots.release()
             raise
 

@@ -239,6 +239,29 @@ def test_close_during_a_sent_write_gives_the_versions_as_the_cause(
         store.close()
 
 
+def test_timed_out_connects_leave_no_connection_in_the_pool(own_redis: RedisServer) -> None:
+    store = RedisLocationStore(own_redis.url, key_prefix="connects", operation_timeout=0.2)
+    try:
+
+        async def go() -> int:
+            for _ in range(6):  # each times out while connecting to the paused server
+                with pytest.raises(DeadlineExceededError):
+                    await store.read("k")
+            return len(store._pools[asyncio.get_running_loop()].all)
+
+        own_redis.pause()
+        started = time.monotonic()
+        try:
+            left = run(go())
+        finally:
+            own_redis.resume()
+        assert time.monotonic() - started < 5.0
+        assert left == 0
+        assert isinstance(run(store.read("k")), Missing)  # and the store works again
+    finally:
+        store.close()
+
+
 def test_script_is_reloaded_after_the_server_forgets_it(redis_server: RedisServer) -> None:
     store = RedisLocationStore(redis_server.url, key_prefix="noscript")
     try:
