@@ -31,6 +31,7 @@ from .spi import Missing as Missing
 from .spi import Put as Put
 from .spi import ScanExpiredError as ScanExpiredError
 from .spi import ScanPage as ScanPage
+from .spi import WriteDeadlineExceededError as WriteDeadlineExceededError
 from .spi import WriteOutcomeUnknownError as WriteOutcomeUnknownError
 
 __all__ = [
@@ -60,6 +61,7 @@ __all__ = [
     "RedisLocationStore",
     "ScanExpiredError",
     "ScanPage",
+    "WriteDeadlineExceededError",
     "WriteOutcomeUnknownError",
     "admission_deadline",
     "list_nodes",

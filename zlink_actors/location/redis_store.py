@@ -50,6 +50,7 @@ from .spi import (
     Put,
     ScanExpiredError,
     ScanPage,
+    WriteDeadlineExceededError,
     WriteOutcomeUnknownError,
     check_batch,
     check_key,
@@ -86,6 +87,20 @@ class _LoopPool:
 
 class _Lost(Exception):
     """The connection failed after the command was sent (the outcome is unknown)."""
+
+
+class _Progress:
+    """Whether a script's command has started on the wire (so it may have run)."""
+
+    __slots__ = ("sent",)
+
+    def __init__(self) -> None:
+        self.sent = False
+
+
+class _Refused(Exception):
+    """Redis answered the script with an error reply (for a write: the outcome is
+    unknown, since a script that fails midway keeps what it wrote)."""
 
 
 def _now(sec: bytes, usec: bytes) -> float:
@@ -135,7 +150,9 @@ class RedisLocationStore:
         self._connection_kwargs: dict[str, Any] = dict(pool.connection_kwargs)
         self.url = url
         self.key_prefix = key_prefix
-        namespace = prefix + b":zla1:"
+        # Length-prefixed, so no prefix can reach under another's namespace (a prefix
+        # may itself contain ":zla1:").
+        namespace = b"%d:%s:zla1:" % (len(prefix), prefix)
         self._data = namespace + b"k:"
         self._index = namespace + b"i"
         self._epoch = namespace + b"e"
@@ -235,7 +252,11 @@ class RedisLocationStore:
                 closing.send(None)
             closing.close()
 
-    async def _call(self, op: Callable[[_LoopPool], Coroutine[Any, Any, T]]) -> T:
+    async def _call(
+        self,
+        op: Callable[[_LoopPool], Coroutine[Any, Any, T]],
+        lost: Callable[[], BaseException | None] | None = None,
+    ) -> T:
         pool = await self._pool()
         task = asyncio.current_task()
         assert task is not None
@@ -246,7 +267,8 @@ class RedisLocationStore:
             if task in pool.cancelled:
                 pool.cancelled.discard(task)
                 task.uncancel()
-                raise ShuttingDownError("the location store closed during the call") from None
+                cause = None if lost is None else lost()
+                raise ShuttingDownError("the location store closed during the call") from cause
             raise
         finally:
             pool.tasks.discard(task)
@@ -282,6 +304,7 @@ class RedisLocationStore:
 
     async def _acquire(self, pool: _LoopPool) -> AbstractConnection:
         await pool.slots.acquire()
+        conn: AbstractConnection | None = None
         try:
             if pool.free:
                 conn = pool.free.pop()
@@ -302,6 +325,12 @@ class RedisLocationStore:
                     raise UnavailableError(f"cannot reach Redis at {self.url}: {exc}") from exc
             return conn
         except BaseException:
+            # Also a timeout or cancel while connecting: never leave a half-open
+            # connection in the pool.
+            if conn is not None:
+                pool.all.discard(conn)
+                with contextlib.suppress(Exception):
+                    await conn.disconnect(nowait=True)
             pool.slots.release()
             raise
 
@@ -316,15 +345,23 @@ class RedisLocationStore:
             pool.slots.release()
 
     async def _script(
-        self, pool: _LoopPool, script: bytes, sha: str, keys: Sequence[bytes], args: list[Any]
+        self,
+        pool: _LoopPool,
+        script: bytes,
+        sha: str,
+        keys: Sequence[bytes],
+        args: list[Any],
+        progress: _Progress | None = None,
     ) -> Any:
         """Run one script on one connection: `EVALSHA`, and after `NOSCRIPT` (which
         means it did not run) `SCRIPT LOAD` and `EVALSHA` again. Connection failures
-        after the send raise `_Lost`."""
+        after the send raise `_Lost`, an error reply `_Refused`."""
         conn = await self._acquire(pool)
         healthy = False
         try:
             for attempt in range(2):
+                if progress is not None:
+                    progress.sent = True  # from here on the script may run
                 try:
                     await conn.send_command("EVALSHA", sha, len(keys), *keys, *args)
                 except (RedisError, OSError) as exc:
@@ -334,12 +371,19 @@ class RedisLocationStore:
                 except NoScriptError:
                     if attempt == 1:
                         raise UnavailableError("Redis lost the store's script twice") from None
-                    await conn.send_command("SCRIPT", "LOAD", script)
-                    await conn.read_response()
+                    if progress is not None:
+                        progress.sent = False  # NOSCRIPT: it did not run
+                    try:
+                        await conn.send_command("SCRIPT", "LOAD", script)
+                        await conn.read_response()
+                    except (RedisError, OSError) as exc:
+                        raise UnavailableError(
+                            f"cannot load the store's script into Redis at {self.url}: {exc}"
+                        ) from exc
                     continue
                 except ResponseError as exc:
                     healthy = True
-                    raise UnavailableError(f"Redis refused the operation: {exc}") from exc
+                    raise _Refused(str(exc)) from exc
                 except (RedisError, OSError) as exc:
                     raise _Lost(str(exc)) from exc
                 healthy = True
@@ -376,6 +420,8 @@ class RedisLocationStore:
             )
         except _Lost as exc:
             raise UnavailableError(f"lost the connection to Redis at {self.url}: {exc}") from None
+        except _Refused as exc:
+            raise UnavailableError(f"Redis refused the read: {exc}") from None
         now = _now(reply[0], reply[1])
         if len(reply) == 2:
             return Missing(now)
@@ -389,10 +435,13 @@ class RedisLocationStore:
         Raises:
             ValueError / TypeError: a batch over a limit (nothing is sent).
             UnavailableError: Redis unreachable before sending (nothing written).
-            WriteOutcomeUnknownError: the result was lost after sending.
-            DeadlineExceededError: past `operation_timeout`; when the batch had been
-                sent, its `__cause__` is the `WriteOutcomeUnknownError` with the versions.
-            ShuttingDownError: closed.
+            WriteOutcomeUnknownError: the result was lost after sending, or Redis
+                answered the sent batch with an error reply.
+            DeadlineExceededError: past `operation_timeout` before the batch was sent
+                (nothing written); once it was sent, `WriteDeadlineExceededError`, also a
+                `WriteOutcomeUnknownError` with the versions.
+            ShuttingDownError: closed; for a sent write in flight at `close()`, its
+                `__cause__` is a `WriteOutcomeUnknownError` with the versions.
         """
         check_batch(conditions, mutations)
         versions = {m.key: new_version() for m in mutations if isinstance(m, Put)}
@@ -411,31 +460,45 @@ class RedisLocationStore:
             else:
                 ttl = b"" if mut.ttl is None else b"%d" % max(1, round(float(mut.ttl) * 1e6))
                 args += (b"p", mut.value, versions[mut.key].encode(), ttl)
-        return await self._call(lambda pool: self._write(pool, keys, args, versions))
+        progress = _Progress()
+
+        def lost() -> BaseException | None:
+            if not progress.sent:
+                return None
+            return WriteOutcomeUnknownError(
+                "the location store closed while a sent write waited for its result", versions
+            )
+
+        return await self._call(
+            lambda pool: self._write(pool, keys, args, versions, progress), lost
+        )
 
     async def _write(
-        self, pool: _LoopPool, keys: list[bytes], args: list[Any], versions: dict[str, str]
+        self,
+        pool: _LoopPool,
+        keys: list[bytes],
+        args: list[Any],
+        versions: dict[str, str],
+        progress: _Progress,
     ) -> Committed | Conflict:
-        sent = False
-
-        async def run() -> Any:
-            nonlocal sent
-            try:
-                return await self._script(pool, scripts.WRITE, _WRITE_SHA, keys, args)
-            except _Lost:
-                sent = True
-                raise
-
         try:
-            reply = await self._bounded(run(), "write")
+            reply = await self._bounded(
+                self._script(pool, scripts.WRITE, _WRITE_SHA, keys, args, progress), "write"
+            )
         except _Lost as exc:
             raise WriteOutcomeUnknownError(
                 f"lost the result of a write to Redis at {self.url}: {exc}", versions
             ) from None
+        except _Refused as exc:
+            # A script that fails midway keeps what it wrote: the outcome is unknown.
+            raise WriteOutcomeUnknownError(
+                f"Redis answered a write at {self.url} with an error: {exc}", versions
+            ) from None
         except DeadlineExceededError as exc:
+            if not progress.sent:
+                raise  # nothing was sent: nothing written
             # The script may have run: say so, with the versions for an exact read.
-            exc.__cause__ = WriteOutcomeUnknownError(str(exc), versions)
-            raise
+            raise WriteDeadlineExceededError(str(exc), versions) from None
         now = _now(reply[1], reply[2])
         if reply[0] == 1:
             return Committed(now, versions)
@@ -470,6 +533,8 @@ class RedisLocationStore:
             )
         except _Lost as exc:
             raise UnavailableError(f"lost the connection to Redis at {self.url}: {exc}") from None
+        except _Refused as exc:
+            raise UnavailableError(f"Redis refused the scan: {exc}") from None
         now = _now(reply[0], reply[1])
         epoch = reply[2].decode()
         if reply[3] == -1:

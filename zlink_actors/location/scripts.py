@@ -1,6 +1,7 @@
 """The Lua scripts of `RedisLocationStore` (private: the key layout may change).
 
-Key layout under the namespace `N = <key_prefix>:zla1:`:
+Key layout under the namespace `N = <len>:<key_prefix>:zla1:` (`<len>` the prefix's
+UTF-8 length in decimal, so no prefix can forge another's namespace):
 
 - `N k:<key>`: a hash per key: `v` the value, `r` the version, `e` the expiry in
   microseconds on the Redis clock (absent = none). A key with a TTL also gets a Redis
@@ -36,7 +37,9 @@ return {t[1], t[2], cur[1], cur[2], cur[3] or ''}
 #: KEYS[1] the index, then the data hashes of the conditions, then of the mutations.
 #: ARGV: ncond, the length of the data-key prefix, then per condition kind ('m' | 'v')
 #: and version, then per mutation 'd', or 'p', value, version, ttl-microseconds-or-empty.
-#: Checks every condition first, then applies every mutation. Returns {1 | 0, sec, usec}.
+#: Checks every condition and every mutation's arguments (a ttl in 1..10^15 us) first,
+#: then applies every mutation; a bad argument is an error reply before any write.
+#: Returns {1 | 0, sec, usec}.
 WRITE: Final = b"""
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -54,6 +57,27 @@ for i = 1, nc do
   end
   a = a + 2
 end
+-- Check and compute every argument before the first write, so a bad one changes nothing.
+local exps = {}
+local b = a
+for i = nc + 2, #KEYS do
+  if ARGV[b] == 'd' then
+    b = b + 1
+  elseif ARGV[b] == 'p' then
+    local ttl = ARGV[b + 3]
+    if ttl ~= '' then
+      local us = tonumber(ttl)
+      if not us or us < 1 or us > 1e15 then
+        return redis.error_reply('ERR zla1 bad ttl')
+      end
+      exps[i] = now + us
+    end
+    b = b + 4
+  else
+    return redis.error_reply('ERR zla1 bad mutation')
+  end
+end
+if b ~= #ARGV + 1 then return redis.error_reply('ERR zla1 bad arguments') end
 for i = nc + 2, #KEYS do
   local k = KEYS[i]
   local member = string.sub(k, plen + 1)
@@ -63,11 +87,10 @@ for i = nc + 2, #KEYS do
     a = a + 1
   else
     redis.call('DEL', k)
-    local ttl = ARGV[a + 3]
-    if ttl == '' then
+    local exp = exps[i]
+    if not exp then
       redis.call('HSET', k, 'v', ARGV[a + 1], 'r', ARGV[a + 2])
     else
-      local exp = now + tonumber(ttl)
       redis.call('HSET', k, 'v', ARGV[a + 1], 'r', ARGV[a + 2], 'e', string.format('%.0f', exp))
       redis.call('PEXPIREAT', k, math.floor(exp / 1000) + 1)
     end

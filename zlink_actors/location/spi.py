@@ -15,13 +15,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol, runtime_checkable
 
-from .._core.errors import UnavailableError
+from .._core.errors import DeadlineExceededError, UnavailableError
 
 __all__ = [
     "MAX_BATCH_BYTES",
     "MAX_BATCH_KEYS",
     "MAX_KEY_BYTES",
     "MAX_SCAN_LIMIT",
+    "MAX_TTL",
     "MAX_VALUE_BYTES",
     "MAX_VERSION_BYTES",
     "Committed",
@@ -37,6 +38,7 @@ __all__ = [
     "Put",
     "ScanExpiredError",
     "ScanPage",
+    "WriteDeadlineExceededError",
     "WriteOutcomeUnknownError",
     "check_batch",
     "check_key",
@@ -55,6 +57,8 @@ MAX_BATCH_KEYS: Final = 2048
 MAX_BATCH_BYTES: Final = 4 << 20
 #: A scan page holds 1..1000 items.
 MAX_SCAN_LIMIT: Final = 1000
+#: A `ttl` is at most 10^9 seconds (about 31 years): every provider can represent it.
+MAX_TTL: Final = 1e9
 #: A version is an opaque string of at most 4096 bytes (digest §6).
 MAX_VERSION_BYTES: Final = 4096
 
@@ -74,6 +78,12 @@ class WriteOutcomeUnknownError(UnavailableError):
     def __init__(self, message: str, versions: Mapping[str, str]) -> None:
         super().__init__(message)
         self.versions: dict[str, str] = dict(versions)
+
+
+class WriteDeadlineExceededError(DeadlineExceededError, WriteOutcomeUnknownError):
+    """A write that was sent ran past the provider's `operation_timeout`: both a
+    `DeadlineExceededError` (its kind) and a `WriteOutcomeUnknownError` (`.versions`
+    for the exact read that tells whether it committed)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,8 +235,8 @@ def _check_ttl(ttl: object) -> float | None:
     if type(ttl) is bool or not isinstance(ttl, numbers.Real):
         raise TypeError(f"ttl must be a number of seconds, got {type(ttl).__name__}")
     seconds = float(ttl)
-    if not (math.isfinite(seconds) and seconds > 0):
-        raise ValueError(f"ttl must be a finite number of seconds > 0, got {ttl!r}")
+    if not (math.isfinite(seconds) and 0 < seconds <= MAX_TTL):
+        raise ValueError(f"ttl must be a number of seconds in (0, {MAX_TTL:g}], got {ttl!r}")
     return seconds
 
 
@@ -235,8 +245,8 @@ def check_batch(conditions: object, mutations: object) -> None:
 
     Raises:
         TypeError: an item is not a condition or mutation, or a field has the wrong type.
-        ValueError: a bad key, value, version or ttl; a key repeated on one side; over
-            2,048 unique keys or 4 MiB of values.
+        ValueError: a bad key, value, version or ttl (over 10^9 s included); a key
+            repeated on one side; over 2,048 unique keys or 4 MiB of values.
     """
     if isinstance(conditions, (str, bytes)) or not isinstance(conditions, Sequence):
         raise TypeError("conditions must be a sequence of IfMissing / IfVersion")

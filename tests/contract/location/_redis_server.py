@@ -48,13 +48,30 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
-def _ping(port: int) -> bool:
+def _server_pid(port: int) -> int | None:
+    """The process id of the Redis answering on `port` (`INFO server`), or `None`."""
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
-            sock.sendall(b"PING\r\n")
-            return sock.recv(16).startswith(b"+PONG")
+            sock.sendall(b"INFO server\r\n")
+            reply = b""
+            while b"\r\n" not in reply or len(reply) < _bulk_end(reply):
+                chunk = sock.recv(65536)
+                if not chunk:
+                    return None
+                reply += chunk
     except OSError:
-        return False
+        return None
+    for line in reply.split(b"\r\n"):
+        if line.startswith(b"process_id:"):
+            return int(line.split(b":", 1)[1])
+    return None
+
+
+def _bulk_end(reply: bytes) -> int:
+    header, _, _ = reply.partition(b"\r\n")
+    if not header.startswith(b"$"):
+        return 0  # an error or a loading reply: nothing more to read
+    return len(header) + 2 + int(header[1:]) + 2
 
 
 class RedisServer:
@@ -89,7 +106,8 @@ class RedisServer:
             )  # fmt: skip
             deadline = time.monotonic() + 10.0
             while time.monotonic() < deadline and self.process.poll() is None:
-                if _ping(port):
+                # Only our own process: never a server that already held the port.
+                if _server_pid(port) == self.process.pid and self.process.poll() is None:
                     self.port = port
                     return
                 time.sleep(0.01)  # polling a condition, bounded by the deadline

@@ -26,8 +26,11 @@ from zlink_actors.location import (
     Put,
     RedisLocationStore,
     ScanExpiredError,
+    WriteDeadlineExceededError,
     WriteOutcomeUnknownError,
+    scripts,
 )
+from zlink_actors.location.redis_store import MAX_CONNECTIONS
 
 from ._redis_server import RedisServer
 
@@ -153,14 +156,19 @@ def test_paused_redis_past_operation_timeout_is_deadline_exceeded(
 ) -> None:
     store = RedisLocationStore(own_redis.url, key_prefix="slow", operation_timeout=0.3)
     try:
-        run(store.write([], [Put("k", b"1")]))
-        own_redis.pause()
+
+        async def write_on_a_warm_connection() -> object:
+            await store.write([], [Put("k", b"1")])
+            own_redis.pause()
+            return await store.write([], [Put("k", b"2")])
+
         try:
+            with pytest.raises(DeadlineExceededError) as caught:
+                run(write_on_a_warm_connection())
             with pytest.raises(DeadlineExceededError):
                 run(store.read("k"))
-            with pytest.raises(DeadlineExceededError) as caught:
-                run(store.write([], [Put("k", b"2")]))
-            cause = caught.value.__cause__
+            cause = caught.value  # sent: also the unknown outcome, with the versions
+            assert isinstance(cause, WriteDeadlineExceededError)
             assert isinstance(cause, WriteOutcomeUnknownError)
             assert set(cause.versions) == {"k"}
         finally:
@@ -168,6 +176,88 @@ def test_paused_redis_past_operation_timeout_is_deadline_exceeded(
         found = run(store.read("k"))  # works again; the timed-out write may have run
         assert isinstance(found, Found)
         assert found.value == b"1" or found.version == cause.versions["k"]
+    finally:
+        store.close()
+
+
+def test_a_write_timed_out_before_sending_is_a_plain_deadline(own_redis: RedisServer) -> None:
+    # Every connection holds a sent write at the paused server: the 17th write waits
+    # for a connection, times out unsent, and says nothing of an unknown outcome.
+    store = RedisLocationStore(own_redis.url, key_prefix="unsent", operation_timeout=0.5)
+    try:
+
+        async def go() -> list[BaseException | object]:
+            await asyncio.gather(*(store.read(f"w{i}") for i in range(MAX_CONNECTIONS)))
+            own_redis.pause()
+            writes = (store.write([], [Put(f"k{i}", b"x")]) for i in range(MAX_CONNECTIONS + 1))
+            return await asyncio.gather(*writes, return_exceptions=True)
+
+        started = time.monotonic()
+        try:
+            outcomes = run(go())
+        finally:
+            own_redis.resume()
+        assert time.monotonic() - started < 5.0
+        sent = [e for e in outcomes if isinstance(e, WriteDeadlineExceededError)]
+        unsent = [e for e in outcomes if not isinstance(e, WriteDeadlineExceededError)]
+        assert len(sent) == MAX_CONNECTIONS
+        (plain,) = unsent
+        assert type(plain) is DeadlineExceededError
+        assert plain.__cause__ is None
+        assert not isinstance(plain, WriteOutcomeUnknownError)
+    finally:
+        store.close()
+
+
+def test_close_during_a_sent_write_gives_the_versions_as_the_cause(
+    own_redis: RedisServer,
+) -> None:
+    store = RedisLocationStore(own_redis.url, key_prefix="closing", operation_timeout=30)
+    outcome: list[BaseException | object] = []
+    try:
+        warm = threading.Event()
+
+        async def write_at_pause() -> object:
+            await store.write([], [Put("warm", b"1")])  # this loop's connection is open
+            own_redis.pause()
+            warm.set()
+            return await store.write([], [Put("k", b"v")])
+
+        writer = threading.Thread(target=lambda: outcome.append(_capture(write_at_pause())))
+        writer.start()
+        assert warm.wait(10)
+        assert _wait_until(lambda: own_redis.rx_queued() > 0)  # the batch was sent
+        store.close()
+        writer.join(10)
+        assert not writer.is_alive()
+        (err,) = outcome
+        assert isinstance(err, ShuttingDownError)
+        assert isinstance(err.__cause__, WriteOutcomeUnknownError)
+        assert set(err.__cause__.versions) == {"k"}
+    finally:
+        own_redis.resume()
+        store.close()
+
+
+def test_timed_out_connects_leave_no_connection_in_the_pool(own_redis: RedisServer) -> None:
+    store = RedisLocationStore(own_redis.url, key_prefix="connects", operation_timeout=0.2)
+    try:
+
+        async def go() -> int:
+            for _ in range(6):  # each times out while connecting to the paused server
+                with pytest.raises(DeadlineExceededError):
+                    await store.read("k")
+            return len(store._pools[asyncio.get_running_loop()].all)
+
+        own_redis.pause()
+        started = time.monotonic()
+        try:
+            left = run(go())
+        finally:
+            own_redis.resume()
+        assert time.monotonic() - started < 5.0
+        assert left == 0
+        assert isinstance(run(store.read("k")), Missing)  # and the store works again
     finally:
         store.close()
 
@@ -183,6 +273,65 @@ def test_script_is_reloaded_after_the_server_forgets_it(redis_server: RedisServe
         assert isinstance(found, Found)
         assert found.value == b"2"
     finally:
+        store.close()
+
+
+def test_a_failed_script_reload_is_unavailable(redis_server: RedisServer) -> None:
+    # After NOSCRIPT the store loads the script again; when that fails (here: a user
+    # without SCRIPT LOAD), nothing ran: UnavailableError, never a raw redis error.
+    _redis_cli(redis_server, "ACL", "SETUSER", "noload", "on", "nopass", "~*", "&*", "+@all",
+               "-script|load")  # fmt: skip
+    url = f"redis://noload@127.0.0.1:{redis_server.port}/0"
+    store = RedisLocationStore(url, key_prefix="noload")
+    try:
+        _redis_cli(redis_server, "SCRIPT", "FLUSH")  # every script answers NOSCRIPT
+        for op in (store.read("k"), store.write([], [Put("k", b"2")]), store.scan("")):
+            with pytest.raises(UnavailableError) as caught:
+                run(op)
+            assert not isinstance(caught.value, WriteOutcomeUnknownError)
+    finally:
+        store.close()
+        _redis_cli(redis_server, "SCRIPT", "FLUSH")
+        _redis_cli(redis_server, "ACL", "DELUSER", "noload")
+
+
+def test_write_script_checks_every_argument_before_its_first_write(
+    redis_server: RedisServer,
+) -> None:
+    # The script itself (past the SPI checks): a bad second ttl must leave the first
+    # put unwritten.
+    store = RedisLocationStore(redis_server.url, key_prefix="argcheck")
+    client = redis.Redis(host="127.0.0.1", port=redis_server.port)
+    try:
+        data, index = store._data, store._index
+        for bad in (b"1e23", b"0", b"x"):
+            with pytest.raises(redis.ResponseError, match="zla1 bad ttl"):
+                client.eval(
+                    scripts.WRITE, 3, index, data + b"a", data + b"b",
+                    0, store._plen, b"p", b"1", b"v1", b"", b"p", b"2", b"v2", bad,
+                )  # fmt: skip
+            assert client.exists(data + b"a", data + b"b") == 0
+            assert client.zcard(index) == 0
+        assert isinstance(run(store.read("a")), Missing)
+    finally:
+        client.close()
+        store.close()
+
+
+def test_an_error_reply_to_a_sent_write_is_an_unknown_outcome(redis_server: RedisServer) -> None:
+    # Redis answers the script with an error midway (its index key has the wrong type, so
+    # ZADD fails after the first HSET): a script that fails midway keeps what it wrote,
+    # so the caller gets the versions to check, never a plain "nothing written".
+    store = RedisLocationStore(redis_server.url, key_prefix="errreply")
+    client = redis.Redis(host="127.0.0.1", port=redis_server.port)
+    try:
+        client.set(store._index, b"not a sorted set")
+        with pytest.raises(WriteOutcomeUnknownError) as caught:
+            run(store.write([], [Put("k", b"2"), Put("j", b"3")]))
+        assert set(caught.value.versions) == {"k", "j"}
+        assert client.hget(store._data + b"k", b"r") == caught.value.versions["k"].encode()
+    finally:
+        client.close()
         store.close()
 
 

@@ -97,6 +97,30 @@ def test_bad_ttl_is_refused(make_store: StoreFactory, ttl: Any, error: type[Exce
     assert isinstance(run(store.read("k")), Missing)
 
 
+@pytest.mark.parametrize("ttl", [1e9 + 1, 1e17, 1e303])
+def test_ttl_over_the_cap_is_refused_and_the_batch_writes_nothing(
+    make_store: StoreFactory, ttl: float
+) -> None:
+    # Once a partial commit on Redis (`a` written, `b` unindexed, "nothing written"),
+    # once an OverflowError; now a ValueError at the call on both providers.
+    store = make_store()
+    with pytest.raises(ValueError, match="ttl"):
+        run(store.write([], [Put("a", b"1"), Put("b", b"2", ttl=ttl)]))
+    assert isinstance(run(store.read("a")), Missing)
+    assert isinstance(run(store.read("b")), Missing)
+    assert run(store.scan("")).items == []
+
+
+def test_ttl_at_the_cap_is_accepted(make_store: StoreFactory) -> None:
+    store = make_store()
+    done = run(store.write([], [Put("k", b"1", ttl=1e9)]))
+    assert isinstance(done, Committed)
+    found = run(store.read("k"))
+    assert isinstance(found, Found)
+    assert found.expires_at is not None
+    assert found.expires_at - found.store_now == pytest.approx(1e9, abs=5)
+
+
 @pytest.mark.parametrize(
     ("conditions", "mutations", "error"),
     [

@@ -463,6 +463,36 @@ def test_two_prefixes_on_one_redis_never_see_each_other(redis_server: Any) -> No
         two.close()
 
 
+def test_prefixes_that_embed_the_namespace_tag_never_see_each_other(redis_server: Any) -> None:
+    # Once `prefix + ":zla1:"`: B's key "z" was A's key "y:zla1:k:z".
+    one = RedisLocationStore(redis_server.url, key_prefix="x")
+    two = RedisLocationStore(redis_server.url, key_prefix="x:zla1:k:y")
+    try:
+        run(two.write([], [Put("z", b"two")]))
+        assert isinstance(run(one.read("y:zla1:k:z")), Missing)
+        run(one.write([], [Put("y:zla1:k:z", b"one")]))
+        b = run(two.read("z"))
+        assert isinstance(b, Found)
+        assert b.value == b"two"
+        assert [k for k, _ in run(one.scan("")).items] == ["y:zla1:k:z"]
+        assert [k for k, _ in run(two.scan("")).items] == ["z"]
+    finally:
+        one.close()
+        two.close()
+
+
+def test_a_prefix_with_colons_works(redis_server: Any) -> None:
+    store = RedisLocationStore(redis_server.url, key_prefix="zlink:game")
+    try:
+        assert isinstance(run(store.write([IfMissing("k")], [Put("k", b"1")])), Committed)
+        found = run(store.read("k"))
+        assert isinstance(found, Found)
+        assert found.value == b"1"
+        assert [k for k, _ in run(store.scan("")).items] == ["k"]
+    finally:
+        store.close()
+
+
 def test_one_store_serves_several_event_loops_and_threads(make_store: StoreFactory) -> None:
     store = make_store()
     errors: list[BaseException] = []
