@@ -230,6 +230,7 @@ async def _read_body(resp: aiohttp.ClientResponse, config: HttpClientConfig, met
         raise _too_large(resp, limit)
     parts: list[bytes] = []
     total = 0
+    received = False
 
     def add(data: bytes) -> None:
         nonlocal total
@@ -243,12 +244,18 @@ async def _read_body(resp: aiohttp.ClientResponse, config: HttpClientConfig, met
             if decoder is None:
                 add(chunk)
                 continue
+            received = received or bool(chunk)
             # Never decompress more than one byte past what is left of the limit.
             add(decoder.decompress(chunk, limit - total + 1))
             while decoder.unconsumed_tail:
                 add(decoder.decompress(decoder.unconsumed_tail, limit - total + 1))
         if decoder is not None:
             add(decoder.flush())
+            # A stream cut short (or missing its trailer) decodes without a zlib.error:
+            # only `eof` tells it from a whole one. An empty body (HEAD, 204, 304) is
+            # no stream at all.
+            if received and not decoder.eof:
+                raise zlib.error("the compressed stream ends before its end")
     except zlib.error as exc:
         raise ProtocolError(f"the {encoding} body of {resp.url} does not decode: {exc}") from None
     return b"".join(parts)

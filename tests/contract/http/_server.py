@@ -198,6 +198,9 @@ class LocalService:
     async def gzip_(self, request: web.Request) -> web.Response:
         self._count(request)
         data = gzip.compress(b"z" * int(request.query["n"]))
+        cut = int(request.query.get("cut", "0"))
+        if cut:
+            data = data[:-cut]  # a truncated stream: its end (and trailer) is missing
         return web.Response(body=data, headers={"Content-Encoding": "gzip"})
 
     async def stream(self, request: web.Request) -> web.StreamResponse:

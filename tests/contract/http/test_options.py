@@ -187,6 +187,15 @@ def test_with_compression_the_client_asks_for_gzip_and_deflate_and_decodes(
     assert resp.headers["Content-Encoding"] == "gzip"
 
 
+@pytest.mark.parametrize("cut", [1, 8, 12, 30])
+def test_a_truncated_compressed_body_is_protocol_error_not_a_short_body(
+    make_host: Callable[..., Host], service: LocalService, cut: int
+) -> None:
+    client = make_host(service.url, compression=True).http("svc")
+    with pytest.raises(ProtocolError, match="does not decode"):
+        client.get(f"/gzip?n=10000&cut={cut}").submit_sync()
+
+
 # -- cookies ---------------------------------------------------------------------------
 
 
