@@ -117,7 +117,9 @@ async def perform(
     hops = 0
     while True:
         resp = await _attempts(session, config, jar, method, url, headers, body, req, watch)
-        if not config.follow_redirects or resp.status not in REDIRECTS:
+        # A one-way request (`watch`) has completed once written: it follows no redirect
+        # (that would send its request again, unasked and unreported).
+        if watch is not None or not config.follow_redirects or resp.status not in REDIRECTS:
             return resp
         if hops == config.follow_redirects:
             raise ProtocolError(
@@ -202,7 +204,10 @@ async def _attempt(
                 allow_redirects=False,
                 trace_request_ctx=watch,
             ) as resp:
-                content = await _read_body(resp, config, method)
+                if watch is None:
+                    content = await _read_body(resp, config, method)
+                else:
+                    content = await _discard_body(resp)
                 if jar is not None:
                     jar.store(host, resp.headers.getall("Set-Cookie", []))
                 return HttpResponse(resp.status, resp.headers, content, str(resp.url))
@@ -259,6 +264,15 @@ async def _read_body(resp: aiohttp.ClientResponse, config: HttpClientConfig, met
     except zlib.error as exc:
         raise ProtocolError(f"the {encoding} body of {resp.url} does not decode: {exc}") from None
     return b"".join(parts)
+
+
+async def _discard_body(resp: aiohttp.ClientResponse) -> bytes:
+    """A one-way request's body: read to its end and dropped, never held, so the
+    connection returns to the pool (bounded by the attempt's timeout, not by the
+    body limit, which is about what a caller receives)."""
+    async for _ in resp.content.iter_chunked(_CHUNK):
+        pass
+    return b""
 
 
 def _too_large(resp: aiohttp.ClientResponse, limit: int) -> CapacityExceededError:

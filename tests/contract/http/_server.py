@@ -206,6 +206,8 @@ class LocalService:
     async def stream(self, request: web.Request) -> web.StreamResponse:
         """Chunked, no Content-Length: up to `n` bytes, 64 KiB at a time."""
         self._count(request)
+        assert request.transport is not None
+        self.peers.append(request.transport.get_extra_info("peername"))
         resp = web.StreamResponse()
         await resp.prepare(request)
         total = int(request.query["n"])
