@@ -61,12 +61,19 @@ class WriteWatch:
         self.written = False
         self.on_written = on_written
 
+    def begin(self) -> None:
+        """A new attempt: what an earlier one wrote counts for nothing."""
+        self.sent = 0
+        self.headers_sent = False
+
     def _check(self) -> None:
         if not self.written and self.headers_sent and self.sent >= self.expected:
             self.written = True
-            # The trace fires just before the bytes go to the transport: report on the
-            # next pass of the loop, when they are there.
-            asyncio.get_running_loop().call_soon(self.on_written)
+            # Reported here, where `written` is set: from now on the request is not
+            # retried, so nothing after this (a write or the response failing) may
+            # settle the request with an error first (docs/http.md: once written,
+            # nothing the response does is reported).
+            self.on_written()
 
 
 async def _on_headers(
@@ -186,6 +193,8 @@ async def _attempt(
     req: Prepared,
     watch: WriteWatch | None,
 ) -> HttpResponse:
+    if watch is not None:
+        watch.begin()
     sent: CIMultiDict[str] | None = CIMultiDict(headers) if headers else None
     host = url.host or ""
     if jar is not None:

@@ -22,6 +22,7 @@ from zlink_actors import (
 )
 from zlink_actors._core.completion import _Cell
 from zlink_actors.http import LoopScheduler
+from zlink_actors.http.exchange import WriteWatch
 
 from ._server import WAIT, LocalService
 
@@ -162,3 +163,28 @@ def test_the_contract_check_would_see_a_kernel_import(tmp_path: Path) -> None:
     planted = tmp_path / "planted.py"
     planted.write_text("from .._engine.kernel import Runtime\nfrom .call import HttpCall\n")
     assert _imports(planted) == {".._engine.kernel", ".call"}
+
+
+def test_a_write_watch_reports_written_where_it_is_set_and_counts_each_attempt_afresh() -> None:
+    reported: list[bool] = []
+    watch = WriteWatch(10, lambda: reported.append(watch.written))
+    # An attempt that wrote its headers and part of its body, then failed.
+    watch.begin()
+    watch.headers_sent = True
+    watch.sent += 6
+    watch._check()
+    assert reported == []
+    # The next attempt starts from nothing: 6 more bytes are not the whole body.
+    watch.begin()
+    watch.sent += 6
+    watch._check()
+    assert (reported, watch.written) == ([], False)
+    watch.headers_sent = True
+    watch._check()
+    assert (reported, watch.written) == ([], False)
+    watch.sent += 4
+    watch._check()
+    # Reported at once (not on a later pass of a loop, when a failure could come first).
+    assert (reported, watch.written) == ([True], True)
+    watch._check()
+    assert reported == [True]
