@@ -111,8 +111,13 @@ class _Exchange:
         except ZlinkError as exc:
             if not self.finish(None, exc) and self.mode == Mode.WRITTEN:
                 log.debug("one-way HTTP request: the response failed: %s", exc)
-        except BaseException as exc:
+        except Exception as exc:
             self.finish(None, internal_failure("the HTTP request", exc))
+        except BaseException:
+            # KeyboardInterrupt, SystemExit, GeneratorExit: not the request's failure, and
+            # they must propagate; the request still ends once.
+            self.finish(None, shutting_down("the request finished"))
+            raise
         finally:
             client._ended(self)
 

@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
+import msgspec
 import pytest
 
 from zlink_actors import (
@@ -188,3 +189,45 @@ def test_a_write_watch_reports_written_where_it_is_set_and_counts_each_attempt_a
     assert (reported, watch.written) == ([True], True)
     watch._check()
     assert reported == [True]
+
+
+class _Exit(msgspec.Struct):
+    city: str
+
+    def __post_init__(self) -> None:
+        raise SystemExit(3)
+
+
+class CatchingScheduler(RecordingScheduler):
+    """Records what escapes a request's task (instead of it stopping the loop)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.escaped: list[BaseException] = []
+        self.escaped_event = threading.Event()
+
+    def execute(self, make: Callable[[], Awaitable[None]]) -> bool:
+        async def guarded() -> None:
+            try:
+                await make()
+            except BaseException as exc:
+                self.escaped.append(exc)
+                self.escaped_event.set()
+
+        return super().execute(guarded)
+
+
+def test_system_exit_in_a_request_propagates_and_is_not_an_internal_failure(
+    service: LocalService,
+) -> None:
+    sched = CatchingScheduler()
+    client = HttpClient("svc", HttpClientConfig(service.url), sched)
+    try:
+        completion = client.get("/forecast", reply=_Exit).submit()
+        with pytest.raises(ShuttingDownError):
+            completion.result(WAIT)
+        assert sched.escaped_event.wait(WAIT)
+        assert [type(e) for e in sched.escaped] == [SystemExit]
+    finally:
+        assert client.close(WAIT)
+        assert sched.inner.close(WAIT)
