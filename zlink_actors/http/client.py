@@ -302,14 +302,21 @@ class HttpClient:
         if closed:
             ex.finish(None, shutting_down())
             return Completion(ex.cell)
-        if cancel is not None:
-            reg = cancel._register_internal(ex.cancel)
-            ex.registration = reg
-            if ex.cell.done():
-                reg.unregister()  # settled before the registration was stored
-        if not self._scheduler.execute(ex.run):
-            ex.finish(None, shutting_down())
+        try:
+            if cancel is not None:
+                reg = cancel._register_internal(ex.cancel)
+                ex.registration = reg
+                if ex.cell.done():
+                    reg.unregister()  # settled before the registration was stored
+            if not self._scheduler.execute(ex.run):
+                ex.finish(None, shutting_down())
+                self._ended(ex)
+        except BaseException as exc:
+            # Nobody gets this request's handle: end it (a task that starts anyway sees
+            # its cell settled and sends nothing) and let the error out.
+            ex.finish(None, internal_failure("starting the HTTP request", exc))
             self._ended(ex)
+            raise
         return Completion(ex.cell, ex.cancel)
 
     # -- the session -------------------------------------------------------------------

@@ -231,3 +231,35 @@ def test_system_exit_in_a_request_propagates_and_is_not_an_internal_failure(
     finally:
         assert client.close(WAIT)
         assert sched.inner.close(WAIT)
+
+
+class FailingOnceScheduler(RecordingScheduler):
+    """Its first `execute` raises (a scheduler's own failure)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failed = False
+
+    def execute(self, make: Callable[[], Awaitable[None]]) -> bool:
+        if not self.failed:
+            self.failed = True
+            raise RuntimeError("the scheduler failed")
+        return super().execute(make)
+
+
+def test_a_failure_while_starting_a_request_ends_it_and_is_raised(
+    service: LocalService,
+) -> None:
+    sched = FailingOnceScheduler()
+    client = HttpClient("svc", HttpClientConfig(service.url), sched)
+    source = CancellationSource()
+    try:
+        with pytest.raises(RuntimeError, match="the scheduler failed"):
+            client.get("/echo").submit(source.token)
+        assert not client._inflight  # not kept as in flight for ever
+        source.cancel()  # its registration was removed: nothing to cancel
+        assert client.get("/echo").submit_sync().status == 200
+    finally:
+        assert client.close(WAIT)
+        assert sched.inner.close(WAIT)
+    assert service.hits["/echo"] == 1
