@@ -202,7 +202,9 @@ async def _attempt(
         if cookie is not None:
             if sent is None:
                 sent = CIMultiDict()
-            sent["Cookie"] = cookie
+            # The request's own Cookie header(s) first, then the jar's: one header
+            # (RFC 6265 §5.4), the user's cookies kept.
+            sent["Cookie"] = "; ".join([*sent.getall("Cookie", []), cookie])
     try:
         async with asyncio.timeout(req.timeout):
             async with session.request(

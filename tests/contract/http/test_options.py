@@ -225,6 +225,20 @@ def test_the_jar_keeps_cookies_by_exact_host_ip_hosts_included(
     assert host.http("name").get("/set-cookies").submit_sync().json() == {"cookie": None}
 
 
+def test_the_jars_cookies_are_added_to_a_requests_own_cookie_header(
+    make_host: Callable[..., Host], service: LocalService
+) -> None:
+    client = make_host(service.url, cookies=True).http("svc")
+    client.get("/set-cookies?n=1").submit_sync()
+    resp = client.get("/set-cookies").header("Cookie", "mine=1").submit_sync()
+    assert resp.json() == {"cookie": "mine=1; c0=0"}
+    # Without a cookie in the jar, the request's own header goes as it is.
+    other = make_host(service.url, cookies=True).http("svc")
+    assert other.get("/set-cookies").header("Cookie", "mine=1").submit_sync().json() == {
+        "cookie": "mine=1"
+    }
+
+
 def test_the_jar_keeps_at_most_128_cookies_per_host(
     make_host: Callable[..., Host], service: LocalService
 ) -> None:
