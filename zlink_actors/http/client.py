@@ -88,6 +88,12 @@ class _Exchange:
         try:
             if self.cell.done():
                 return  # cancelled (or shut down) before it started: nothing is sent
+            refused = client._scheduler.admission()
+            if refused is not None:
+                # The scheduler began to stop after this was handed to it (a
+                # LoopScheduler lets such a task start only to end it): nothing is sent.
+                self.finish(None, refused)
+                return
             self.task = asyncio.current_task()
             watch = None
             if self.mode == Mode.WRITTEN:

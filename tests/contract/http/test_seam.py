@@ -25,7 +25,7 @@ from zlink_actors._core.completion import _Cell
 from zlink_actors.http import LoopScheduler
 from zlink_actors.http.exchange import WriteWatch
 
-from ._server import WAIT, LocalService
+from ._server import WAIT, LocalService, wait_until
 
 T = TypeVar("T")
 HTTP = Path(__file__).resolve().parents[3] / "zlink_actors" / "http"
@@ -263,3 +263,29 @@ def test_a_failure_while_starting_a_request_ends_it_and_is_raised(
         assert client.close(WAIT)
         assert sched.inner.close(WAIT)
     assert service.hits["/echo"] == 1
+
+
+def test_a_request_whose_loop_stops_before_it_started_ends_with_shutting_down(
+    service: LocalService,
+) -> None:
+    sched = LoopScheduler("test-http")
+    client = HttpClient("svc", HttpClientConfig(service.url), sched)
+    gate = threading.Event()
+    # Hold the loop, so the request's start and the loop's stop queue up behind it,
+    # in that order: the request's task is made, then the loop stops before it runs.
+    assert sched.call_soon(lambda: gate.wait(WAIT))
+    completion = client.get("/echo").submit()
+    closer = threading.Thread(target=sched.close, args=(WAIT,))
+    closer.start()
+    try:
+        assert wait_until(lambda: sched._closed)
+        with sched._lock:  # close() queued the stop under this lock
+            pass
+    finally:
+        gate.set()
+    closer.join(WAIT)
+    assert not closer.is_alive()
+    with pytest.raises(ShuttingDownError):
+        completion.result(WAIT)
+    assert service.hits["/echo"] == 0  # it never started
+    client.close(WAIT)  # the loop is gone: nothing left to close there
