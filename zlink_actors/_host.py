@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
@@ -272,8 +273,11 @@ class Host(CallSurface):
         # docs/http.md: HTTP requests in flight end now with ShuttingDownError (a handler
         # awaiting one can finish its turn) and every client's connections close, while
         # the I/O executor's loop still runs.
+        started = time.monotonic()
         self._http.close(min(seconds, _HTTP_CLOSE))
-        return _shutdown.shutdown(self._runtime, seconds)
+        # One deadline for the whole shutdown: what the clients took is not given again.
+        left = max(0.0, seconds - (time.monotonic() - started))
+        return _shutdown.shutdown(self._runtime, left)
 
     def __enter__(self) -> Self:
         return self.start()

@@ -88,6 +88,12 @@ class _Exchange:
         try:
             if self.cell.done():
                 return  # cancelled (or shut down) before it started: nothing is sent
+            refused = client._scheduler.admission()
+            if refused is not None:
+                # The scheduler began to stop after this was handed to it (a
+                # LoopScheduler lets such a task start only to end it): nothing is sent.
+                self.finish(None, refused)
+                return
             self.task = asyncio.current_task()
             watch = None
             if self.mode == Mode.WRITTEN:
@@ -111,8 +117,13 @@ class _Exchange:
         except ZlinkError as exc:
             if not self.finish(None, exc) and self.mode == Mode.WRITTEN:
                 log.debug("one-way HTTP request: the response failed: %s", exc)
-        except BaseException as exc:
+        except Exception as exc:
             self.finish(None, internal_failure("the HTTP request", exc))
+        except BaseException:
+            # KeyboardInterrupt, SystemExit, GeneratorExit: not the request's failure, and
+            # they must propagate; the request still ends once.
+            self.finish(None, shutting_down("the request finished"))
+            raise
         finally:
             client._ended(self)
 
@@ -297,14 +308,21 @@ class HttpClient:
         if closed:
             ex.finish(None, shutting_down())
             return Completion(ex.cell)
-        if cancel is not None:
-            reg = cancel._register_internal(ex.cancel)
-            ex.registration = reg
-            if ex.cell.done():
-                reg.unregister()  # settled before the registration was stored
-        if not self._scheduler.execute(ex.run):
-            ex.finish(None, shutting_down())
+        try:
+            if cancel is not None:
+                reg = cancel._register_internal(ex.cancel)
+                ex.registration = reg
+                if ex.cell.done():
+                    reg.unregister()  # settled before the registration was stored
+            if not self._scheduler.execute(ex.run):
+                ex.finish(None, shutting_down())
+                self._ended(ex)
+        except BaseException as exc:
+            # Nobody gets this request's handle: end it (a task that starts anyway sees
+            # its cell settled and sends nothing) and let the error out.
+            ex.finish(None, internal_failure("starting the HTTP request", exc))
             self._ended(ex)
+            raise
         return Completion(ex.cell, ex.cancel)
 
     # -- the session -------------------------------------------------------------------

@@ -61,12 +61,19 @@ class WriteWatch:
         self.written = False
         self.on_written = on_written
 
+    def begin(self) -> None:
+        """A new attempt: what an earlier one wrote counts for nothing."""
+        self.sent = 0
+        self.headers_sent = False
+
     def _check(self) -> None:
         if not self.written and self.headers_sent and self.sent >= self.expected:
             self.written = True
-            # The trace fires just before the bytes go to the transport: report on the
-            # next pass of the loop, when they are there.
-            asyncio.get_running_loop().call_soon(self.on_written)
+            # Reported here, where `written` is set: from now on the request is not
+            # retried, so nothing after this (a write or the response failing) may
+            # settle the request with an error first (docs/http.md: once written,
+            # nothing the response does is reported).
+            self.on_written()
 
 
 async def _on_headers(
@@ -117,7 +124,9 @@ async def perform(
     hops = 0
     while True:
         resp = await _attempts(session, config, jar, method, url, headers, body, req, watch)
-        if not config.follow_redirects or resp.status not in REDIRECTS:
+        # A one-way request (`watch`) has completed once written: it follows no redirect
+        # (that would send its request again, unasked and unreported).
+        if watch is not None or not config.follow_redirects or resp.status not in REDIRECTS:
             return resp
         if hops == config.follow_redirects:
             raise ProtocolError(
@@ -184,6 +193,8 @@ async def _attempt(
     req: Prepared,
     watch: WriteWatch | None,
 ) -> HttpResponse:
+    if watch is not None:
+        watch.begin()
     sent: CIMultiDict[str] | None = CIMultiDict(headers) if headers else None
     host = url.host or ""
     if jar is not None:
@@ -191,7 +202,9 @@ async def _attempt(
         if cookie is not None:
             if sent is None:
                 sent = CIMultiDict()
-            sent["Cookie"] = cookie
+            # The request's own Cookie header(s) first, then the jar's: one header
+            # (RFC 6265 §5.4), the user's cookies kept.
+            sent["Cookie"] = "; ".join([*sent.getall("Cookie", []), cookie])
     try:
         async with asyncio.timeout(req.timeout):
             async with session.request(
@@ -202,7 +215,10 @@ async def _attempt(
                 allow_redirects=False,
                 trace_request_ctx=watch,
             ) as resp:
-                content = await _read_body(resp, config, method)
+                if watch is None:
+                    content = await _read_body(resp, config, method)
+                else:
+                    content = await _discard_body(resp)
                 if jar is not None:
                     jar.store(host, resp.headers.getall("Set-Cookie", []))
                 return HttpResponse(resp.status, resp.headers, content, str(resp.url))
@@ -230,6 +246,7 @@ async def _read_body(resp: aiohttp.ClientResponse, config: HttpClientConfig, met
         raise _too_large(resp, limit)
     parts: list[bytes] = []
     total = 0
+    received = False
 
     def add(data: bytes) -> None:
         nonlocal total
@@ -243,15 +260,30 @@ async def _read_body(resp: aiohttp.ClientResponse, config: HttpClientConfig, met
             if decoder is None:
                 add(chunk)
                 continue
+            received = received or bool(chunk)
             # Never decompress more than one byte past what is left of the limit.
             add(decoder.decompress(chunk, limit - total + 1))
             while decoder.unconsumed_tail:
                 add(decoder.decompress(decoder.unconsumed_tail, limit - total + 1))
         if decoder is not None:
             add(decoder.flush())
+            # A stream cut short (or missing its trailer) decodes without a zlib.error:
+            # only `eof` tells it from a whole one. An empty body (HEAD, 204, 304) is
+            # no stream at all.
+            if received and not decoder.eof:
+                raise zlib.error("the compressed stream ends before its end")
     except zlib.error as exc:
         raise ProtocolError(f"the {encoding} body of {resp.url} does not decode: {exc}") from None
     return b"".join(parts)
+
+
+async def _discard_body(resp: aiohttp.ClientResponse) -> bytes:
+    """A one-way request's body: read to its end and dropped, never held, so the
+    connection returns to the pool (bounded by the attempt's timeout, not by the
+    body limit, which is about what a caller receives)."""
+    async for _ in resp.content.iter_chunked(_CHUNK):
+        pass
+    return b""
 
 
 def _too_large(resp: aiohttp.ClientResponse, limit: int) -> CapacityExceededError:

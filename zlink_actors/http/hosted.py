@@ -9,7 +9,9 @@ its own turn.
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TypeVar
@@ -24,6 +26,7 @@ from .config import HttpClientConfig
 __all__ = ["HostScheduler", "HttpClients"]
 
 T = TypeVar("T")
+log = logging.getLogger("zlink_actors")
 
 
 class HostScheduler:
@@ -128,8 +131,16 @@ class HttpClients:
             ) from None
 
     def close(self, timeout: float) -> bool:
-        """Close every client (see `HttpClient.close`); False if one did not close."""
+        """Close every client (see `HttpClient.close`) within `timeout` seconds for all
+        of them together; False (and a warning logged) if one did not close."""
+        end = time.monotonic() + timeout
         ok = True
         for client in self._clients.values():
-            ok = client.close(timeout) and ok
+            if not client.close(max(0.0, end - time.monotonic())):
+                ok = False
+                log.warning(
+                    "HTTP client %r: its connections did not close within %.3g s",
+                    client.name,
+                    timeout,
+                )
         return ok

@@ -106,6 +106,13 @@ class LoopScheduler:
         return not self._thread.is_alive()
 
     def _stop(self) -> None:
+        # A task created just before (its start was queued ahead of this) has not run
+        # its first step: cancelled now, its request would never start, so never settle
+        # its completion. One more pass lets each start; then a cancel ends each request
+        # with ShuttingDownError (`_Exchange.run`).
+        self._loop.call_soon(self._cancel_and_stop)
+
+    def _cancel_and_stop(self) -> None:
         for task in list(self._tasks):
             task.cancel()
         self._loop.call_soon(self._loop.stop)

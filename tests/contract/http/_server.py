@@ -198,11 +198,16 @@ class LocalService:
     async def gzip_(self, request: web.Request) -> web.Response:
         self._count(request)
         data = gzip.compress(b"z" * int(request.query["n"]))
+        cut = int(request.query.get("cut", "0"))
+        if cut:
+            data = data[:-cut]  # a truncated stream: its end (and trailer) is missing
         return web.Response(body=data, headers={"Content-Encoding": "gzip"})
 
     async def stream(self, request: web.Request) -> web.StreamResponse:
         """Chunked, no Content-Length: up to `n` bytes, 64 KiB at a time."""
         self._count(request)
+        assert request.transport is not None
+        self.peers.append(request.transport.get_extra_info("peername"))
         resp = web.StreamResponse()
         await resp.prepare(request)
         total = int(request.query["n"])

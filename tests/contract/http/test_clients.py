@@ -3,6 +3,9 @@ Host, reached by name, one connection pool each, made lazily and closed at shutd
 
 from __future__ import annotations
 
+import logging
+import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -19,6 +22,8 @@ from zlink_actors import (
     SpotContext,
     handler,
 )
+from zlink_actors.http import LoopScheduler
+from zlink_actors.http.hosted import HttpClients
 
 from ._server import WAIT, LocalService, wait_until
 
@@ -169,3 +174,50 @@ def test_shutdown_closes_every_clients_connections(service: LocalService) -> Non
     assert len(service.transports) == 2
     # The server sees both kept-alive connections end.
     assert wait_until(lambda: all(t.is_closing() for t in service.transports))
+
+
+_loop_blocked = threading.Event()
+_unblock_loop = threading.Event()
+
+
+class _BlocksTheLoop(msgspec.Struct):
+    """Decoded on the I/O executor's loop: holds that loop until the test lets go."""
+
+    city: str
+
+    def __post_init__(self) -> None:
+        _loop_blocked.set()
+        _unblock_loop.wait(30)
+
+
+def test_the_clients_close_within_one_deadline_together_and_a_timeout_is_logged(
+    service: LocalService, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Three used clients whose sessions cannot close (their loop is held): the closes
+    # share the timeout (Host.shutdown then gets what they left of its deadline).
+    names = ("a", "b", "c")
+    sched = LoopScheduler("test-http")
+    clients = HttpClients(
+        {n: HttpClientConfig(service.url) for n in names},
+        sched,  # type: ignore[arg-type]  # a scheduler without a Host
+    )
+    _loop_blocked.clear()
+    _unblock_loop.clear()
+    try:
+        for name in names:
+            assert clients.client(name).get("/echo").submit_sync().status == 200
+        clients.client("a").get("/forecast", reply=_BlocksTheLoop).submit()
+        assert _loop_blocked.wait(WAIT)
+        timeout = 0.5
+        started = time.monotonic()
+        with caplog.at_level(logging.WARNING, logger="zlink_actors"):
+            assert not clients.close(timeout)
+        took = time.monotonic() - started
+    finally:
+        _unblock_loop.set()
+        # The held closes run once the loop is free; then the loop may stop.
+        assert wait_until(lambda: not sched._tasks)
+        assert sched.close(WAIT)
+    # One close after another, each given the whole timeout, took 1.5 s.
+    assert took < timeout + 0.4, took
+    assert caplog.text.count("did not close") == 3

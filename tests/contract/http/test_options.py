@@ -187,6 +187,15 @@ def test_with_compression_the_client_asks_for_gzip_and_deflate_and_decodes(
     assert resp.headers["Content-Encoding"] == "gzip"
 
 
+@pytest.mark.parametrize("cut", [1, 8, 12, 30])
+def test_a_truncated_compressed_body_is_protocol_error_not_a_short_body(
+    make_host: Callable[..., Host], service: LocalService, cut: int
+) -> None:
+    client = make_host(service.url, compression=True).http("svc")
+    with pytest.raises(ProtocolError, match="does not decode"):
+        client.get(f"/gzip?n=10000&cut={cut}").submit_sync()
+
+
 # -- cookies ---------------------------------------------------------------------------
 
 
@@ -214,6 +223,20 @@ def test_the_jar_keeps_cookies_by_exact_host_ip_hosts_included(
     assert hop.json() == {"cookie": "c0=0; c1=1"}
     # A different host name for the same address gets none of them.
     assert host.http("name").get("/set-cookies").submit_sync().json() == {"cookie": None}
+
+
+def test_the_jars_cookies_are_added_to_a_requests_own_cookie_header(
+    make_host: Callable[..., Host], service: LocalService
+) -> None:
+    client = make_host(service.url, cookies=True).http("svc")
+    client.get("/set-cookies?n=1").submit_sync()
+    resp = client.get("/set-cookies").header("Cookie", "mine=1").submit_sync()
+    assert resp.json() == {"cookie": "mine=1; c0=0"}
+    # Without a cookie in the jar, the request's own header goes as it is.
+    other = make_host(service.url, cookies=True).http("svc")
+    assert other.get("/set-cookies").header("Cookie", "mine=1").submit_sync().json() == {
+        "cookie": "mine=1"
+    }
 
 
 def test_the_jar_keeps_at_most_128_cookies_per_host(

@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
+import msgspec
 import pytest
 
 from zlink_actors import (
@@ -22,8 +23,9 @@ from zlink_actors import (
 )
 from zlink_actors._core.completion import _Cell
 from zlink_actors.http import LoopScheduler
+from zlink_actors.http.exchange import WriteWatch
 
-from ._server import WAIT, LocalService
+from ._server import WAIT, LocalService, wait_until
 
 T = TypeVar("T")
 HTTP = Path(__file__).resolve().parents[3] / "zlink_actors" / "http"
@@ -162,3 +164,128 @@ def test_the_contract_check_would_see_a_kernel_import(tmp_path: Path) -> None:
     planted = tmp_path / "planted.py"
     planted.write_text("from .._engine.kernel import Runtime\nfrom .call import HttpCall\n")
     assert _imports(planted) == {".._engine.kernel", ".call"}
+
+
+def test_a_write_watch_reports_written_where_it_is_set_and_counts_each_attempt_afresh() -> None:
+    reported: list[bool] = []
+    watch = WriteWatch(10, lambda: reported.append(watch.written))
+    # An attempt that wrote its headers and part of its body, then failed.
+    watch.begin()
+    watch.headers_sent = True
+    watch.sent += 6
+    watch._check()
+    assert reported == []
+    # The next attempt starts from nothing: 6 more bytes are not the whole body.
+    watch.begin()
+    watch.sent += 6
+    watch._check()
+    assert (reported, watch.written) == ([], False)
+    watch.headers_sent = True
+    watch._check()
+    assert (reported, watch.written) == ([], False)
+    watch.sent += 4
+    watch._check()
+    # Reported at once (not on a later pass of a loop, when a failure could come first).
+    assert (reported, watch.written) == ([True], True)
+    watch._check()
+    assert reported == [True]
+
+
+class _Exit(msgspec.Struct):
+    city: str
+
+    def __post_init__(self) -> None:
+        raise SystemExit(3)
+
+
+class CatchingScheduler(RecordingScheduler):
+    """Records what escapes a request's task (instead of it stopping the loop)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.escaped: list[BaseException] = []
+        self.escaped_event = threading.Event()
+
+    def execute(self, make: Callable[[], Awaitable[None]]) -> bool:
+        async def guarded() -> None:
+            try:
+                await make()
+            except BaseException as exc:
+                self.escaped.append(exc)
+                self.escaped_event.set()
+
+        return super().execute(guarded)
+
+
+def test_system_exit_in_a_request_propagates_and_is_not_an_internal_failure(
+    service: LocalService,
+) -> None:
+    sched = CatchingScheduler()
+    client = HttpClient("svc", HttpClientConfig(service.url), sched)
+    try:
+        completion = client.get("/forecast", reply=_Exit).submit()
+        with pytest.raises(ShuttingDownError):
+            completion.result(WAIT)
+        assert sched.escaped_event.wait(WAIT)
+        assert [type(e) for e in sched.escaped] == [SystemExit]
+    finally:
+        assert client.close(WAIT)
+        assert sched.inner.close(WAIT)
+
+
+class FailingOnceScheduler(RecordingScheduler):
+    """Its first `execute` raises (a scheduler's own failure)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failed = False
+
+    def execute(self, make: Callable[[], Awaitable[None]]) -> bool:
+        if not self.failed:
+            self.failed = True
+            raise RuntimeError("the scheduler failed")
+        return super().execute(make)
+
+
+def test_a_failure_while_starting_a_request_ends_it_and_is_raised(
+    service: LocalService,
+) -> None:
+    sched = FailingOnceScheduler()
+    client = HttpClient("svc", HttpClientConfig(service.url), sched)
+    source = CancellationSource()
+    try:
+        with pytest.raises(RuntimeError, match="the scheduler failed"):
+            client.get("/echo").submit(source.token)
+        assert not client._inflight  # not kept as in flight for ever
+        source.cancel()  # its registration was removed: nothing to cancel
+        assert client.get("/echo").submit_sync().status == 200
+    finally:
+        assert client.close(WAIT)
+        assert sched.inner.close(WAIT)
+    assert service.hits["/echo"] == 1
+
+
+def test_a_request_whose_loop_stops_before_it_started_ends_with_shutting_down(
+    service: LocalService,
+) -> None:
+    sched = LoopScheduler("test-http")
+    client = HttpClient("svc", HttpClientConfig(service.url), sched)
+    gate = threading.Event()
+    # Hold the loop, so the request's start and the loop's stop queue up behind it,
+    # in that order: the request's task is made, then the loop stops before it runs.
+    assert sched.call_soon(lambda: gate.wait(WAIT))
+    completion = client.get("/echo").submit()
+    closer = threading.Thread(target=sched.close, args=(WAIT,))
+    closer.start()
+    try:
+        assert wait_until(lambda: sched._closed)
+        with sched._lock:  # close() queued the stop under this lock
+            pass
+    finally:
+        gate.set()
+    closer.join(WAIT)
+    assert not closer.is_alive()
+    with pytest.raises(ShuttingDownError):
+        completion.result(WAIT)
+    assert service.hits["/echo"] == 0  # it never started
+    client.close(WAIT)  # the loop is gone: nothing left to close there

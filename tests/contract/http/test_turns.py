@@ -397,6 +397,32 @@ def test_one_way_and_response_requests_share_the_clients_one_pool(
     assert len(set(service.peers)) == 1
 
 
+@pytest.mark.parametrize("code", [302, 307])
+def test_a_one_way_request_follows_no_redirect_after_it_completed(
+    make_host: Callable[..., Host], service: LocalService, code: int
+) -> None:
+    host = make_host(service.url, follow_redirects=3)
+    call = host.http("svc").post(f"/redirect/{code}?to=/echo").json({"a": 1})
+    assert call.send().result(WAIT) is None
+    assert wait_until(lambda: host.statistics().io.tasks == 0)
+    assert service.hits[f"/redirect/{code}"] == 1
+    assert service.hits["/echo"] == 0
+
+
+def test_a_one_way_request_discards_its_body_whatever_its_size(
+    make_host: Callable[..., Host], service: LocalService
+) -> None:
+    # A body far over the limit is read and dropped, not buffered up to the limit (and
+    # then failed, which closed the connection): the connection goes back to the pool.
+    host = make_host(service.url, max_response_body_size=1000)
+    client = host.http("svc")
+    assert client.get("/stream?n=400000").send().result(WAIT) is None
+    assert wait_until(lambda: host.statistics().io.tasks == 0)
+    assert client.get("/peer").submit_sync().status == 200
+    assert len(service.peers) == 2
+    assert len(set(service.peers)) == 1
+
+
 def test_yield_releases_the_gate_of_an_instance_spot_too(
     make_host: Callable[..., Host], service: LocalService
 ) -> None:
