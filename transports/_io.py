@@ -302,8 +302,8 @@ class IoThread(threading.Thread):
         return app_end.decode(), comp_end.decode()
 
     def connect(self, peer: bytes, endpoints: Endpoints, server_key: bytes | None) -> None:
-        """Make `peer`'s state and dial it; on a failure, undo both (nothing half-made is
-        left). Then tell it our flow state if we ever set one."""
+        """Make `peer`'s state and dial it, then tell it our flow state if we ever set
+        one."""
         core = self.core
         application, completion = endpoints.application, endpoints.completion
         with core.lock:
@@ -317,27 +317,23 @@ class IoThread(threading.Thread):
                 addresses=(application, completion),
                 deadline=time.monotonic() + core.config.heartbeat_timeout,
             )
-        dialled: list[tuple[zmq.Socket[bytes], str]] = []
-        try:
-            for sock, address in ((self.app, application), (self.comp, completion)):
-                sock.setsockopt(zmq.CONNECT_ROUTING_ID, peer)
-                if server_key is not None:  # we are the CURVE client of this connection
-                    sock.setsockopt(zmq.CURVE_SERVER, 0)
-                    sock.setsockopt(zmq.CURVE_SERVERKEY, server_key)
-                try:
-                    sock.connect(address)
-                finally:
-                    if server_key is not None:
-                        sock.setsockopt(zmq.CURVE_SERVER, 1)  # for a later bind
-                dialled.append((sock, address))
-        except BaseException:
-            for sock, address in dialled:
-                with contextlib.suppress(zmq.ZMQError):
-                    sock.disconnect(address)
-            with core.lock:
-                core.peers.pop(peer, None)
-            raise
-        for sock, _ in dialled:
+        # A connect that libzmq refuses part-way leaves the peer known (a retry says
+        # "already connected"; the hello timeout reports it LOST): a pipe it already
+        # opened under this routing id may outlive a disconnect, and a second pipe with
+        # the same id aborts libzmq (docs/transports.md, "Known limits").
+        dialled: list[zmq.Socket[bytes]] = []
+        for sock, address in ((self.app, application), (self.comp, completion)):
+            sock.setsockopt(zmq.CONNECT_ROUTING_ID, peer)
+            if server_key is not None:  # we are the CURVE client of this connection
+                sock.setsockopt(zmq.CURVE_SERVER, 0)
+                sock.setsockopt(zmq.CURVE_SERVERKEY, server_key)
+            try:
+                sock.connect(address)
+            finally:
+                if server_key is not None:
+                    sock.setsockopt(zmq.CURVE_SERVER, 1)  # for a later bind
+            dialled.append(sock)
+        for sock in dialled:
             self._send(sock, peer, encode(Kind.HELLO), ())
         with core.lock:
             flow, epoch = core.flow, core.flow_epoch
