@@ -29,11 +29,14 @@ from typing import Any, Final
 
 import msgspec
 
+from .errors import InvalidOperationError
+
 __all__ = [
     "MAX_NAME_BYTES",
     "MAX_SECONDS",
     "MIN_INTERVAL",
     "STRUCT_META",
+    "add_metadata",
     "check_id",
     "check_optional_seconds",
     "check_seconds",
@@ -220,3 +223,21 @@ def _shown(value: object) -> str:
     if isinstance(value, int) and value.bit_length() > 64:
         return f"an int of {value.bit_length()} bits"
     return repr(value)
+
+
+def add_metadata(meta: dict[str, object] | None, key: object, value: object) -> dict[str, object]:
+    """`meta` (made on first use) with `key=value` added: the one rule of every call's
+    `metadata()` option.
+
+    Raises:
+        TypeError: `key` is not a str.
+        InvalidOperationError: `key` was already set.
+    """
+    if not isinstance(key, str):
+        raise TypeError(f"metadata keys are str, got {type(key).__name__}")
+    if meta is None:
+        meta = {}
+    elif key in meta:
+        raise InvalidOperationError(f"metadata {key!r} was already set on this call")
+    meta[key] = value
+    return meta

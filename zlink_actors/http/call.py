@@ -22,7 +22,7 @@ from .._core import context as _context
 from .._core.cancellation import CancellationToken, check_token
 from .._core.completion import Completion, failed
 from .._core.errors import CancelledError, InvalidOperationError, ProtocolError
-from .._core.validation import check_seconds
+from .._core.validation import add_metadata, check_seconds
 from .._engine.driver import YieldAwaitable
 from .._engine.turn import require_yield_turn
 from .config import HttpClientConfig, check_header
@@ -221,14 +221,7 @@ class HttpCall(Generic[T]):
             TypeError: `key` is not a str.
         """
         self._check_open("metadata()")
-        if not isinstance(key, str):
-            raise TypeError(f"metadata keys are str, got {type(key).__name__}")
-        meta = self._metadata
-        if meta is None:
-            self._metadata = meta = {}
-        elif key in meta:
-            raise InvalidOperationError(f"metadata {key!r} was already set on this call")
-        meta[key] = value
+        self._metadata = add_metadata(self._metadata, key, value)
         return self
 
     # -- terminators -------------------------------------------------------------------
