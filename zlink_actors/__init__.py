@@ -5,6 +5,7 @@ The public surface is what this module exports in `__all__`.
 
 from ._calls.contexts import ActorContext as ActorContext
 from ._calls.contexts import ChannelContext as ChannelContext
+from ._calls.contexts import NodeContext as NodeContext
 from ._calls.contexts import SpotContext as SpotContext
 from ._calls.create import ActorManager as ActorManager
 from ._calls.create import CloseCall as CloseCall
@@ -65,6 +66,7 @@ from ._engine.objects import Created as Created
 from ._engine.objects import Existing as Existing
 from ._engine.objects import InstanceSpot as InstanceSpot
 from ._engine.objects import JoinResult as JoinResult
+from ._engine.objects import NodeHandler as NodeHandler
 from ._engine.objects import Rejected as Rejected
 from ._engine.objects import Spot as Spot
 from ._engine.objects import SpotConfig as SpotConfig
@@ -83,6 +85,13 @@ from .http.response import HttpStatusError as HttpStatusError
 from .location import LeaseConfig as LeaseConfig
 from .location import MemoryLocationStore as MemoryLocationStore
 from .location import RedisLocationStore as RedisLocationStore
+from .mesh import ChannelServer as ChannelServer
+from .mesh import CurveConfig as CurveConfig
+from .mesh import MeshConfig as MeshConfig
+from .mesh import MeshStatistics as MeshStatistics
+from .mesh import NodeInfo as NodeInfo
+from .mesh import PeerInfo as PeerInfo
+from .mesh import PeerState as PeerState
 
 __all__ = [
     "Actor",
@@ -97,6 +106,7 @@ __all__ = [
     "CapacityExceededError",
     "ChannelContext",
     "ChannelHandler",
+    "ChannelServer",
     "Clock",
     "CloseCall",
     "CloseReason",
@@ -107,6 +117,7 @@ __all__ = [
     "CpuWorkerCall",
     "CreateCall",
     "Created",
+    "CurveConfig",
     "DataLostError",
     "Deadline",
     "DeadlineExceededError",
@@ -132,10 +143,17 @@ __all__ = [
     "LeaveCall",
     "ManualClock",
     "MemoryLocationStore",
+    "MeshConfig",
+    "MeshStatistics",
+    "NodeContext",
+    "NodeHandler",
+    "NodeInfo",
     "NotConfiguredError",
     "NotFoundError",
     "OperationId",
     "OverrunPolicy",
+    "PeerInfo",
+    "PeerState",
     "PoolStatistics",
     "ProtocolError",
     "PublishCall",

@@ -13,6 +13,7 @@ import itertools
 import logging
 import os
 import time
+import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
@@ -21,17 +22,20 @@ from typing import Self
 from ._calls.contexts import (
     ACTOR_MANAGER,
     HTTP_CLIENTS,
+    MESH_NODE,
     SPOT_MANAGER,
     ActorContext,
     CallSurface,
     ChannelContext,
+    NodeContext,
     SpotContext,
 )
 from ._calls.create import ActorManager, SpotManager
 from ._core import context as _context
 from ._core.clock import Clock, SystemClock, TimerService, TimerStatistics
 from ._core.dispatcher import DispatcherStatistics, get_dispatcher
-from ._core.errors import ConfigurationError
+from ._core.completion import Completion
+from ._core.errors import ConfigurationError, InvalidOperationError, NotConfiguredError
 from ._core.pool import AppPool, PoolStatistics
 from ._core.state import HostState, ShutdownOutcome, ShutdownResult
 from ._core.validation import check_seconds
@@ -39,14 +43,18 @@ from ._core.workers import CpuPool, CpuPoolStatistics, IoExecutor, IoStatistics
 from ._engine import shutdown as _shutdown
 from ._engine.kernel import Runtime
 from ._engine.multicast import Publisher, PublisherStatistics
-from ._engine.objects import Actor, ChannelHandler, ObjectKind, Spot
+from ._engine.objects import Actor, ChannelHandler, NodeHandler, ObjectKind, Spot
 from ._engine.registry import Engine
-from ._engine.remote import LOCAL_ONLY
+from ._engine.remote import LOCAL_ONLY, node_key
 from ._engine.runner import RecordRunner
 from ._engine.services import Services
 from .http.client import HttpClient
 from .http.config import HttpClientConfig
 from .http.hosted import HostScheduler, HttpClients
+from .location.spi import LocationStore
+from .mesh.codec import Codec, TypeRegistry
+from .mesh.config import ChannelServer, MeshConfig, NodeInfo, PeerInfo
+from .mesh.node import MeshNode, MeshStatistics
 
 __all__ = ["Host", "HostStatistics"]
 
@@ -98,8 +106,9 @@ class HostStatistics:
         timers: the timer service's `TimerStatistics` (deadlines and Spot timers; its
             `pending` count scans the service's entries).
         publisher: the publish admission's `PublisherStatistics`.
+        mesh: the RouteMesh node's `MeshStatistics`; None without `mesh=`.
 
-    The last five fields have defaults (0, and all-zero snapshots) only so that the
+    The last six fields have defaults (0, and all-zero snapshots) only so that the
     class can grow; every snapshot `Host.statistics()` returns sets them all.
     """
 
@@ -119,6 +128,7 @@ class HostStatistics:
     io: IoStatistics = _NO_IO
     timers: TimerStatistics = _NO_TIMERS
     publisher: PublisherStatistics = _NO_PUBLISHER
+    mesh: MeshStatistics | None = None
 
 
 def _classes(name: str, value: object) -> list[type]:
@@ -135,6 +145,64 @@ def _positive_int(name: str, value: object, default: int) -> int:
     if value < 1:
         raise ConfigurationError(f"{name} must be >= 1, got {value}")
     return value
+
+
+_OBJECT_KINDS = (ObjectKind.SPOT, ObjectKind.ACTOR)
+
+
+def _check_mesh(
+    mesh: object, location: object, node_handler: object, check_codec: object
+) -> None:
+    """`Host(...)` combinations (mesh.md §1), checked before anything is made."""
+    if mesh is not None and not isinstance(mesh, MeshConfig):
+        raise ConfigurationError(f"mesh must be a MeshConfig, got {type(mesh).__name__}")
+    if not isinstance(check_codec, bool):
+        raise ConfigurationError(f"check_codec must be a bool, got {type(check_codec).__name__}")
+    if mesh is None:
+        if location is not None:
+            raise ConfigurationError("location= needs mesh=: the store serves a mesh's nodes")
+        if node_handler is not None:
+            raise ConfigurationError("node_handler= needs mesh=: it serves send_to_node()")
+        return
+    assert isinstance(mesh, MeshConfig)
+    if location is not None and mesh.routing_id is not None:
+        raise ConfigurationError(
+            "a fixed MeshConfig(routing_id=...) is for a manual topology: with location= "
+            "every start takes a fresh automatic routing id"
+        )
+    if location is not None and not all(
+        callable(getattr(location, name, None)) for name in ("read", "write", "scan", "close")
+    ):
+        raise ConfigurationError(f"location must be a LocationStore, got {location!r}")
+
+
+def _channel_servers(channels: object) -> tuple[dict[str, int], dict[str, type]]:
+    """`channels=` values are handler classes or `ChannelServer`s: weights and classes."""
+    if channels is None:
+        return {}, {}
+    if not isinstance(channels, Mapping):
+        raise ConfigurationError("channels must be a mapping of name -> handler class")
+    weights: dict[str, int] = {}
+    classes: dict[str, type] = {}
+    for name, value in channels.items():
+        server = value if isinstance(value, ChannelServer) else None
+        classes[name] = server.handler_cls if server is not None else value
+        weights[name] = server.weight if server is not None else 100
+    return weights, classes
+
+
+def _wire_types(engine: Engine, extra: list[type]) -> TypeRegistry:
+    """The payload types this Host knows on the wire: every handler's message and reply
+    annotations, and `message_types=`."""
+    registry = TypeRegistry()
+    candidates: list[object] = list(extra)
+    for info in engine.types.values():
+        for handler in info.table.handlers():
+            candidates.extend((handler.msg_type, handler.reply_type))
+    for cls in candidates:
+        if isinstance(cls, type) and cls.__module__ != "builtins":
+            registry.add(cls)
+    return registry
 
 
 class Host(CallSurface):
@@ -159,6 +227,13 @@ class Host(CallSurface):
         publish_concurrency: publish transactions running at once; more wait for a slot.
         http_clients: name -> `HttpClientConfig`: the HTTP clients `ctx.http(name)` and
             `host.http(name)` return (docs/http.md).
+        mesh: a `MeshConfig`: this Host becomes a node of that RouteMesh (docs/mesh.md).
+        location: a Location Store shared by the mesh's nodes (discovery; needs `mesh`).
+        node_handler: a `NodeHandler` subclass: the target of `send_to_node` /
+            `request_to_node` for this node (needs `mesh`).
+        message_types: extra payload types this Host can decode from the wire.
+        check_codec: every local payload and reply crosses the wire codec too, so a
+            type that could not cross the network fails here (`ProtocolError`).
 
     Raises:
         ConfigurationError: an option has a wrong type or value, a class is not a
@@ -179,6 +254,11 @@ class Host(CallSurface):
         clock: Clock | None = None,
         publish_concurrency: int = 64,
         http_clients: Mapping[str, HttpClientConfig] | None = None,
+        mesh: MeshConfig | None = None,
+        location: LocationStore | None = None,
+        node_handler: type[NodeHandler] | None = None,
+        message_types: Iterable[type] = (),
+        check_codec: bool = False,
     ) -> None:
         if clock is not None and not isinstance(clock, Clock):
             raise ConfigurationError(f"clock must be a Clock, got {type(clock).__name__}")
@@ -193,6 +273,9 @@ class Host(CallSurface):
         lane_items = _positive_int("application_lane_items", application_lane_items, 1024)
         publishes = _positive_int("publish_concurrency", publish_concurrency, 64)
         http_configs = HttpClients.check(http_clients)
+        _check_mesh(mesh, location, node_handler, check_codec)
+        extra_types = _classes("message_types", message_types)
+        weights, channel_classes = _channel_servers(channels)
         name = f"zlink-host{next(_host_numbers)}"
         clock = clock if clock is not None else SystemClock()
         pool = AppPool(pool_threads, f"{name}-app", lane_items)
@@ -215,9 +298,28 @@ class Host(CallSurface):
             engine.register(cls, ObjectKind.SPOT)
         for cls in _classes("actors", actors):
             engine.register(cls, ObjectKind.ACTOR)
-        if channels is not None and not isinstance(channels, Mapping):
-            raise ConfigurationError("channels must be a mapping of name -> handler class")
-        engine.add_channels(dict(channels or {}))
+        engine.add_channels(channel_classes)
+        self._mesh: MeshNode | None = None
+        if mesh is not None:
+            routing_id = mesh.routing_id or f"{mesh.routing_id_prefix}-{uuid.uuid4()}"
+            if node_handler is not None:
+                engine.add_node_handler(node_key(mesh.name, routing_id), node_handler)
+            codec = Codec(_wire_types(engine, extra_types), mesh.max_message_size)
+            object_types = [
+                info.name for info in engine.types.values() if info.kind in _OBJECT_KINDS
+            ]
+            self._mesh = MeshNode(
+                runtime,
+                mesh,
+                routing_id,
+                codec,
+                channels=weights,
+                node_handler=node_handler is not None,
+                object_types=object_types,
+                location=location,
+            )
+            runtime.remote = self._mesh
+            runtime.services.provide(MESH_NODE, self._mesh)
         runtime.services.provide(SPOT_MANAGER, SpotManager(runtime))
         runtime.services.provide(ACTOR_MANAGER, ActorManager(runtime))
         self._http = HttpClients(http_configs, HostScheduler(runtime, io))
@@ -230,6 +332,7 @@ class Host(CallSurface):
                 ObjectKind.SPOT: SpotContext,
                 ObjectKind.ACTOR: ActorContext,
                 ObjectKind.CHANNEL: ChannelContext,
+                ObjectKind.NODE: NodeContext,
             },
         )
 
@@ -246,7 +349,13 @@ class Host(CallSurface):
         Raises:
             InvalidOperationError: the Host is draining or stopped.
         """
+        node = self._mesh
+        if node is None or self._runtime.state is not HostState.PREPARING:
+            self._runtime.start(self._runner)
+            return self
+        node.start()  # binds first: an address in use fails start() with nothing served
         self._runtime.start(self._runner)
+        node.serve()
         return self
 
     def shutdown(self, deadline: float = 30.0) -> ShutdownResult:
@@ -274,10 +383,16 @@ class Host(CallSurface):
         # awaiting one can finish its turn) and every client's connections close, while
         # the I/O executor's loop still runs.
         started = time.monotonic()
+        node = self._mesh
+        if node is not None:
+            node.begin_drain()  # peers select this node no more
         self._http.close(min(seconds, _HTTP_CLOSE))
         # One deadline for the whole shutdown: what the clients took is not given again.
         left = max(0.0, seconds - (time.monotonic() - started))
-        return _shutdown.shutdown(self._runtime, left)
+        result = _shutdown.shutdown(self._runtime, left)
+        if node is not None:
+            node.close()
+        return result
 
     def __enter__(self) -> Self:
         return self.start()
@@ -300,6 +415,54 @@ class Host(CallSurface):
             NotConfiguredError: no client of that name is configured.
         """
         return self._http.client(name)
+
+    # -- the mesh --------------------------------------------------------------------
+
+    def _node(self) -> MeshNode:
+        if self._mesh is None:
+            raise NotConfiguredError("this Host has no mesh (Host(mesh=MeshConfig(...)))")
+        return self._mesh
+
+    @property
+    def node(self) -> NodeInfo:
+        """This node's `NodeInfo` (mesh name, routing id, advertised endpoint).
+
+        Raises:
+            NotConfiguredError: no `mesh=`. InvalidOperationError: before `start()`.
+        """
+        info = self._node().info
+        if info is None:
+            raise InvalidOperationError("the Host is not started; call host.start() first")
+        return info
+
+    def peers(self) -> list[PeerInfo]:
+        """Every peer known now (LOST ones while they are remembered)."""
+        return self._node().peers()
+
+    def wait_for_peers(self, count: int, *, timeout: float) -> list[PeerInfo]:
+        """Block until at least `count` peers are READY; returns the READY ones.
+
+        Raises:
+            DeadlineExceededError: fewer within `timeout` seconds.
+            InvalidOperationError: called in a runtime context (it blocks).
+        """
+        node = self._node()
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise ValueError(f"count must be an int >= 0, got {count!r}")
+        seconds = check_seconds("timeout", timeout)
+        _context.forbid_blocking("Host.wait_for_peers()")
+        return node.wait_for_peers(count, seconds)
+
+    def connect_peer(self, endpoint: str) -> Completion[PeerInfo]:
+        """Dial `endpoint`; completes with the peer's `PeerInfo` once it is READY, or
+        fails with `UnavailableError` (refused, rejected, unreachable)."""
+        return self._node().connect_peer(endpoint)
+
+    def set_channel_weight(self, channel: str, weight: int) -> None:
+        """Change this node's weight for `channel` (0 = no new selections); this node
+        sees it at once, peers as soon as the update reaches them."""
+        ChannelServer(ChannelHandler, weight)  # the weight's own check
+        self._node().set_channel_weight(channel, weight)
 
     # -- introspection -----------------------------------------------------------------
 
@@ -337,6 +500,7 @@ class Host(CallSurface):
             io=runtime.io.statistics(),
             timers=runtime.timers.statistics(),
             publisher=runtime.publisher.statistics(),
+            mesh=None if self._mesh is None else self._mesh.statistics(),
         )
 
     def __repr__(self) -> str:

@@ -1,7 +1,7 @@
 """The call surface shared by `Host` and the handler contexts (design/architecture.md §6).
 
 From an application thread calls hang off `Host`; inside a handler off its context
-(`SpotContext`, `ActorContext`, `ChannelContext`). The names and behaviour are the same
+(`SpotContext`, `ActorContext`, `ChannelContext`, `NodeContext`). The names and behaviour are the same
 in both places: the runtime reads the turn from a context variable, so what matters is
 where a call is made, not which object it was built from.
 """
@@ -19,6 +19,7 @@ from .._core.pending import turn_cancellation, turn_deadline
 from .._core.validation import check_id
 from .._engine.kernel import Runtime
 from .._engine.objects import ActorRef, ObjectKind
+from .._engine.remote import RemoteMetadata, node_key
 from .._engine.services import ServiceKey
 from .._engine.spot_timers import TimerSet, timers_for
 from .._engine.turn import TurnContext
@@ -31,11 +32,14 @@ from .workers import CpuWorkerCall, IoWorkerCall
 __all__ = [
     "ACTOR_MANAGER",
     "HTTP_CLIENTS",
+    "MESH_NODE",
     "SPOT_MANAGER",
     "ActorContext",
     "CallSurface",
     "ChannelContext",
     "HttpClientRegistry",
+    "MeshAccess",
+    "NodeContext",
     "SpotContext",
 ]
 
@@ -55,6 +59,20 @@ class HttpClientRegistry(Protocol):
 
 #: The named HTTP clients, provided by `_host.py` (`Host(http_clients=...)`).
 HTTP_CLIENTS: ServiceKey[HttpClientRegistry] = ServiceKey("http_clients")
+
+
+
+class MeshAccess(Protocol):
+    """The Host's RouteMesh node as the contexts see it (`mesh/node.py` implements it)."""
+
+    @property
+    def info(self) -> Any:
+        """The `NodeInfo` of this node once it is started, else None."""
+        ...
+
+
+#: The RouteMesh node, provided by `_host.py` when `Host(mesh=...)` is given.
+MESH_NODE: ServiceKey[MeshAccess] = ServiceKey("mesh")
 
 T = TypeVar("T")
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
@@ -143,6 +161,34 @@ class CallSurface:
             self._runtime, ObjectKind.CHANNEL, _check_channel(channel), payload, reply
         )
 
+    def send_to_node(self, mesh: str, routing_id: str, payload: object) -> SendCall:
+        """A one-way send to the node handler of node `routing_id` of mesh `mesh`
+        (docs/mesh.md): delivered here for this node's own routing id.
+
+        Raises:
+            TypeError / ValueError: `mesh` or `routing_id` is not 1-255 UTF-8 bytes.
+        """
+        target = node_key(check_id("mesh", mesh), check_id("routing_id", routing_id))
+        return SendCall(self._runtime, ObjectKind.NODE, target, payload)
+
+    @overload
+    def request_to_node(self, mesh: str, routing_id: str, payload: object) -> RequestCall[Any]: ...
+    @overload
+    def request_to_node(
+        self, mesh: str, routing_id: str, payload: object, reply: type[T]
+    ) -> RequestCall[T]: ...
+    @overload
+    def request_to_node(
+        self, mesh: str, routing_id: str, payload: object, reply: object
+    ) -> RequestCall[Any]: ...
+    def request_to_node(
+        self, mesh: str, routing_id: str, payload: object, reply: object = None
+    ) -> RequestCall[Any]:
+        """A request to the node handler of node `routing_id` of mesh `mesh`; `reply` as
+        for `request_to_spot`."""
+        target = node_key(check_id("mesh", mesh), check_id("routing_id", routing_id))
+        return RequestCall(self._runtime, ObjectKind.NODE, target, payload, reply)
+
     def publish(self, channel: str, topic: str, payload: object) -> PublishCall:
         """Logical Multicast to every Spot subscribed to (`channel`, `topic`)."""
         return PublishCall(self._runtime, channel, topic, payload)
@@ -188,6 +234,12 @@ class CallSurface:
 
 class _HandlerContext(TurnContext, CallSurface):
     __slots__ = ()
+
+    @property
+    def node(self) -> Any:
+        """The `NodeInfo` of the Host running this handler; None without a mesh."""
+        services = self._runtime.services
+        return services.get(MESH_NODE).info if MESH_NODE in services else None
 
     @property
     def metadata(self) -> Mapping[str, Any]:
@@ -312,3 +364,24 @@ class ChannelContext(_HandlerContext):
     def channel(self) -> str:
         """The ChannelName this handler is registered under."""
         return self._act.id
+
+    @property
+    def sender(self) -> str | None:
+        """The routing id of the node the message came from; None for a local call."""
+        return _sender(self._metadata)
+
+
+def _sender(metadata: dict[str, object] | None) -> str | None:
+    return metadata.sender if type(metadata) is RemoteMetadata else None
+
+
+class NodeContext(_HandlerContext):
+    """The context of a node handler's turn (`Host(node_handler=...)`). Created by the
+    runtime."""
+
+    __slots__ = ()
+
+    @property
+    def sender(self) -> str | None:
+        """The routing id of the node the message came from; None for a local call."""
+        return _sender(self._metadata)

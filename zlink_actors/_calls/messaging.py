@@ -53,7 +53,7 @@ _NEVER = math.inf
 _WAIT_MAX = threading.TIMEOUT_MAX
 
 
-__all__ = ["RequestCall", "SendCall"]
+__all__ = ["RequestCall", "SendCall", "deliver_request", "deliver_send"]
 
 T = TypeVar("T")
 
@@ -65,6 +65,11 @@ class _Elsewhere(enum.Enum):
     REMOTE = enum.auto()
 
 
+class _Local(enum.Enum):
+    #: The remote routes were asked and chose this Host (or the call came from one).
+    LOCAL = enum.auto()
+
+
 class _AnyInstance(enum.Enum):
     #: `activate()` with no type: the Host's only InstanceSpot type.
     ANY_INSTANCE = enum.auto()
@@ -73,10 +78,11 @@ class _AnyInstance(enum.Enum):
 _COLD: Final = _Elsewhere.COLD
 _REMOTE: Final = _Elsewhere.REMOTE
 _ANY_INSTANCE: Final = _AnyInstance.ANY_INSTANCE
+_LOCAL: Final = _Local.LOCAL
 
 
 class _MessageCall(Call[T]):
-    __slots__ = ("_intent", "_kind", "_payload", "_reply", "_table", "_target")
+    __slots__ = ("_intent", "_kind", "_payload", "_reply", "_route", "_table", "_target")
 
     def __init__(
         self, runtime: Runtime, kind: ObjectKind, target: str, payload: object, reply: object = None
@@ -96,6 +102,8 @@ class _MessageCall(Call[T]):
         self._metadata: dict[str, object] | None = None
         self._intent: type | _AnyInstance | None = None
         self._reply: type | None = reply
+        #: None until the remote routes decided; then `_LOCAL` or their route.
+        self._route: object = None
 
     def activate(self, spot_type: type | None = None) -> Self:
         """Give the message instance intent: if Spot `spot_id` does not exist, activate an
@@ -123,7 +131,23 @@ class _MessageCall(Call[T]):
         explicit = None if self._intent is _ANY_INSTANCE else self._intent
         return activate_instance(self._runtime, self._target, explicit, self._payload, admit)
 
+    def _routed(self) -> Completion[Any] | _Elsewhere | None:
+        """Ask the remote routes (once per call): `_REMOTE`, a failed Completion, or None
+        when the call stays here."""
+        decided = self._runtime.remote.route(self._kind, self._target)
+        if decided is None:
+            self._route = _LOCAL
+            return None
+        if isinstance(decided, Completion):
+            return decided
+        self._route = decided
+        return _REMOTE
+
     def _target_handler(self) -> tuple[Activation, HandlerInfo] | Completion[Any] | _Elsewhere:
+        if self._route is None and self._kind in self._runtime.remote.first:
+            routed = self._routed()
+            if routed is not None:
+                return routed
         act = self._table.get(self._target)
         if act is None or act.closed:
             if self._intent is not None and self._runtime.state is HostState.SERVING:
@@ -131,8 +155,10 @@ class _MessageCall(Call[T]):
             if self._runtime.state is not HostState.SERVING:
                 # Shutdown closed every object after this call passed admission.
                 return failed(shutting_down())
-            if self._runtime.remote.holds(self._kind, self._target):
-                return _REMOTE
+            if self._route is None:
+                routed = self._routed()
+                if routed is not None:
+                    return routed
             return failed(NotFoundError(f"no {self._kind} {self._target!r}"))
         intent = self._intent
         if intent is not None:
@@ -161,6 +187,8 @@ class _MessageCall(Call[T]):
         target with a handler. None when any of that fails (the full path decides)."""
         runtime = self._runtime
         if runtime.state is not _SERVING or runtime_var.get() is not None:
+            return None
+        if self._route is not _LOCAL and self._kind in runtime.remote.first:
             return None
         act = self._table.get(self._target)
         if act is None or act.closed:
@@ -227,8 +255,7 @@ class SendCall(_MessageCall[None]):
         if found is _COLD:
             return self._cold(self._admit_here)
         if found is _REMOTE:
-            remote = self._runtime.remote
-            return remote.send(self._kind, self._target, self._payload, self._metadata)
+            return self._runtime.remote.send(self._route, self._payload, self._metadata)
         if isinstance(found, Completion):
             return found
         return self._admit_here(*found)
@@ -412,7 +439,7 @@ class RequestCall(_MessageCall[T], Generic[T]):
         runtime = self._runtime
         timeout = self._timeout if self._timeout is not None else runtime.default_request_timeout
         return runtime.remote.request(
-            self._kind, self._target, self._payload, self._metadata, self._reply, timeout, cancel
+            self._route, self._payload, self._metadata, self._reply, timeout, cancel
         )
 
     def _admit(
@@ -458,3 +485,36 @@ class RequestCall(_MessageCall[T], Generic[T]):
             pending.finish(route, exc=CancelledError())
             raise
         return Completion(cell, req)
+
+
+def deliver_send(
+    runtime: Runtime,
+    kind: ObjectKind,
+    target: str,
+    payload: object,
+    metadata: dict[str, object] | None,
+) -> Completion[None]:
+    """A one-way send that stays on this Host (a record another node routed here): it is
+    never routed again. Completes as `SendCall.submit()` does."""
+    call = SendCall(runtime, kind, target, payload)
+    call._route = _LOCAL
+    call._metadata = metadata
+    return call.submit()
+
+
+def deliver_request(
+    runtime: Runtime,
+    kind: ObjectKind,
+    target: str,
+    payload: object,
+    metadata: dict[str, object] | None,
+    timeout: float,
+    cancel: CancellationToken | None,
+) -> Completion[Any]:
+    """A request that stays on this Host (another node routed it here), with the deadline
+    its caller had left; it is never routed again."""
+    call: RequestCall[Any] = RequestCall(runtime, kind, target, payload)
+    call._route = _LOCAL
+    call._metadata = metadata
+    call._timeout = timeout
+    return call.submit(cancel)

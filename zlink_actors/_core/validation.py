@@ -25,7 +25,7 @@ import math
 import numbers
 import threading
 import typing
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import msgspec
 
@@ -42,6 +42,7 @@ __all__ = [
     "check_seconds",
     "reply_mismatch",
     "reply_rule",
+    "rule_type",
 ]
 
 #: The longest number of seconds any argument takes: the platform's longest timed wait.
@@ -199,6 +200,14 @@ def _make_rule(reply: object) -> type | None:
             f"reply= takes a class or a type msgspec can validate, got {reply!r}: {exc}"
         ) from None
     return _ConformsMeta(repr(reply), (), {"__slots__": (), "reply_type": reply})
+
+
+def rule_type(rule: type) -> object:
+    """The type a `reply_rule` checks against (for a decoder): the class itself, or the
+    msgspec type a conformance rule was made for."""
+    if type(rule) is _ConformsMeta:
+        return cast(Any, rule).reply_type
+    return rule
 
 
 def reply_mismatch(expected: type, value: object) -> str:

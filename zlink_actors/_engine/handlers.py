@@ -82,6 +82,9 @@ class HandlerTable:
     def types(self) -> list[type]:
         return list(self._by_type)
 
+    def handlers(self) -> list[HandlerInfo]:
+        return list(self._by_type.values())
+
     @classmethod
     def build(cls, owner_cls: type) -> HandlerTable:
         """Collect the `@handler` methods of `owner_cls` and its bases.

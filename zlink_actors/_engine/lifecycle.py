@@ -28,7 +28,7 @@ from .._core.errors import (
 )
 from .._core.mailbox import Mailbox
 from .._core.pool import ADMITTED
-from .._core.record import K_CALL, K_REQUEST, K_RESUME, Job, Record, Resume
+from .._core.record import K_CALL, K_REQUEST, K_RESUME, Job, Message, Record, Resume
 from .._core.state import HostState
 from .kernel import Runtime
 from .objects import (
@@ -42,6 +42,7 @@ from .objects import (
     configure_spot,
 )
 from .registry import Activation, Attempt
+from .remote import started
 
 __all__ = [
     "Closing",
@@ -282,6 +283,8 @@ def remove_activation(runtime: Runtime, act: Activation) -> None:
 
 def drop_record(runtime: Runtime, box: Mailbox, rec: Record, exc: BaseException) -> None:
     """End a record that will never run: a request's caller hears `exc`."""
+    if rec.kind <= K_REQUEST:
+        started(cast(Message, rec).metadata)  # a remote record's permit goes back
     if rec.kind == K_REQUEST:
         rec.drop(exc)  # not a handler failure: the handler never ran
     elif rec.kind == K_RESUME:

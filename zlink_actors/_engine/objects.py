@@ -22,6 +22,7 @@ __all__ = [
     "Existing",
     "InstanceSpot",
     "JoinResult",
+    "NodeHandler",
     "ObjectKind",
     "Rejected",
     "Spot",
@@ -44,6 +45,7 @@ class ObjectKind(enum.StrEnum):
     SPOT = "Spot"
     ACTOR = "Actor"
     CHANNEL = "channel"
+    NODE = "node"
 
 
 class SpotMode(enum.Enum):
@@ -171,6 +173,16 @@ class Actor(_Lifecycle):
 
 class ChannelHandler:
     """Base class for handlers registered under a ChannelName (`Host(channels={...})`)."""
+
+    type_name: ClassVar[str | None] = None
+
+    def __init__(self) -> None:
+        pass
+
+
+class NodeHandler:
+    """Base class of the handler given as `Host(node_handler=...)`: the target of
+    `send_to_node` / `request_to_node` for this node, with a gate of its own."""
 
     type_name: ClassVar[str | None] = None
 

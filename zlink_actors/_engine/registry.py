@@ -25,6 +25,7 @@ from .objects import (
     ActorRef,
     ChannelHandler,
     InstanceSpot,
+    NodeHandler,
     ObjectKind,
     Spot,
     SpotMode,
@@ -36,6 +37,7 @@ __all__ = ["Activation", "Attempt", "Engine", "ObjectTimers", "TypeInfo"]
 SPOT: Final = ObjectKind.SPOT
 ACTOR: Final = ObjectKind.ACTOR
 CHANNEL: Final = ObjectKind.CHANNEL
+NODE: Final = ObjectKind.NODE
 
 
 class ObjectTimers(Protocol):
@@ -202,8 +204,15 @@ class Engine:
         self.spots: dict[str, Activation] = {}
         self.actors: dict[str, Activation] = {}
         self.channels: dict[str, Activation] = {}
+        #: The node handler (`Host(node_handler=...)`), under its `node_key`.
+        self.nodes: dict[str, Activation] = {}
         #: The live-object table of each kind.
-        self.tables = {SPOT: self.spots, ACTOR: self.actors, CHANNEL: self.channels}
+        self.tables = {
+            SPOT: self.spots,
+            ACTOR: self.actors,
+            CHANNEL: self.channels,
+            NODE: self.nodes,
+        }
         self.generations = 0
         self.handler_failures = 0
         self.dropped_records = 0
@@ -234,7 +243,7 @@ class Engine:
                 `type_name` or `mode`, a constructor that needs arguments, or a handler
                 declared wrongly (`HandlerTable.build`).
         """
-        base = {SPOT: Spot, ACTOR: Actor, CHANNEL: ChannelHandler}[kind]
+        base = {SPOT: Spot, ACTOR: Actor, CHANNEL: ChannelHandler, NODE: NodeHandler}[kind]
         if not (isinstance(cls, type) and issubclass(cls, base)):
             raise ConfigurationError(f"{cls!r} is not a subclass of {base.__name__}")
         if cls in _BASES:
@@ -278,6 +287,15 @@ class Engine:
             except Exception as exc:
                 raise ConfigurationError(f"channel handler {cls.__qualname__}() raised") from exc
             self.channels[name] = self._activate(CHANNEL, name, info, instance)
+
+    def add_node_handler(self, key: str, cls: type) -> None:
+        """Make the node handler (an instance and a gate) under `key` (`node_key`)."""
+        info = self.register(cls, NODE)
+        try:
+            instance = cls()
+        except Exception as exc:
+            raise ConfigurationError(f"node handler {cls.__qualname__}() raised") from exc
+        self.nodes[key] = self._activate(NODE, key, info, instance)
 
     def _activate(
         self,
@@ -345,7 +363,12 @@ class Engine:
 
     def all_activations(self) -> list[Activation]:
         with self.lock:
-            return [*self.spots.values(), *self.actors.values(), *self.channels.values()]
+            return [
+                *self.spots.values(),
+                *self.actors.values(),
+                *self.channels.values(),
+                *self.nodes.values(),
+            ]
 
 
 class _EntrySpot(Spot):
@@ -355,7 +378,7 @@ class _EntrySpot(Spot):
 
 
 #: The framework's base classes: only their subclasses are registered.
-_BASES: Final = (Spot, Actor, InstanceSpot, ChannelHandler)
+_BASES: Final = (Spot, Actor, InstanceSpot, ChannelHandler, NodeHandler)
 
 
 def _check_constructor(cls: type) -> None:

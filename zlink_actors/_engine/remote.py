@@ -1,49 +1,66 @@
 """The remote SPI: how a call reaches a target that is not in this process.
 
 The call builders know only this protocol; the RouteMesh tier implements it and
-`_host.py` plugs it in. When a send or request finds no local target, the builder asks
-`holds(kind, target)`; if the routes claim the target, the call is handed to `send` or
-`request` after the same admission and cancellation checks as a local call. A Host
-without a mesh gets `LOCAL_ONLY`: no target is remote, so a call to an id this Host does
-not hold ends with `NotFoundError`, as it always has. The protocol stays this small until
-the RouteMesh issue shapes it.
+`_host.py` plugs it in. A send or request asks `route(kind, target)`:
+
+- for the kinds in `first` (a mesh's channels and nodes: select-one picks among every
+  server, this node's included) before it looks at the local table;
+- for the other kinds only when no local target exists.
+
+`route` answers None (the local answer stands: the local target, or `NotFoundError`),
+a failed `Completion` (the call ends with it), or an opaque route that the call hands to
+`send` or `request` after the same admission and cancellation checks as a local call. A
+Host without a mesh gets `LOCAL_ONLY`: nothing is remote.
+
+A record that came from another node carries `RemoteMetadata`: the caller's routing id
+(`ctx.sender`) and a hook the runner calls once when its handler starts, or when it is
+dropped unrun (the mesh's inbound permits are released there).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Final, Protocol
 
 from .._core.cancellation import CancellationToken
-from .._core.completion import Completion
+from .._core.completion import Completion, failed
+from .._core.errors import NotFoundError
 from .objects import ObjectKind
 
-__all__ = ["LOCAL_ONLY", "LocalOnly", "RemoteRoutes"]
+__all__ = ["LOCAL_ONLY", "LocalOnly", "RemoteMetadata", "RemoteRoutes", "node_key", "started"]
+
+
+def node_key(mesh: str, routing_id: str) -> str:
+    """The target string of a node call: the node's mesh name and routing id."""
+    return f"{mesh}\x00{routing_id}"
 
 
 class RemoteRoutes(Protocol):
     """Where calls to targets this Host does not hold go."""
 
-    def holds(self, kind: ObjectKind, target: str) -> bool:
-        """True if `target` is reached through these routes (it is not local)."""
+    #: Kinds routed before the local table is looked at.
+    first: frozenset[ObjectKind]
+
+    def route(self, kind: ObjectKind, target: str) -> object:
+        """None (local), a failed `Completion`, or a route for `send` / `request`."""
         ...
 
     def send(
-        self, kind: ObjectKind, target: str, payload: object, metadata: dict[str, object] | None
+        self, route: object, payload: object, metadata: dict[str, object] | None
     ) -> Completion[None]:
-        """A one-way send to a target `holds` claimed; completes as a local send does."""
+        """A one-way send along `route`; completes as a local send does."""
         ...
 
     def request(
         self,
-        kind: ObjectKind,
-        target: str,
+        route: object,
         payload: object,
         metadata: dict[str, object] | None,
         reply: type | None,
         timeout: float,
         cancel: CancellationToken | None,
     ) -> Completion[Any]:
-        """A request to a target `holds` claimed, with its whole deadline `timeout`."""
+        """A request along `route`, with its whole deadline `timeout`."""
         ...
 
 
@@ -52,25 +69,54 @@ class LocalOnly:
 
     __slots__ = ()
 
-    def holds(self, kind: ObjectKind, target: str) -> bool:
-        return False
+    first: frozenset[ObjectKind] = frozenset({ObjectKind.NODE})
+
+    def route(self, kind: ObjectKind, target: str) -> object:
+        if kind is ObjectKind.NODE:
+            mesh, _, rid = target.partition("\x00")
+            return failed(NotFoundError(f"no node {rid!r} in mesh {mesh!r}: this Host has no mesh"))
+        return None
 
     def send(
-        self, kind: ObjectKind, target: str, payload: object, metadata: dict[str, object] | None
+        self, route: object, payload: object, metadata: dict[str, object] | None
     ) -> Completion[None]:
-        raise AssertionError("a local-only Host holds no remote target")
+        raise AssertionError("a local-only Host has no remote route")
 
     def request(
         self,
-        kind: ObjectKind,
-        target: str,
+        route: object,
         payload: object,
         metadata: dict[str, object] | None,
         reply: type | None,
         timeout: float,
         cancel: CancellationToken | None,
     ) -> Completion[Any]:
-        raise AssertionError("a local-only Host holds no remote target")
+        raise AssertionError("a local-only Host has no remote route")
 
 
 LOCAL_ONLY: Final = LocalOnly()
+
+
+class RemoteMetadata(dict[str, object]):
+    """The metadata of a record received from another node (see the module docstring)."""
+
+    __slots__ = ("_on_start", "sender")
+
+    def __init__(
+        self, items: dict[str, object], sender: str, on_start: Callable[[], None] | None
+    ) -> None:
+        super().__init__(items)
+        self.sender = sender
+        self._on_start = on_start
+
+    def started(self) -> None:
+        """The record's handler starts, or the record ends unrun; runs the hook once."""
+        fn, self._on_start = self._on_start, None
+        if fn is not None:
+            fn()
+
+
+def started(metadata: dict[str, object] | None) -> None:
+    """Tell a remote record's hook that its handler starts (a no-op for local records)."""
+    if type(metadata) is RemoteMetadata:
+        metadata.started()

@@ -26,6 +26,8 @@ __all__ = ["JOIN_FLOOR", "TEARDOWN_GRACE", "shutdown"]
 TEARDOWN_GRACE = 1.0
 #: Seconds a thread that is not in user code gets to end once told to.
 JOIN_FLOOR = 0.25
+#: The kinds that hear `on_closing` (handlers of channels and of the node do not).
+_CLOSABLE = (ObjectKind.SPOT, ObjectKind.ACTOR)
 
 
 def shutdown(runtime: Runtime, seconds: float) -> ShutdownResult:
@@ -112,7 +114,7 @@ class _Drain:
         closings = [
             close_activation(runtime, act, CloseReason.HOST_SHUTDOWN)
             for act in live
-            if act.kind is not ObjectKind.CHANNEL and act is not engine.entry and not act.closed
+            if act.kind in _CLOSABLE and act is not engine.entry and not act.closed
         ]
         for closing in closings:
             if closing is not None and not closing.wait(self.left()):

@@ -1,0 +1,1080 @@
+"""`MeshNode`: a Host's place in a RouteMesh (docs/mesh.md).
+
+It owns one `transports.Transport` (named by this node's routing id), runs the mesh
+handshake over it, keeps the peer table, picks channel servers, and implements the
+engine's remote SPI (`_engine/remote.py`): `route` / `send` / `request` for calls that
+leave this Host, and the inbound side that turns received records into local calls
+(`deliver_send` / `deliver_request`), so a remote call is admitted, waits and completes
+by exactly the rules of a local one.
+
+Threads: the transport's I/O thread runs `_on_receive` and `_on_event` (they never
+block: local admission either decides at once or completes later through a callback);
+application threads and handler turns run `route`, `send` and `request`; the I/O
+executor's loop runs discovery through the Location Store. One lock guards the peer
+table; it is never held while a transport method, a completion or a callback runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any, Final
+
+import msgspec
+import transports as t
+
+from .._calls.messaging import deliver_request, deliver_send
+from .._core.cancellation import CancellationSource, CancellationToken
+from .._core.completion import Completion, CompletionSource, _Cell, failed, settled
+from .._core.errors import (
+    CancelledError,
+    CapacityExceededError,
+    DeadlineExceededError,
+    InvalidOperationError,
+    NotFoundError,
+    ProtocolError,
+    ShuttingDownError,
+    UnavailableError,
+    ZlinkError,
+    shutting_down,
+)
+from .._core.pending import PendingEntry
+from .._core.state import HostState
+from .._core.validation import rule_type
+from .._engine.kernel import Runtime
+from .._engine.objects import ObjectKind
+from .._engine.remote import RemoteMetadata, node_key
+from ..location.nodes import (
+    NodeDescriptor,
+    NodeDescriptorState,
+    list_nodes,
+    publish_node,
+    withdraw_node,
+)
+from ..location.spi import LocationStore
+from . import codec as wire
+from .codec import Codec, Envelope
+from .config import (
+    MeshConfig,
+    NodeInfo,
+    PeerInfo,
+    PeerState,
+    advertised,
+    completion_endpoint,
+    parse_endpoint,
+)
+from .peers import LOCAL, Peer, PeerTable, Role
+
+__all__ = ["MeshNode", "MeshStatistics"]
+
+log = logging.getLogger("zlink_actors.mesh")
+
+_CHANNEL: Final = ObjectKind.CHANNEL
+_NODE: Final = ObjectKind.NODE
+_KINDS: Final = {kind.value: kind for kind in ObjectKind}
+#: Handshake route ids live above every pending-table route id.
+_HANDSHAKE_BASE: Final = 1 << 63
+#: How often discovery polls the Location Store (mesh.md: "about once a second").
+_POLL = 1.0
+#: A discovered node with a lower routing id dials us; we dial it ourselves only if it
+#: has not after this long (so two nodes rarely dial each other at once).
+_DIAL_GRACE = 3.0
+#: Seconds shutdown waits for the descriptor to be withdrawn.
+_WITHDRAW_WAIT = 2.0
+#: Frames above the payload the transport must accept: the envelope and a margin.
+_ENVELOPE_ROOM = 64 * 1024
+
+
+class _Hello(msgspec.Struct, array_like=True, frozen=True):
+    """What a node tells a peer about itself in HELLO / ADMIT and UPDATE."""
+
+    routing_id: str
+    generation: int
+    endpoint: str
+    channels: dict[str, int]
+    role: str
+    types: list[str]
+    node_handler: bool
+    draining: bool = False
+
+
+_encode_hello = msgspec.msgpack.Encoder().encode
+_decode_hello = msgspec.msgpack.Decoder(_Hello).decode
+
+
+@dataclass(frozen=True, slots=True)
+class MeshStatistics:
+    """The mesh section of `HostStatistics` (a snapshot; do not construct it).
+
+    Attributes:
+        routing_id: this node's routing id.
+        peers: peers known now, by `PeerState` value (`"ready"`, ...).
+        lost_peers: peers lost since the node started.
+        credit_in_use: bytes we have in flight to peers, under their credit.
+        parked_sends: messages waiting for credit (or for a PAUSED peer).
+        paused: True while this node tells its senders PAUSED.
+        permits_in_use: inbound records received whose handler has not started.
+        permits: the inbound permits (`MeshConfig.inbound_permits`).
+        frames_in / frames_out: transport frames received / sent.
+        decode_errors: received records that could not be decoded (logged, counted).
+        dropped_messages: received one-way messages that reached no handler (logged).
+        late_replies: replies that found their request already finished (dropped).
+    """
+
+    routing_id: str
+    peers: dict[str, int]
+    lost_peers: int
+    credit_in_use: int
+    parked_sends: int
+    paused: bool
+    permits_in_use: int
+    permits: int
+    frames_in: int
+    frames_out: int
+    decode_errors: int
+    dropped_messages: int
+    late_replies: int
+
+
+@dataclass(slots=True)
+class _Dial:
+    """A connection we opened whose handshake has not finished."""
+
+    endpoint: str
+    route: int
+    #: The `connect_peer` calls waiting for this dial.
+    sources: list[CompletionSource[PeerInfo]]
+
+
+@dataclass(frozen=True, slots=True)
+class _Route:
+    """A call's remote target: the peer, and the kind and target it names there."""
+
+    peer: Peer
+    kind: ObjectKind
+    target: str
+
+
+def _op_bytes(entry: PendingEntry) -> bytes:
+    op = entry.operation_id
+    return op.high.to_bytes(8, "big") + op.low.to_bytes(8, "big")
+
+
+def _refuse_cancel() -> bool:
+    return False
+
+
+class MeshNode:
+    """One Host's node of a RouteMesh; built by `Host(mesh=...)`."""
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        config: MeshConfig,
+        routing_id: str,
+        codec: Codec,
+        *,
+        channels: dict[str, int],
+        node_handler: bool,
+        object_types: Sequence[str],
+        location: LocationStore | None,
+    ) -> None:
+        self.config = config
+        self.runtime = runtime
+        self.routing_id = routing_id
+        self.codec = codec
+        self.location = location
+        self.first = frozenset({_CHANNEL, _NODE})
+        self.node_key = node_key(config.name, routing_id)
+        self.generation = time.time_ns()
+        self.has_node_handler = node_handler
+        self.object_types = tuple(object_types)
+        self._weights = dict(channels)
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._peers = PeerTable()
+        self._dials: dict[bytes, _Dial] = {}
+        self._dial_numbers = itertools.count(1)
+        self._handshakes = itertools.count(1)
+        #: Our requests in flight: route id -> (peer, reply rule).
+        self._calls: dict[int, tuple[Peer, type | None]] = {}
+        #: Requests we serve: (sender routing id, route id) -> their cancellation.
+        self._serving: dict[tuple[str, int], CancellationSource] = {}
+        self._permits = config.permits()
+        self._permits_in_use = 0
+        self._pause_at = max(1, (self._permits * 8) // 10)
+        self._resume_at = (self._permits * 6) // 10
+        self._paused = False
+        self._draining = False
+        self._closed = False
+        self.decode_errors = 0
+        self.dropped_messages = 0
+        self.late_replies = 0
+        self._first_seen: dict[str, float] = {}
+        self._discovery_stop = threading.Event()
+        self._discovery: Future[None] | None = None
+        self._info: NodeInfo | None = None
+        self._transport: t.Transport | None = None
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    @property
+    def info(self) -> NodeInfo | None:
+        return self._info
+
+    def start(self) -> None:
+        """Bind the two endpoints, then dial `peers=` and start discovery. Runs before
+        the runtime serves, so bind errors surface from `Host.start()`."""
+        config = self.config
+        transport_config = t.TransportConfig(
+            credit_window=config.credit_window,
+            max_message_size=config.max_message_size + _ENVELOPE_ROOM,
+            heartbeat_interval=config.liveness_interval,
+            heartbeat_timeout=config.liveness_timeout,
+            curve=self._curve(),
+        )
+        self._transport = t.Transport(
+            self.routing_id.encode(),
+            self._on_receive,
+            on_event=self._on_event,
+            config=transport_config,
+        )
+        try:
+            application = self._bind(self._transport)
+        except BaseException:
+            self._transport.close()
+            raise
+        self._info = NodeInfo(config.name, self.routing_id, advertised(application, config.advertise_host))
+
+    def _curve(self) -> t.CurveConfig | None:
+        curve = self.config.curve
+        if curve is None:
+            return None
+        return t.CurveConfig(curve.public_key, curve.secret_key, frozenset(curve.authorized_keys))
+
+    def _bind(self, transport: t.Transport) -> str:
+        listen = parse_endpoint(self.config.listen, allow_any_port=True)
+        if listen.scheme == "ipc":
+            ends = transport.bind(self.config.listen, completion_endpoint(self.config.listen))
+            return ends.application
+        host = "0.0.0.0" if listen.host == "*" else listen.host
+        if listen.port:
+            app = f"tcp://{host}:{listen.port}"
+            return transport.bind(app, completion_endpoint(app)).application
+        last: Exception | None = None
+        for _ in range(32):
+            port = _free_port_pair(host)
+            app = f"tcp://{host}:{port}"
+            try:
+                return transport.bind(app, completion_endpoint(app)).application
+            except Exception as exc:  # taken meanwhile: another pair
+                last = exc
+        raise UnavailableError(f"no free pair of ports on {host}: {last}")
+
+    def serve(self) -> None:
+        """The runtime serves: dial `peers=` and start discovery."""
+        for endpoint in self.config.peers:
+            self._dial(endpoint, None)
+        if self.location is not None:
+            self._discovery = asyncio.run_coroutine_threadsafe(
+                self._discover(self.location), self.runtime.io.loop
+            )
+
+    def begin_drain(self) -> None:
+        """Shutdown begins: tell peers we drain (never selected again) and withdraw the
+        descriptor."""
+        with self._lock:
+            if self._draining or self._transport is None:
+                return
+            self._draining = True
+            peers = [p for p in self._peers.by_rid.values() if p.state is not PeerState.LOST]
+        update = self._hello_bytes()
+        for peer in peers:
+            self._submit_quietly(peer.conn, Envelope(wire.UPDATE), update)
+        self._discovery_stop.set()
+        if self._discovery is not None:
+            with contextlib.suppress(Exception):
+                self._discovery.result(_WITHDRAW_WAIT)
+
+    def close(self) -> None:
+        """The runtime stopped: say BYE to every peer, then close the transport (what is
+        still parked fails, and its calls end with `ShuttingDownError`)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            transport = self._transport
+            peers = [p for p in self._peers.by_rid.values() if p.state is not PeerState.LOST]
+        if transport is None:
+            return
+        for peer in peers:
+            self._submit_quietly(peer.conn, Envelope(wire.BYE), b"")
+        transport.close()
+        with self._lock:
+            calls = list(self._calls)
+            self._changed.notify_all()
+        for route in calls:
+            self.runtime.pending.finish(route, exc=shutting_down("the call finished"))
+
+    # -- the remote SPI ------------------------------------------------------------------
+
+    def route(self, kind: ObjectKind, target: str) -> object:
+        if kind is _CHANNEL:
+            with self._lock:
+                local = None if self._draining else self._weights.get(target)
+                picked = self._peers.select(target, local)
+            if picked is None:
+                return failed(NotFoundError(f"no READY server of channel {target!r} in the mesh"))
+            if picked is LOCAL:
+                return None
+            assert isinstance(picked, Peer)
+            return _Route(picked, kind, target)
+        if kind is _NODE:
+            mesh, _, rid = target.partition("\x00")
+            if mesh != self.config.name:
+                return failed(
+                    NotFoundError(f"no node {rid!r} in mesh {mesh!r}: this node is in mesh "
+                                  f"{self.config.name!r} (no relay between meshes)")
+                )
+            if rid == self.routing_id:
+                if not self.has_node_handler:
+                    return failed(NotFoundError(f"node {rid!r} has no node_handler"))
+                return None
+            with self._lock:
+                peer = self._peers.by_rid.get(rid)
+            if peer is None:
+                return failed(NotFoundError(f"no node {rid!r} in mesh {mesh!r}"))
+            if peer.state is not PeerState.READY:
+                return failed(UnavailableError(f"node {rid!r} is {peer.state.value}"))
+            if not peer.has_node_handler:
+                return failed(NotFoundError(f"node {rid!r} has no node_handler"))
+            return _Route(peer, kind, rid)
+        return None  # Spots and Actors stay local until global objects exist
+
+    def send(
+        self, route: object, payload: object, metadata: dict[str, object] | None
+    ) -> Completion[None]:
+        assert isinstance(route, _Route)
+        try:
+            frames = self._frames(Envelope(
+                wire.SEND,
+                target_kind=route.kind.value,
+                target=route.target,
+                mesh=self.config.name,
+                metadata=metadata,
+            ), payload)
+        except ProtocolError as exc:
+            return failed(exc)
+        transport = self._transport
+        assert transport is not None
+        peer = route.peer
+        try:
+            result = transport.submit(peer.conn, frames)
+        except t.UnknownPeer:
+            return failed(UnavailableError(f"node {peer.routing_id!r} is lost"))
+        except t.Closed:
+            return failed(shutting_down())
+        except t.PayloadTooLarge as exc:
+            return failed(ProtocolError(str(exc)))
+        if result.status is t.SubmitStatus.OK:
+            return settled(None)
+        admitted = result.admitted
+        assert admitted is not None
+        cell: _Cell[None] = _Cell()
+        admitted.add_done_callback(lambda done: cell.try_set(None, self._submit_failure(done, peer)))
+        # SC §5/§7: a waiting send has no timeout and refuses caller cancellation.
+        return Completion(cell, _refuse_cancel)
+
+    def request(
+        self,
+        route: object,
+        payload: object,
+        metadata: dict[str, object] | None,
+        reply: type | None,
+        timeout: float,
+        cancel: CancellationToken | None,
+    ) -> Completion[Any]:
+        assert isinstance(route, _Route)
+        peer = route.peer
+        try:
+            type_name, data = self.codec.encode_payload(payload)
+        except ProtocolError as exc:
+            return failed(exc)
+        runtime = self.runtime
+        cell: _Cell[Any] = _Cell()
+        entry = runtime.begin(cell, timeout, cancel)
+        handle = runtime.handle(entry)
+        route_id = entry.route_id
+        if route_id is None or route_id not in runtime.pending:
+            return handle  # shutdown sealed admission meanwhile
+        with self._lock:
+            live = peer.state is PeerState.READY and not self._closed
+            if live:
+                peer.inflight.add(route_id)
+                self._calls[route_id] = (peer, reply)
+        if not live:
+            runtime.fail_entry(entry, UnavailableError(f"node {peer.routing_id!r} is {peer.state.value}"))
+            return handle
+        entry.on_finish = lambda: self._request_finished(peer, route_id, cell)
+        env = Envelope(
+            wire.REQUEST,
+            op=_op_bytes(entry),
+            route=route_id,
+            target_kind=route.kind.value,
+            target=route.target,
+            mesh=self.config.name,
+            deadline=timeout,
+            metadata=metadata,
+            type_name=type_name,
+        )
+        transport = self._transport
+        assert transport is not None
+        try:
+            result = transport.submit_request(peer.conn, route_id, [wire.encode_envelope(env), data])
+        except t.UnknownPeer:
+            runtime.fail_entry(entry, UnavailableError(f"node {peer.routing_id!r} is lost"))
+            return handle
+        except t.Closed:
+            runtime.fail_entry(entry, shutting_down())
+            return handle
+        except t.PayloadTooLarge as exc:
+            runtime.fail_entry(entry, ProtocolError(str(exc)))
+            return handle
+        if result.no_slot:
+            runtime.fail_entry(
+                entry, UnavailableError(f"all completion slots towards {peer.routing_id!r} are in use")
+            )
+        elif result.admitted is not None:
+            def admitted(done: Future[None]) -> None:
+                exc = self._submit_failure(done, peer)
+                if exc is not None:
+                    runtime.fail_entry(entry, exc)
+
+            result.admitted.add_done_callback(admitted)
+        return handle
+
+    def _request_finished(self, peer: Peer, route_id: int, cell: _Cell[Any]) -> None:
+        with self._lock:
+            peer.inflight.discard(route_id)
+            self._calls.pop(route_id, None)
+        if isinstance(cell._exc, CancelledError) and peer.state is PeerState.READY:
+            # Best effort: the receiver skips the request if its handler has not started.
+            self._submit_quietly(peer.conn, Envelope(wire.CANCEL, route=route_id), b"")
+
+    def _submit_failure(self, done: Future[None], peer: Peer) -> BaseException | None:
+        exc = done.exception()
+        if exc is None:
+            return None
+        if isinstance(exc, t.Closed):
+            return shutting_down()
+        return UnavailableError(f"node {peer.routing_id!r} was lost while the call waited: {exc}")
+
+    def _frames(self, env: Envelope, payload: object) -> list[bytes]:
+        type_name, data = self.codec.encode_payload(payload)
+        env = msgspec.structs.replace(env, type_name=type_name)
+        return [wire.encode_envelope(env), data]
+
+    def _submit_quietly(self, conn: bytes, env: Envelope, payload: bytes) -> None:
+        transport = self._transport
+        if transport is None:
+            return
+        with contextlib.suppress(t.TransportError):
+            transport.submit(conn, [wire.encode_envelope(env), payload])
+
+    # -- handshake and peers ---------------------------------------------------------
+
+    def _hello_bytes(self) -> bytes:
+        assert self._info is not None
+        with self._lock:
+            channels = dict(self._weights)
+            draining = self._draining
+        return _encode_hello(
+            _Hello(
+                self.routing_id,
+                self.generation,
+                self._info.endpoint,
+                channels,
+                Role.OBJECT_SERVER if self.object_types else Role.OBJECT_CLIENT,
+                list(self.object_types),
+                self.has_node_handler,
+                draining,
+            )
+        )
+
+    def _dial(self, endpoint: str, source: CompletionSource[PeerInfo] | None) -> None:
+        transport = self._transport
+        if transport is None:
+            raise InvalidOperationError("the node is not started")
+        with self._lock:
+            known = self._peers.by_endpoint(endpoint)
+            if known is not None and known.state is not PeerState.LOST:
+                if source is not None:
+                    source.set_result(known.info())
+                return
+            for pending in self._dials.values():
+                if pending.endpoint == endpoint:  # join the dial in progress
+                    if source is not None:
+                        pending.sources.append(source)
+                    return
+            alias = b"\x01dial-%d|" % next(self._dial_numbers) + endpoint.encode()
+            route = _HANDSHAKE_BASE | next(self._handshakes)
+            self._dials[alias] = _Dial(endpoint, route, [] if source is None else [source])
+        curve = self.config.curve
+        key = curve.public_key if curve is not None else None
+        try:
+            transport.connect(alias, t.Endpoints(endpoint, completion_endpoint(endpoint), key))
+        except Exception as exc:
+            with self._lock:
+                self._dials.pop(alias, None)
+            log.warning("mesh %s: cannot dial %s: %s", self.routing_id, endpoint, exc)
+            if source is not None:
+                source.set_exception(UnavailableError(f"cannot connect to {endpoint}: {exc}"))
+
+    def connect_peer(self, endpoint: str) -> Completion[PeerInfo]:
+        parse_endpoint(endpoint, allow_any_port=False)
+        source: CompletionSource[PeerInfo] = CompletionSource()
+        if self.runtime.state is not HostState.SERVING:
+            source.set_exception(shutting_down() if self.runtime.state is not HostState.PREPARING
+                                 else InvalidOperationError("the Host is not started"))
+            return source.completion
+        self._dial(endpoint, source)
+        return source.completion
+
+    def _on_event(self, event: t.PeerEvent) -> None:
+        if event.kind is t.PeerEventKind.READY:
+            with self._lock:
+                dial = self._dials.get(event.peer)
+            if dial is not None:
+                self._send_hello(event.peer, dial)
+        elif event.kind is t.PeerEventKind.LOST:
+            self._conn_lost(event.peer, event.reason)
+
+    def _send_hello(self, alias: bytes, dial: _Dial) -> None:
+        transport = self._transport
+        assert transport is not None
+        env = Envelope(wire.HELLO, mesh=self.config.name, target=self.routing_id)
+        try:
+            transport.submit_request(alias, dial.route, [wire.encode_envelope(env), self._hello_bytes()])
+        except t.TransportError as exc:
+            self._dial_failed(alias, f"the handshake could not be sent: {exc}")
+
+    def _dial_failed(self, alias: bytes, why: str) -> None:
+        with self._lock:
+            dial = self._dials.pop(alias, None)
+        if dial is None:
+            return
+        log.warning("mesh %s: connection to %s failed: %s", self.routing_id, dial.endpoint, why)
+        transport = self._transport
+        if transport is not None:
+            with contextlib.suppress(t.TransportError):
+                transport.disconnect(alias)
+        for source in dial.sources:
+            source.set_exception(UnavailableError(f"cannot join {dial.endpoint}: {why}"))
+
+    def _check_hello(self, env: Envelope, hello: _Hello) -> str | None:
+        """Why a peer's hello is refused, or None."""
+        if env.mesh != self.config.name:
+            return f"mesh name {env.mesh!r} is not {self.config.name!r}"
+        if hello.routing_id == self.routing_id:
+            return f"duplicate routing id {hello.routing_id!r} (it is this node's own)"
+        with self._lock:
+            old = self._peers.by_rid.get(hello.routing_id)
+        if old is not None and old.generation > hello.generation:
+            return f"duplicate routing id {hello.routing_id!r} (a newer node holds it)"
+        return None
+
+    def _admit(self, conn: bytes, hello: _Hello) -> Peer:
+        """Enter the peer (or another connection of it) as READY; a higher generation
+        replaces an older run of the same routing id."""
+        replaced: Peer | None = None
+        with self._lock:
+            peer = self._peers.by_rid.get(hello.routing_id)
+            if peer is not None and peer.generation == hello.generation and peer.state is not PeerState.LOST:
+                self._peers.add_conn(peer, conn)
+                self._update_locked(peer, hello)
+                self._changed.notify_all()
+                return peer
+            if peer is not None:
+                replaced = peer
+                self._peers.mark_lost(peer)
+                self._peers.drop_conns(peer)
+            peer = Peer(hello.routing_id, hello.endpoint, hello.generation, conn)
+            self._update_locked(peer, hello)
+            self._peers.add(peer)
+            self._changed.notify_all()
+        if replaced is not None:
+            self._fail_inflight(replaced, "restarted (a higher lifecycle generation)")
+        log.info("mesh %s: peer %s READY (%s)", self.routing_id, peer.routing_id, peer.endpoint)
+        return peer
+
+    @staticmethod
+    def _update_locked(peer: Peer, hello: _Hello) -> None:
+        peer.channels = dict(hello.channels)
+        peer.role = hello.role
+        peer.types = tuple(hello.types)
+        peer.has_node_handler = hello.node_handler
+        if peer.state is not PeerState.LOST:
+            peer.state = PeerState.DRAINING if hello.draining else PeerState.READY
+
+    def _conn_lost(self, conn: bytes, reason: str) -> None:
+        with self._lock:
+            dial = self._dials.get(conn)
+            peer = self._peers.by_conn.pop(conn, None)
+            primary = peer is not None and peer.conn == conn
+            others: set[bytes] = set()
+            if peer is not None:
+                peer.conns.discard(conn)
+                if primary:
+                    self._peers.mark_lost(peer)
+                    others = self._peers.drop_conns(peer)
+                self._changed.notify_all()
+        if dial is not None:
+            self._dial_failed(conn, reason)
+        if peer is None or not primary:
+            return
+        log.warning("mesh %s: peer %s LOST: %s", self.routing_id, peer.routing_id, reason)
+        transport = self._transport
+        for other in others:
+            if transport is not None:
+                with contextlib.suppress(t.TransportError):
+                    transport.disconnect(other)
+        self._fail_inflight(peer, f"lost: {reason}")
+
+    def _fail_inflight(self, peer: Peer, why: str) -> None:
+        with self._lock:
+            routes = list(peer.inflight)
+            peer.inflight.clear()
+        for route in routes:
+            self.runtime.pending.finish(route, exc=UnavailableError(f"node {peer.routing_id!r} {why}"))
+
+    # -- application-facing views ---------------------------------------------------
+
+    def peers(self) -> list[PeerInfo]:
+        with self._lock:
+            self._peers.purge(time.monotonic())
+            return [peer.info() for peer in self._peers.by_rid.values()]
+
+    def wait_for_peers(self, count: int, timeout: float) -> list[PeerInfo]:
+        end = time.monotonic() + timeout
+        with self._lock:
+            while True:
+                ready = [p.info() for p in self._peers.by_rid.values() if p.state is PeerState.READY]
+                if len(ready) >= count:
+                    return ready
+                left = end - time.monotonic()
+                if left <= 0 or self._closed:
+                    raise DeadlineExceededError(
+                        f"{len(ready)} of {count} peers READY after {timeout:g} s"
+                    )
+                self._changed.wait(left)
+
+    def set_channel_weight(self, channel: str, weight: int) -> None:
+        with self._lock:
+            if channel not in self._weights:
+                raise NotFoundError(f"this node serves no channel {channel!r}")
+            self._weights[channel] = weight
+            peers = [p for p in self._peers.by_rid.values() if p.state is not PeerState.LOST]
+        update = self._hello_bytes()
+        for peer in peers:
+            self._submit_quietly(peer.conn, Envelope(wire.UPDATE), update)
+
+    def statistics(self) -> MeshStatistics:
+        transport = self._transport
+        stats = transport.statistics() if transport is not None else None
+        with self._lock:
+            counts = {state.value: n for state, n in self._peers.counts().items()}
+            return MeshStatistics(
+                routing_id=self.routing_id,
+                peers=counts,
+                lost_peers=self._peers.lost_peers,
+                credit_in_use=stats.credit_in_use if stats else 0,
+                parked_sends=stats.parked_messages if stats else 0,
+                paused=self._paused,
+                permits_in_use=self._permits_in_use,
+                permits=self._permits,
+                frames_in=stats.received_frames if stats else 0,
+                frames_out=stats.sent_frames if stats else 0,
+                decode_errors=self.decode_errors + (stats.dropped_frames if stats else 0),
+                dropped_messages=self.dropped_messages,
+                late_replies=self.late_replies,
+            )
+
+    # -- inbound (on the transport's I/O thread) ---------------------------------------
+
+    def _on_receive(self, batch: Sequence[t.Inbound]) -> None:
+        for rec in batch:
+            try:
+                self._receive(rec)
+            except Exception:
+                log.exception("mesh %s: handling a record from %r failed", self.routing_id, rec.peer)
+
+    def _receive(self, rec: t.Inbound) -> None:
+        if rec.kind is t.InboundKind.REPLY:
+            self._receive_reply(rec)
+            return
+        if rec.rejected is not None:
+            self._bad(rec, f"refused by the transport: {rec.rejected}")
+            return
+        try:
+            env = wire.decode_envelope(rec.frames[0]) if rec.frames else None
+            if env is None:
+                raise ProtocolError("a record with no envelope")
+        except ProtocolError as exc:
+            self._bad(rec, str(exc))
+            return
+        command = env.command
+        if command == wire.HELLO and rec.kind is t.InboundKind.REQUEST:
+            self._receive_hello(rec, env)
+            return
+        with self._lock:
+            peer = self._peers.by_conn.get(rec.peer)
+        if peer is None:
+            self._bad(rec, "a record before the handshake")
+            return
+        if command == wire.SEND:
+            self._receive_send(rec, env, peer)
+        elif command == wire.REQUEST and rec.kind is t.InboundKind.REQUEST:
+            self._receive_request(rec, env, peer)
+        elif command == wire.CANCEL:
+            self._release(rec)
+            with self._lock:
+                source = self._serving.get((peer.routing_id, env.route))
+            if source is not None:
+                source.cancel()
+        elif command == wire.UPDATE:
+            self._release(rec)
+            self._receive_update(peer, rec)
+        elif command == wire.BYE:
+            self._release(rec)
+            with self._lock:
+                self._peers.mark_lost(peer)
+                self._changed.notify_all()
+            log.info("mesh %s: peer %s left the mesh", self.routing_id, peer.routing_id)
+        else:
+            self._bad(rec, f"an unknown command {command}")
+
+    def _release(self, rec: t.Inbound) -> None:
+        if rec.charge:
+            transport = self._transport
+            if transport is not None:
+                with contextlib.suppress(t.TransportError):
+                    transport.release(rec.peer, rec.charge)
+
+    def _bad(self, rec: t.Inbound, why: str) -> None:
+        """A record we cannot use: logged, counted, answered with ProtocolError when it
+        was a request; its credit goes back."""
+        with self._lock:
+            self.decode_errors += 1
+        log.warning("mesh %s: a bad record from %r: %s", self.routing_id, rec.peer, why)
+        self._release(rec)
+        if rec.kind is t.InboundKind.REQUEST:
+            self._reply_error(rec.peer, rec.route_id, ProtocolError(why))
+
+    def _receive_hello(self, rec: t.Inbound, env: Envelope) -> None:
+        self._release(rec)
+        try:
+            hello = _decode_hello(rec.frames[1])
+        except (msgspec.DecodeError, IndexError) as exc:
+            self._bad_hello(rec, f"an undecodable hello: {exc}")
+            return
+        why = self._check_hello(env, hello)
+        if why is None and hello.routing_id.encode() != rec.peer:
+            why = "the routing id in the hello is not the connection's"
+        if why is not None:
+            self._bad_hello(rec, why)
+            return
+        self._admit(rec.peer, hello)
+        self._reply_frames(rec.peer, rec.route_id, [wire.encode_envelope(Envelope(wire.ADMIT, mesh=self.config.name)), self._hello_bytes()])
+
+    def _bad_hello(self, rec: t.Inbound, why: str) -> None:
+        with self._lock:
+            self.decode_errors += 1
+        log.warning("mesh %s: refused a handshake from %r: %s", self.routing_id, rec.peer, why)
+        env = Envelope(wire.REJECT, mesh=self.config.name, error=why)
+        self._reply_frames(rec.peer, rec.route_id, [wire.encode_envelope(env)])
+
+    def _receive_update(self, peer: Peer, rec: t.Inbound) -> None:
+        try:
+            hello = _decode_hello(rec.frames[1])
+        except (msgspec.DecodeError, IndexError) as exc:
+            with self._lock:
+                self.decode_errors += 1
+            log.warning("mesh %s: a bad update from %s: %s", self.routing_id, peer.routing_id, exc)
+            return
+        with self._lock:
+            self._update_locked(peer, hello)
+            self._changed.notify_all()
+
+    def _receive_reply(self, rec: t.Inbound) -> None:
+        route = rec.route_id
+        try:
+            env = wire.decode_envelope(rec.frames[0]) if rec.frames else None
+            if env is None:
+                raise ProtocolError("a reply with no envelope")
+        except ProtocolError as exc:
+            with self._lock:
+                self.decode_errors += 1
+                call = self._calls.get(route)
+            log.warning("mesh %s: a bad reply from %r: %s", self.routing_id, rec.peer, exc)
+            if call is not None:
+                self.runtime.pending.finish(route, exc=ProtocolError(f"an undecodable reply: {exc}"))
+            return
+        if route & _HANDSHAKE_BASE:
+            self._receive_admit(rec, env)
+            return
+        with self._lock:
+            call = self._calls.get(route)
+        if call is None:
+            with self._lock:
+                self.late_replies += 1
+            return
+        value: object = None
+        exc: BaseException | None = None
+        if env.error_kind >= 0:
+            exc = Codec.decode_error(env.error_kind, env.error)
+        else:
+            reply = call[1]
+            try:
+                data = rec.frames[1] if len(rec.frames) > 1 else b""
+                value = self.codec.decode_payload(env.type_name, data, None if reply is None else rule_type(reply))
+                if reply is not None and not isinstance(value, reply):
+                    raise ProtocolError(f"the reply is a {type(value).__name__}, not of reply=")
+            except ProtocolError as error:
+                exc = error
+        if not self.runtime.pending.finish(route, value, exc):
+            with self._lock:
+                self.late_replies += 1
+
+    def _receive_admit(self, rec: t.Inbound, env: Envelope) -> None:
+        with self._lock:
+            dial = self._dials.get(rec.peer)
+        if dial is None or dial.route != rec.route_id:
+            return
+        if env.command != wire.ADMIT:
+            self._dial_failed(rec.peer, f"rejected: {env.error}")
+            return
+        try:
+            hello = _decode_hello(rec.frames[1])
+        except (msgspec.DecodeError, IndexError) as exc:
+            self._dial_failed(rec.peer, f"an undecodable admit: {exc}")
+            return
+        why = self._check_hello(env, hello)
+        if why is not None:
+            self._dial_failed(rec.peer, why)
+            return
+        with self._lock:
+            self._dials.pop(rec.peer, None)
+        peer = self._admit(rec.peer, hello)
+        for source in dial.sources:
+            source.set_result(peer.info())
+
+    # -- inbound calls -------------------------------------------------------------
+
+    def _local_target(self, env: Envelope) -> tuple[ObjectKind, str] | ZlinkError:
+        kind = _KINDS.get(env.target_kind)
+        if kind is None:
+            return ProtocolError(f"an unknown target kind {env.target_kind!r}")
+        if kind is _NODE:
+            if env.mesh != self.config.name or env.target != self.routing_id:
+                return NotFoundError(f"no node {env.target!r} in mesh {env.mesh!r} here")
+            if not self.has_node_handler:
+                return NotFoundError(f"node {self.routing_id!r} has no node_handler")
+            return kind, self.node_key
+        return kind, env.target
+
+    def _permit(self) -> Callable[[], None]:
+        """Take an inbound permit; returns its release (PAUSED at 80%, RUNNING at 60%)."""
+        pause = False
+        with self._lock:
+            self._permits_in_use += 1
+            if not self._paused and self._permits_in_use >= self._pause_at:
+                self._paused = pause = True
+        if pause:
+            self._set_flow(t.FlowState.PAUSED)
+        return self._release_permit
+
+    def _release_permit(self) -> None:
+        resume = False
+        with self._lock:
+            self._permits_in_use -= 1
+            if self._paused and self._permits_in_use <= self._resume_at:
+                self._paused = False
+                resume = True
+        if resume:
+            self._set_flow(t.FlowState.RUNNING)
+
+    def _set_flow(self, state: t.FlowState) -> None:
+        transport = self._transport
+        if transport is not None:
+            with contextlib.suppress(t.TransportError):
+                transport.set_flow(state)
+
+    def _receive_send(self, rec: t.Inbound, env: Envelope, peer: Peer) -> None:
+        where = self._local_target(env)
+        try:
+            if isinstance(where, ZlinkError):
+                raise where
+            payload = self.codec.decode_payload(env.type_name, rec.frames[1] if len(rec.frames) > 1 else b"")
+        except ZlinkError as exc:
+            self._drop_message(rec, peer, str(exc), decode=isinstance(exc, ProtocolError))
+            return
+        meta = RemoteMetadata(env.metadata or {}, peer.routing_id, self._permit())
+        done = deliver_send(self.runtime, where[0], where[1], payload, meta)
+        if done.done():
+            self._sent(rec, peer, meta, done)
+        else:
+            done.add_done_callback(lambda c: self._sent(rec, peer, meta, c))
+
+    def _sent(self, rec: t.Inbound, peer: Peer, meta: RemoteMetadata, done: Completion[None]) -> None:
+        """A received one-way message was admitted here (or refused): its credit goes
+        back now, so a full queue here makes its sender wait."""
+        self._release(rec)
+        exc = done.exception()
+        if exc is not None:
+            meta.started()
+            if not isinstance(exc, ShuttingDownError):
+                with self._lock:
+                    self.dropped_messages += 1
+                log.warning("mesh %s: a message from %s reached no handler: %s", self.routing_id, peer.routing_id, exc)
+
+    def _drop_message(self, rec: t.Inbound, peer: Peer, why: str, *, decode: bool) -> None:
+        with self._lock:
+            if decode:
+                self.decode_errors += 1
+            else:
+                self.dropped_messages += 1
+        log.warning("mesh %s: dropped a message from %s: %s", self.routing_id, peer.routing_id, why)
+        self._release(rec)
+
+    def _receive_request(self, rec: t.Inbound, env: Envelope, peer: Peer) -> None:
+        route = rec.route_id
+        where = self._local_target(env)
+        try:
+            if isinstance(where, ZlinkError):
+                raise where
+            payload = self.codec.decode_payload(env.type_name, rec.frames[1] if len(rec.frames) > 1 else b"")
+        except ZlinkError as exc:
+            self._release(rec)
+            if isinstance(exc, ProtocolError):
+                with self._lock:
+                    self.decode_errors += 1
+                log.warning("mesh %s: a bad request from %s: %s", self.routing_id, peer.routing_id, exc)
+            self._reply_error(rec.peer, route, exc)
+            return
+        remaining = env.deadline
+        if not remaining > 0:
+            self._release(rec)
+            self._reply_error(rec.peer, route, DeadlineExceededError("the request's deadline passed before it arrived"))
+            return
+        source = CancellationSource()
+        key = (peer.routing_id, route)
+        meta = RemoteMetadata(env.metadata or {}, peer.routing_id, self._permit())
+        with self._lock:
+            self._serving[key] = source
+        done = deliver_request(self.runtime, where[0], where[1], payload, meta, min(remaining, threading.TIMEOUT_MAX), source.token)
+        self._release(rec)  # admitted into the target's queue, or refused: decided now
+        conn = rec.peer
+        if done.done():
+            self._served(conn, key, meta, done)
+        else:
+            done.add_done_callback(lambda c: self._served(conn, key, meta, c))
+
+    def _served(self, conn: bytes, key: tuple[str, int], meta: RemoteMetadata, done: Completion[Any]) -> None:
+        never_ran = meta._on_start is not None
+        meta.started()
+        with self._lock:
+            self._serving.pop(key, None)
+        route = key[1]
+        exc = done.exception()
+        if exc is not None:
+            if never_ran and isinstance(exc, CapacityExceededError):
+                exc = UnavailableError(f"the target's queue on node {self.routing_id!r} is full")
+            self._reply_error(conn, route, exc)
+            return
+        try:
+            type_name, data = self.codec.encode_payload(done.result())
+        except ProtocolError as error:
+            self._reply_error(conn, route, error)
+            return
+        env = Envelope(wire.REPLY, type_name=type_name)
+        self._reply_frames(conn, route, [wire.encode_envelope(env), data])
+
+    def _reply_error(self, conn: bytes, route: int, exc: BaseException) -> None:
+        kind, message = self.codec.encode_error(exc)
+        env = Envelope(wire.REPLY, error_kind=kind, error=message)
+        self._reply_frames(conn, route, [wire.encode_envelope(env)])
+
+    def _reply_frames(self, conn: bytes, route: int, frames: list[bytes]) -> None:
+        transport = self._transport
+        if transport is None:
+            return
+        with contextlib.suppress(t.UnknownPeer, t.Closed):
+            transport.reply(conn, route, frames)
+
+    # -- discovery (on the I/O executor's loop) ----------------------------------------
+
+    def _descriptor(self, state: NodeDescriptorState) -> NodeDescriptor:
+        assert self._info is not None
+        with self._lock:
+            channels = dict(self._weights)
+        return NodeDescriptor(
+            self.config.name, self.routing_id, (self._info.endpoint,), self.generation, state, channels
+        )
+
+    async def _discover(self, store: LocationStore) -> None:
+        lease = self.config.lease
+        next_publish = 0.0
+        stop = self._discovery_stop
+        while not stop.is_set():
+            now = time.monotonic()
+            try:
+                if now >= next_publish:
+                    await publish_node(store, self._descriptor(NodeDescriptorState.READY), lease.ttl)
+                    next_publish = now + lease.renew_interval
+                for node in await list_nodes(store, self.config.name):
+                    self._discovered(node, now)
+            except Exception as exc:  # the store is down: keep serving, try again
+                log.warning("mesh %s: discovery: %s", self.routing_id, exc)
+            await asyncio.sleep(_POLL)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(withdraw_node(store, self.config.name, self.routing_id), _WITHDRAW_WAIT)
+
+    def _discovered(self, node: NodeDescriptor, now: float) -> None:
+        rid = node.routing_id
+        if rid == self.routing_id or not node.endpoints or node.state is not NodeDescriptorState.READY:
+            return
+        with self._lock:
+            peer = self._peers.by_rid.get(rid)
+            if peer is not None and (peer.state is not PeerState.LOST or peer.generation >= node.lease_generation):
+                return
+            if any(d.endpoint == node.endpoints[0] for d in self._dials.values()):
+                return
+            first = self._first_seen.setdefault(rid, now)
+        if rid < self.routing_id and now - first < _DIAL_GRACE:
+            return  # it dials us; we only step in if it does not
+        self._dial(node.endpoints[0], None)
+
+
+def _free_port_pair(host: str) -> int:
+    """A port P with P and P+1 free on `host` now (bound, then released)."""
+    for _ in range(64):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as first:
+            first.bind((host, 0))
+            port = first.getsockname()[1]
+            if port >= 65535:
+                continue
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as second:
+                try:
+                    second.bind((host, port + 1))
+                except OSError:
+                    continue
+            return int(port)
+    raise UnavailableError(f"no free pair of ports on {host}")

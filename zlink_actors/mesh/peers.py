@@ -1,0 +1,155 @@
+"""The peer table of one MeshNode: who is known, on which connection, in which state, and
+the smooth weighted round robin that picks a channel server.
+
+A peer is a routing id. It is reached over the first connection on which its handshake
+completed (`conn`: our dial's alias, or the name its own dial has on our ROUTER); a
+second connection (both sides dialled at once) is kept, read and answered, but never
+used to send, so the messages of one Host to one peer keep one order. Everything here
+runs under the node's lock; nothing touches the transport.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from .config import PeerInfo, PeerState
+
+__all__ = ["LOCAL", "Peer", "PeerTable", "Role"]
+
+#: How long a LOST routing id stays known (mesh.md §2: at least 60 s).
+LOST_RETENTION = 60.0
+
+
+class Role:
+    """What a peer hosts (from its handshake)."""
+
+    OBJECT_SERVER = "object_server"
+    OBJECT_CLIENT = "object_client"
+
+
+@dataclass(eq=False)
+class Peer:
+    """One peer node as this node knows it."""
+
+    routing_id: str
+    endpoint: str
+    generation: int
+    conn: bytes
+    state: PeerState = PeerState.READY
+    channels: dict[str, int] = field(default_factory=dict)
+    role: str = Role.OBJECT_CLIENT
+    types: tuple[str, ...] = ()
+    has_node_handler: bool = False
+    #: Every connection of this peer (`conn` first).
+    conns: set[bytes] = field(default_factory=set)
+    #: Route ids of our requests in flight to it.
+    inflight: set[int] = field(default_factory=set)
+    lost_at: float = 0.0
+
+    def info(self) -> PeerInfo:
+        return PeerInfo(
+            self.routing_id, self.endpoint, self.state, MappingProxyType(dict(self.channels))
+        )
+
+    @property
+    def selectable(self) -> bool:
+        return self.state is PeerState.READY
+
+
+class _Local:
+    """This node, as a select-one candidate."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "LOCAL"
+
+
+LOCAL = _Local()
+
+
+class PeerTable:
+    """Peers by routing id and by connection, and the select-one state. Not locked: the
+    node holds its lock around every call."""
+
+    def __init__(self) -> None:
+        self.by_rid: dict[str, Peer] = {}
+        self.by_conn: dict[bytes, Peer] = {}
+        #: Smooth weighted round robin: channel -> candidate -> current weight.
+        self._current: dict[str, dict[object, int]] = {}
+        self.lost_peers = 0
+
+    def add(self, peer: Peer) -> None:
+        self.by_rid[peer.routing_id] = peer
+        peer.conns.add(peer.conn)
+        self.by_conn[peer.conn] = peer
+
+    def add_conn(self, peer: Peer, conn: bytes) -> None:
+        peer.conns.add(conn)
+        self.by_conn[conn] = peer
+
+    def drop_conns(self, peer: Peer) -> set[bytes]:
+        """Forget every connection of `peer`; returns them."""
+        conns = set(peer.conns)
+        for conn in conns:
+            if self.by_conn.get(conn) is peer:
+                del self.by_conn[conn]
+        peer.conns.clear()
+        return conns
+
+    def mark_lost(self, peer: Peer) -> None:
+        if peer.state is not PeerState.LOST:
+            peer.state = PeerState.LOST
+            peer.lost_at = time.monotonic()
+            self.lost_peers += 1
+
+    def purge(self, now: float) -> None:
+        """Forget LOST peers older than the retention."""
+        for rid, peer in list(self.by_rid.items()):
+            if peer.state is PeerState.LOST and now - peer.lost_at > LOST_RETENTION:
+                del self.by_rid[rid]
+
+    def by_endpoint(self, endpoint: str) -> Peer | None:
+        for peer in self.by_rid.values():
+            if peer.endpoint == endpoint and peer.state is not PeerState.LOST:
+                return peer
+        return None
+
+    def select(self, channel: str, local_weight: int | None) -> Peer | _Local | None:
+        """Pick one server of `channel` by smooth weighted round robin among the READY
+        peers that serve it with weight > 0 and this node (`local_weight`: None when it
+        does not serve it, or drains). None when there is no candidate."""
+        candidates: list[tuple[object, int]] = []
+        if local_weight:
+            candidates.append((LOCAL, local_weight))
+        for peer in self.by_rid.values():
+            weight = peer.channels.get(channel, 0)
+            if weight > 0 and peer.state is PeerState.READY:
+                candidates.append((peer, weight))
+        if not candidates:
+            return None
+        if len(candidates) == 1:
+            return candidates[0][0]  # type: ignore[return-value]
+        current = self._current.setdefault(channel, {})
+        keys = {key for key, _ in candidates}
+        for key in [k for k in current if k not in keys]:
+            del current[key]  # a server that left starts again from zero if it returns
+        total = 0
+        best: object = None
+        best_weight = 0
+        for key, weight in candidates:
+            value = current.get(key, 0) + weight
+            current[key] = value
+            total += weight
+            if best is None or value > best_weight:
+                best, best_weight = key, value
+        current[best] -= total
+        return best  # type: ignore[return-value]
+
+    def counts(self) -> dict[PeerState, int]:
+        counts = dict.fromkeys(PeerState, 0)
+        for peer in self.by_rid.values():
+            counts[peer.state] += 1
+        return counts
