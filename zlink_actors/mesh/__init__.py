@@ -1,0 +1,32 @@
+"""The RouteMesh tier (design/mesh.md; docs/mesh.md): several Hosts, in one process or
+many, as one mesh of nodes.
+
+It imports `location`, `_calls`, `_engine`, `_core` and `transports`; nothing below the
+Host imports it.
+"""
+
+from .config import (
+    ChannelServer,
+    CurveConfig,
+    Endpoint,
+    MeshConfig,
+    NodeInfo,
+    PeerInfo,
+    PeerState,
+    advertised,
+    completion_endpoint,
+    parse_endpoint,
+)
+
+__all__ = [
+    "ChannelServer",
+    "CurveConfig",
+    "Endpoint",
+    "MeshConfig",
+    "NodeInfo",
+    "PeerInfo",
+    "PeerState",
+    "advertised",
+    "completion_endpoint",
+    "parse_endpoint",
+]
