@@ -1,0 +1,1 @@
+"""The RouteMesh tier: nodes, peers, routing and the wire codec (issue 15)."""
