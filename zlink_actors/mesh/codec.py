@@ -1,0 +1,432 @@
+"""The RouteMesh wire codec: the envelope frame, payload types by name, errors by kind.
+
+A message between two nodes is an `Envelope` frame (a msgspec MessagePack array, checked
+on its own so that a request's ids are readable even when its payload is refused) and,
+for sends, requests and replies, a payload frame encoded by `Codec.encode_payload`.
+
+A payload crosses under its *type name* (`type_name`: the class attribute `type_name`
+when it is a str, else the class's `__qualname__`). A node decodes only the types it knows
+(`TypeRegistry`: its handler parameters and return annotations, its `reply=` types and
+`message_types=`); a plain value (None, bool, int, float, str, bytes, list, dict, tuple)
+crosses with the empty name. Every failure to encode or decode is a `ProtocolError`,
+never another exception (mesh.md §2 "Wire"). Never pickle.
+
+docs/mesh-codec.md ("Wire and codec") has the rules and the figures.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Iterator
+from typing import Any, Final, cast
+
+import msgspec
+import msgspec.inspect as mi
+
+from .._core.errors import (
+    ConfigurationError,
+    ErrorKind,
+    ProtocolError,
+    ZlinkError,
+    error_for_kind,
+)
+
+__all__ = [
+    "ADMIT",
+    "BYE",
+    "CANCEL",
+    "COMMANDS",
+    "HELLO",
+    "REJECT",
+    "REPLY",
+    "REQUEST",
+    "SEND",
+    "TARGET_KINDS",
+    "UPDATE",
+    "Codec",
+    "Envelope",
+    "TypeRegistry",
+    "decode_envelope",
+    "encode_envelope",
+    "type_name",
+]
+
+SEND: Final = 1
+REQUEST: Final = 2
+REPLY: Final = 3
+CANCEL: Final = 4
+HELLO: Final = 5
+ADMIT: Final = 6
+REJECT: Final = 7
+#: Channel weights or draining, after the handshake.
+UPDATE: Final = 8
+BYE: Final = 9
+#: Every command an envelope may carry.
+COMMANDS: Final = frozenset({SEND, REQUEST, REPLY, CANCEL, HELLO, ADMIT, REJECT, UPDATE, BYE})
+#: Every `Envelope.target_kind` ("" = no target: handshake, replies, flow).
+TARGET_KINDS: Final = frozenset({"Spot", "Actor", "channel", "node", ""})
+
+_OP_BYTES: Final = 16  # an OperationId is 128 bits
+_MAX_ROUTE: Final = 2**64 - 1  # a ReplyRouteId is 64 bits
+_MAX_DEADLINE: Final = threading.TIMEOUT_MAX  # the longest budget any call accepts
+_NO_ERROR: Final = -1
+
+
+class Envelope(msgspec.Struct, array_like=True, frozen=True):
+    """The first frame of every message between nodes.
+
+    Checked when made and when decoded: `command` one of `COMMANDS`, `op` empty or 16
+    bytes, `route` in 0..2**64-1, `target_kind` one of `TARGET_KINDS`, `deadline` in
+    0..`threading.TIMEOUT_MAX` (NaN refused), `error_kind` -1 or more. Trailing array
+    elements a newer peer may add are ignored.
+    """
+
+    command: int
+    op: bytes = b""  # the 16-byte OperationId (b"" when none)
+    route: int = 0  # the ReplyRouteId (0 when none)
+    target_kind: str = ""
+    target: str = ""  # a Spot or Actor id, a ChannelName or a routing id
+    mesh: str = ""  # the mesh name (node calls and the handshake)
+    deadline: float = 0.0  # remaining seconds at send (requests); 0.0 = none
+    metadata: dict[str, Any] | None = None  # msgspec-encodable values only
+    type_name: str = ""  # the payload's type name ("" = none, or a plain value)
+    error_kind: int = _NO_ERROR  # replies: -1 success, else an ErrorKind value
+    error: str = ""  # replies: the error message
+
+    def __post_init__(self) -> None:
+        # On decode msgspec has checked the types and turns these into ValidationError.
+        if self.command not in COMMANDS:
+            raise ValueError(f"unknown command {self.command!r}")
+        if len(self.op) not in (0, _OP_BYTES):
+            raise ValueError(f"an OperationId is {_OP_BYTES} bytes, got {len(self.op)}")
+        if not 0 <= self.route <= _MAX_ROUTE:
+            raise ValueError(f"a ReplyRouteId is 0..2**64-1, got {self.route!r}")
+        if self.target_kind not in TARGET_KINDS:
+            raise ValueError(f"unknown target kind {self.target_kind!r}")
+        if not 0.0 <= self.deadline <= _MAX_DEADLINE:  # False for NaN
+            raise ValueError(f"deadline must be 0..TIMEOUT_MAX seconds, got {self.deadline!r}")
+        if self.error_kind < _NO_ERROR:
+            raise ValueError(f"error_kind must be -1 or an ErrorKind, got {self.error_kind}")
+
+
+_ENVELOPE_DECODER: Final = msgspec.msgpack.Decoder(Envelope)
+_ENCODER: Final = msgspec.msgpack.Encoder()
+
+
+def encode_envelope(env: Envelope) -> bytes:
+    """The MessagePack bytes of `env`.
+
+    Raises:
+        TypeError: `env` is not an `Envelope`.
+        ProtocolError: a field msgspec cannot encode (a `metadata` value of another type).
+    """
+    if type(env) is not Envelope:
+        raise TypeError(f"encode_envelope takes an Envelope, got {type(env).__name__}")
+    try:
+        return _ENCODER.encode(env)
+    except Exception as exc:  # TypeError, OverflowError, RecursionError from msgspec
+        raise ProtocolError(f"the envelope cannot be encoded: {_why(exc)}") from None
+
+
+def decode_envelope(data: bytes | bytearray | memoryview) -> Envelope:
+    """The `Envelope` in `data` (bytes, bytearray or memoryview).
+
+    Raises:
+        ProtocolError: `data` is not a well-formed envelope: not MessagePack, truncated or
+            followed by more bytes, not an array, a field of the wrong type, or a value
+            out of range (see `Envelope`).
+    """
+    try:
+        return _ENVELOPE_DECODER.decode(data)
+    except msgspec.MsgspecError as exc:
+        raise ProtocolError(f"malformed envelope: {exc}") from None
+    except TypeError as exc:  # not a bytes-like object at all
+        raise ProtocolError(f"malformed envelope: {exc}") from None
+
+
+def type_name(cls: type) -> str:
+    """The name a payload of class `cls` crosses the wire under: `cls.type_name` when it
+    is a str (set on the class or inherited), else `cls.__qualname__`."""
+    name = getattr(cls, "type_name", None)
+    return name if isinstance(name, str) else cls.__qualname__
+
+
+#: The classes of plain values: they cross with the empty type name, unregistered.
+_PLAIN: Final[frozenset[type]] = frozenset(
+    {type(None), bool, int, float, str, bytes, list, dict, tuple}
+)
+
+
+class TypeRegistry:
+    """The payload types one node can decode, by type name.
+
+    Filled before the node starts (its handler types, `reply=` types and
+    `message_types=`); read on every message afterwards.
+    """
+
+    def __init__(self, types: Iterable[type] = ()) -> None:
+        self._by_name: dict[str, type] = {}
+        self._by_class: dict[type, str] = {}
+        for cls in types:
+            self.add(cls)
+
+    def add(self, cls: type) -> None:
+        """Register `cls` under `type_name(cls)`; adding the same class again does nothing.
+
+        Raises:
+            ConfigurationError: `cls` is not a class; its `type_name` is the empty str;
+                another class already has its type name; or msgspec cannot encode and
+                decode it (a class that is not a Struct, dataclass, enum of int or str
+                values, NamedTuple, TypedDict or builtin, or one with a field of such a
+                class).
+        """
+        if not isinstance(cls, type):
+            raise ConfigurationError(f"a payload type must be a class, got {cls!r}")
+        if cls in self._by_class:
+            return
+        name = type_name(cls)
+        if not name:
+            raise ConfigurationError(f"{cls.__qualname__}.type_name must not be empty")
+        other = self._by_name.get(name)
+        if other is not None:
+            raise ConfigurationError(
+                f"{_where(cls)} and {_where(other)} have the same type name {name!r}: "
+                "set a distinct `type_name` class attribute on one of them"
+            )
+        _check_msgspec(cls)
+        self._by_name[name] = cls
+        self._by_class[cls] = name
+
+    def get(self, name: str) -> type | None:
+        """The class registered under `name`, or None."""
+        return self._by_name.get(name)
+
+    def name_of(self, cls: type) -> str | None:
+        """The type name `cls` is registered under, or None when it is not registered."""
+        return self._by_class.get(cls)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._by_name
+
+    def names(self) -> list[str]:
+        """Every registered type name, sorted."""
+        return sorted(self._by_name)
+
+
+def _where(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _check_msgspec(cls: type) -> None:
+    try:
+        msgspec.msgpack.Decoder(cls)
+        info = mi.type_info(cls)
+    except Exception as exc:  # TypeError; NameError for an annotation that does not resolve
+        raise ConfigurationError(f"{_where(cls)} cannot cross the wire: {_why(exc)}") from None
+    for custom in _custom_types(info, set()):
+        what = "it is" if custom is cls else f"it holds {custom.__qualname__}, which is"
+        raise ConfigurationError(
+            f"{_where(cls)} cannot cross the wire: {what} not a type msgspec can encode "
+            "and decode (a Struct, a dataclass, an enum of int or str values, a builtin)"
+        )
+
+
+def _custom_types(info: object, seen: set[int]) -> Iterator[type]:
+    """The classes msgspec would need hooks for, anywhere inside `info` (a type_info)."""
+    if isinstance(info, mi.CustomType):
+        yield info.cls
+        return
+    if not isinstance(info, mi.Type) or id(info) in seen:  # a recursive Struct: seen
+        return
+    seen.add(id(info))
+    for field in info.__struct_fields__:
+        value = getattr(info, field)
+        for item in value if isinstance(value, tuple) else (value,):
+            yield from _custom_types(item.type if isinstance(item, mi.Field) else item, seen)
+
+
+#: Decoders for `into` types that are not registered (reply= types), bounded.
+_MAX_DECODERS: Final = 1024
+
+
+class Codec:
+    """Payloads and errors to and from the wire, for one node.
+
+    The decoders are made once per type and cached: the node calls this on every message,
+    from several threads (msgspec's encoders and decoders may be shared).
+    """
+
+    def __init__(self, registry: TypeRegistry, max_message_size: int) -> None:
+        """Not meant to be made by applications: the mesh node makes its own.
+
+        Raises:
+            TypeError: `registry` is not a `TypeRegistry`.
+            ConfigurationError: `max_message_size` is not an int > 0.
+        """
+        if not isinstance(registry, TypeRegistry):
+            raise TypeError(f"registry must be a TypeRegistry, got {type(registry).__name__}")
+        if type(max_message_size) is not int or max_message_size <= 0:
+            raise ConfigurationError(
+                f"max_message_size must be an int > 0, got {max_message_size!r}"
+            )
+        self._registry = registry
+        self._max = max_message_size
+        self._encoder = msgspec.msgpack.Encoder()
+        self._plain = msgspec.msgpack.Decoder()
+        self._decoders: dict[object, msgspec.msgpack.Decoder[Any]] = {}
+
+    @property
+    def registry(self) -> TypeRegistry:
+        return self._registry
+
+    @property
+    def max_message_size(self) -> int:
+        return self._max
+
+    def encode_payload(self, value: object) -> tuple[str, bytes]:
+        """The type name and MessagePack bytes of `value`.
+
+        The name is the registered type name of `type(value)` (the exact class, not a base
+        class), or "" for a plain value whose class is not registered.
+
+        Raises:
+            ProtocolError: the value's class is neither registered nor plain; msgspec
+                cannot encode it (an unsupported value inside it, an int beyond 64 bits);
+                or it encodes to more than `max_message_size` bytes. Nothing was sent.
+        """
+        cls = type(value)
+        name = self._registry.name_of(cls)
+        if name is None:
+            if cls not in _PLAIN:
+                raise ProtocolError(
+                    f"{cls.__qualname__} is not a registered payload type: add it to "
+                    "message_types= (or to a handler or reply= annotation)"
+                )
+            name = ""
+        try:
+            data = self._encoder.encode(value)
+        except Exception as exc:  # TypeError, OverflowError, RecursionError from msgspec
+            raise ProtocolError(
+                f"a {cls.__qualname__} payload cannot be encoded: {_why(exc)}"
+            ) from None
+        if len(data) > self._max:
+            raise ProtocolError(
+                f"a {cls.__qualname__} payload is {len(data)} bytes encoded, more than "
+                f"max_message_size ({self._max})"
+            )
+        return name, data
+
+    def decode_payload(
+        self, name: str, data: bytes | bytearray | memoryview, into: object = None
+    ) -> object:
+        """The value `data` holds, a payload that crossed under type name `name`.
+
+        Args:
+            name: the envelope's type name ("" = a plain value).
+            data: the payload frame.
+            into: what the receiver expects (a handler's parameter type, a `reply=`), or
+                None. A class that is not a plain builtin must be the payload's own type
+                (its type name is `name`) or a base class of the registered class named
+                `name`: another type, even with the same fields, is refused. Any other
+                type msgspec validates (`int`, `int | None`, `list[Point]`) decodes
+                strictly whatever the name.
+
+        Raises:
+            ProtocolError: the type is not the expected one; `name` is unknown (no
+                `into`); `data` is not valid MessagePack of that type; `data` is larger
+                than `max_message_size`.
+        """
+        if len(data) > self._max:
+            raise ProtocolError(
+                f"the payload is {len(data)} bytes, more than max_message_size ({self._max})"
+            )
+        if into is None:
+            if not name:
+                decoder = self._plain
+            else:
+                cls = self._registry.get(name)
+                if cls is None:
+                    raise ProtocolError(f"unknown payload type {name!r}")
+                decoder = self._decoder(cls)
+        else:
+            target = self._target(name, into)
+            decoder = self._decoder(target)
+        try:
+            return decoder.decode(data)
+        except Exception as exc:  # ValidationError, DecodeError, a non-bytes frame
+            shown = name or "plain value"
+            raise ProtocolError(f"the {shown} payload does not decode: {_why(exc)}") from None
+
+    def _target(self, name: str, into: object) -> object:
+        """The type to decode a payload named `name` into, when `into` is expected."""
+        if not isinstance(into, type) or into in _PLAIN:
+            return into
+        expected = type_name(into)
+        if name == expected:
+            return into
+        cls = self._registry.get(name) if name else None
+        if cls is not None and issubclass(cls, into):
+            return cls  # as in one process, an instance of a subclass is an instance
+        shown = name or "a plain value"
+        raise ProtocolError(f"the payload is {shown}, expected {expected}")
+
+    def _decoder(self, target: object) -> msgspec.msgpack.Decoder[Any]:
+        try:
+            return self._decoders[target]
+        except KeyError:
+            pass
+        except TypeError:  # an unhashable type: make it, do not cache it
+            return self._new_decoder(target)
+        decoder = self._new_decoder(target)
+        if len(self._decoders) < _MAX_DECODERS:
+            self._decoders[target] = decoder
+        return decoder
+
+    @staticmethod
+    def _new_decoder(target: object) -> msgspec.msgpack.Decoder[Any]:
+        try:
+            return msgspec.msgpack.Decoder(target)
+        except Exception as exc:  # TypeError: not a type msgspec can decode into
+            raise ProtocolError(f"cannot decode into {target!r}: {_why(exc)}") from None
+
+    def encode_error(self, exc: BaseException) -> tuple[int, str]:
+        """The error kind and message a failure crosses as.
+
+        A `ZlinkError` keeps its kind and message; anything else (or a `ZlinkError` whose
+        `kind` is not an `ErrorKind`) is `INTERNAL_FAILURE` with the class named.
+        """
+        if isinstance(exc, ZlinkError):
+            kind = exc.kind
+            if type(kind) is ErrorKind or (type(kind) is int and kind in _KINDS):
+                return int(kind), str(exc)
+        return int(ErrorKind.INTERNAL_FAILURE), f"{type(exc).__qualname__}: {exc}"
+
+    @staticmethod
+    def decode_error(kind: int, message: str) -> ZlinkError:
+        """The `ZlinkError` subclass of `kind` with `message` as is; an unknown kind (or
+        a kind or message of the wrong type) is a `ProtocolError` saying so."""
+        if type(kind) is not int and type(kind) is not ErrorKind:
+            return ProtocolError(f"the error kind is a {type(kind).__name__}, not an int")
+        if not isinstance(cast(object, message), str):  # it came off a wire
+            return ProtocolError(f"the error message is a {type(message).__name__}, not a str")
+        if kind not in _KINDS:
+            return ProtocolError(f"unknown error kind {kind}: {message}")
+        return error_for_kind(ErrorKind(kind), message)
+
+    def roundtrip(self, value: object, into: object = None) -> object:
+        """`value` as the other side would see it: encoded, then decoded (into `into`).
+
+        For `Host(check_codec=True)`: a value that could not cross fails here too.
+
+        Raises:
+            ProtocolError: as `encode_payload` and `decode_payload`.
+        """
+        name, data = self.encode_payload(value)
+        return self.decode_payload(name, data, into)
+
+
+_KINDS: Final = frozenset(int(kind) for kind in ErrorKind)
+
+
+def _why(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
