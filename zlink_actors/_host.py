@@ -33,8 +33,8 @@ from ._calls.contexts import (
 from ._calls.create import ActorManager, SpotManager
 from ._core import context as _context
 from ._core.clock import Clock, SystemClock, TimerService, TimerStatistics
-from ._core.dispatcher import DispatcherStatistics, get_dispatcher
 from ._core.completion import Completion
+from ._core.dispatcher import DispatcherStatistics, get_dispatcher
 from ._core.errors import ConfigurationError, InvalidOperationError, NotConfiguredError
 from ._core.pool import AppPool, PoolStatistics
 from ._core.state import HostState, ShutdownOutcome, ShutdownResult
@@ -150,9 +150,7 @@ def _positive_int(name: str, value: object, default: int) -> int:
 _OBJECT_KINDS = (ObjectKind.SPOT, ObjectKind.ACTOR)
 
 
-def _check_mesh(
-    mesh: object, location: object, node_handler: object, check_codec: object
-) -> None:
+def _check_mesh(mesh: object, location: object, node_handler: object, check_codec: object) -> None:
     """`Host(...)` combinations (mesh.md §1), checked before anything is made."""
     if mesh is not None and not isinstance(mesh, MeshConfig):
         raise ConfigurationError(f"mesh must be a MeshConfig, got {type(mesh).__name__}")
@@ -391,7 +389,7 @@ class Host(CallSurface):
         left = max(0.0, seconds - (time.monotonic() - started))
         result = _shutdown.shutdown(self._runtime, left)
         if node is not None:
-            node.close()
+            node.close(max(0.0, seconds - (time.monotonic() - started)))
         return result
 
     def __enter__(self) -> Self:

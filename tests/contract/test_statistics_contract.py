@@ -66,10 +66,12 @@ def test_each_host_statistics_part_is_a_frozen_slotted_dataclass(
 
 def test_the_new_host_statistics_fields_come_last_and_have_defaults() -> None:
     fields = dataclasses.fields(HostStatistics)
-    assert [f.name for f in fields[-4:]] == ["cpu", "io", "timers", "publisher"]
-    for f in fields[-4:]:
+    assert [f.name for f in fields[-5:]] == ["cpu", "io", "timers", "publisher", "mesh"]
+    for f in fields[-5:-1]:
         assert f.default is not dataclasses.MISSING
         assert all(getattr(f.default, g.name) == 0 for g in dataclasses.fields(f.default))
+    # Without a mesh there is no mesh section.
+    assert fields[-1].default is None
 
 
 def test_a_fresh_host_reports_idle_pools_with_their_configured_sizes(

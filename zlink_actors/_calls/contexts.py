@@ -1,8 +1,8 @@
 """The call surface shared by `Host` and the handler contexts (design/architecture.md §6).
 
 From an application thread calls hang off `Host`; inside a handler off its context
-(`SpotContext`, `ActorContext`, `ChannelContext`, `NodeContext`). The names and behaviour are the same
-in both places: the runtime reads the turn from a context variable, so what matters is
+(`SpotContext`, `ActorContext`, `ChannelContext`, `NodeContext`). The names and behaviour
+are the same in both places: the runtime reads the turn from a context variable, so what matters is
 where a call is made, not which object it was built from.
 """
 
@@ -59,7 +59,6 @@ class HttpClientRegistry(Protocol):
 
 #: The named HTTP clients, provided by `_host.py` (`Host(http_clients=...)`).
 HTTP_CLIENTS: ServiceKey[HttpClientRegistry] = ServiceKey("http_clients")
-
 
 
 class MeshAccess(Protocol):

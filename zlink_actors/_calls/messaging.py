@@ -33,7 +33,7 @@ from .._core.errors import (
     TypeMismatchError,
     shutting_down,
 )
-from .._core.pending import Request, SyncRequest
+from .._core.pending import Request, ServedRequest, SyncRequest
 from .._core.pool import ADMITTED, CLOSED, SEALED
 from .._core.record import Message
 from .._core.state import HostState
@@ -375,6 +375,19 @@ class RequestCall(_MessageCall[T], Generic[T]):
             raise exc
         return cast(T, entry.value)
 
+    def _new_request(self, info: HandlerInfo, expires: float | None, due: float) -> Request:
+        runtime = self._runtime
+        return Request(
+            self._payload,
+            self._metadata,
+            info,
+            runtime.engine,
+            self._reply,
+            runtime.pending,
+            expires,
+            due,
+        )
+
     def _refusal(self, status: int) -> BaseException:
         if status == CLOSED:
             return NotFoundError(f"{self._kind} {self._target!r} closed")
@@ -456,9 +469,7 @@ class RequestCall(_MessageCall[T], Generic[T]):
         else:
             expires = None
             due = runtime.timers._now() + timeout
-        req = Request(
-            self._payload, self._metadata, info, runtime.engine, self._reply, pending, expires, due
-        )
+        req = self._new_request(info, expires, due)
         cell: _Cell[T] = req
         route = req.route_id  # registered (SC §10: before anything is submitted)
         try:
@@ -502,6 +513,31 @@ def deliver_send(
     return call.submit()
 
 
+class _ServedCall(RequestCall[Any]):
+    """`deliver_request`'s call: its request reports its outcome as it settles."""
+
+    __slots__ = ("_done",)
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        kind: ObjectKind,
+        target: str,
+        payload: object,
+        done: Callable[[object, BaseException | None], None],
+    ) -> None:
+        super().__init__(runtime, kind, target, payload)
+        self._done = done
+
+    def _new_request(self, info: HandlerInfo, expires: float | None, due: float) -> Request:
+        runtime = self._runtime
+        req = ServedRequest(
+            self._payload, self._metadata, info, runtime.engine, None, runtime.pending, expires, due
+        )
+        req.on_settled = self._done
+        return req
+
+
 def deliver_request(
     runtime: Runtime,
     kind: ObjectKind,
@@ -510,10 +546,13 @@ def deliver_request(
     metadata: dict[str, object] | None,
     timeout: float,
     cancel: CancellationToken | None,
+    done: Callable[[object, BaseException | None], None],
 ) -> Completion[Any]:
     """A request that stays on this Host (another node routed it here), with the deadline
-    its caller had left; it is never routed again."""
-    call: RequestCall[Any] = RequestCall(runtime, kind, target, payload)
+    its caller had left; it is never routed again. `done(value, exc)` runs once, on the
+    thread that settles the request, when the request was admitted; a request refused
+    before admission only completes the returned Completion (which is then done)."""
+    call = _ServedCall(runtime, kind, target, payload, done)
     call._route = _LOCAL
     call._metadata = metadata
     call._timeout = timeout

@@ -39,6 +39,7 @@ __all__ = [
     "PendingTable",
     "ReplyRouteId",
     "Request",
+    "ServedRequest",
     "SyncRequest",
     "settle",
     "turn_cancellation",
@@ -356,6 +357,19 @@ class Request(_SelfReplying, _Cell[Any]):
         timers.schedule_after(timeout, deadline)
         if self.route_id not in self.table._entries:
             deadline.fn = None
+
+
+class ServedRequest(Request):
+    """A request another node sent: `on_settled(value, exc)` runs on the settling thread,
+    right after the request is settled, so the reply leaves without a dispatcher hop."""
+
+    __slots__ = ("on_settled",)
+
+    on_settled: Callable[[object, BaseException | None], None]
+
+    def settle(self, value: object, exc: BaseException | None) -> None:
+        Request.settle(self, value, exc)
+        self.on_settled(value, exc)
 
 
 class SyncRequest(_SelfReplying):

@@ -17,12 +17,15 @@ from .config import (
     completion_endpoint,
     parse_endpoint,
 )
+from .node import MeshNode, MeshStatistics
 
 __all__ = [
     "ChannelServer",
     "CurveConfig",
     "Endpoint",
     "MeshConfig",
+    "MeshNode",
+    "MeshStatistics",
     "NodeInfo",
     "PeerInfo",
     "PeerState",

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 import msgspec
+
 import transports as t
 
 from .._calls.messaging import deliver_request, deliver_send
@@ -89,6 +90,8 @@ _POLL = 1.0
 _DIAL_GRACE = 3.0
 #: Seconds shutdown waits for the descriptor to be withdrawn.
 _WITHDRAW_WAIT = 2.0
+#: Seconds between looks at the credit still in use while the node closes.
+_CLOSE_POLL = 0.002
 #: Frames above the payload the transport must accept: the envelope and a margin.
 _ENVELOPE_ROOM = 64 * 1024
 
@@ -236,6 +239,7 @@ class MeshNode:
         config = self.config
         transport_config = t.TransportConfig(
             credit_window=config.credit_window,
+            min_charge=min(256, config.credit_window),
             max_message_size=config.max_message_size + _ENVELOPE_ROOM,
             heartbeat_interval=config.liveness_interval,
             heartbeat_timeout=config.liveness_timeout,
@@ -252,7 +256,9 @@ class MeshNode:
         except BaseException:
             self._transport.close()
             raise
-        self._info = NodeInfo(config.name, self.routing_id, advertised(application, config.advertise_host))
+        self._info = NodeInfo(
+            config.name, self.routing_id, advertised(application, config.advertise_host)
+        )
 
     def _curve(self) -> t.CurveConfig | None:
         curve = self.config.curve
@@ -304,9 +310,10 @@ class MeshNode:
             with contextlib.suppress(Exception):
                 self._discovery.result(_WITHDRAW_WAIT)
 
-    def close(self) -> None:
-        """The runtime stopped: say BYE to every peer, then close the transport (what is
-        still parked fails, and its calls end with `ShuttingDownError`)."""
+    def close(self, seconds: float) -> None:
+        """The runtime stopped: wait (at most `seconds`) until every peer has admitted
+        what we sent it (its credit came back), say BYE, then close the transport (what
+        is still parked fails, and its calls end with `ShuttingDownError`)."""
         with self._lock:
             if self._closed:
                 return
@@ -315,6 +322,10 @@ class MeshNode:
             peers = [p for p in self._peers.by_rid.values() if p.state is not PeerState.LOST]
         if transport is None:
             return
+        end = time.monotonic() + seconds
+        # Bounded, shutdown only: the transport has no event for "all credit returned".
+        while transport.statistics().credit_in_use and time.monotonic() < end:
+            time.sleep(_CLOSE_POLL)
         for peer in peers:
             self._submit_quietly(peer.conn, Envelope(wire.BYE), b"")
         transport.close()
@@ -341,8 +352,10 @@ class MeshNode:
             mesh, _, rid = target.partition("\x00")
             if mesh != self.config.name:
                 return failed(
-                    NotFoundError(f"no node {rid!r} in mesh {mesh!r}: this node is in mesh "
-                                  f"{self.config.name!r} (no relay between meshes)")
+                    NotFoundError(
+                        f"no node {rid!r} in mesh {mesh!r}: this node is in mesh "
+                        f"{self.config.name!r} (no relay between meshes)"
+                    )
                 )
             if rid == self.routing_id:
                 if not self.has_node_handler:
@@ -364,13 +377,16 @@ class MeshNode:
     ) -> Completion[None]:
         assert isinstance(route, _Route)
         try:
-            frames = self._frames(Envelope(
-                wire.SEND,
-                target_kind=route.kind.value,
-                target=route.target,
-                mesh=self.config.name,
-                metadata=metadata,
-            ), payload)
+            frames = self._frames(
+                Envelope(
+                    wire.SEND,
+                    target_kind=route.kind.value,
+                    target=route.target,
+                    mesh=self.config.name,
+                    metadata=metadata,
+                ),
+                payload,
+            )
         except ProtocolError as exc:
             return failed(exc)
         transport = self._transport
@@ -389,7 +405,9 @@ class MeshNode:
         admitted = result.admitted
         assert admitted is not None
         cell: _Cell[None] = _Cell()
-        admitted.add_done_callback(lambda done: cell.try_set(None, self._submit_failure(done, peer)))
+        admitted.add_done_callback(
+            lambda done: cell.try_set(None, self._submit_failure(done, peer))
+        )
         # SC §5/§7: a waiting send has no timeout and refuses caller cancellation.
         return Completion(cell, _refuse_cancel)
 
@@ -421,7 +439,9 @@ class MeshNode:
                 peer.inflight.add(route_id)
                 self._calls[route_id] = (peer, reply)
         if not live:
-            runtime.fail_entry(entry, UnavailableError(f"node {peer.routing_id!r} is {peer.state.value}"))
+            runtime.fail_entry(
+                entry, UnavailableError(f"node {peer.routing_id!r} is {peer.state.value}")
+            )
             return handle
         entry.on_finish = lambda: self._request_finished(peer, route_id, cell)
         env = Envelope(
@@ -438,7 +458,9 @@ class MeshNode:
         transport = self._transport
         assert transport is not None
         try:
-            result = transport.submit_request(peer.conn, route_id, [wire.encode_envelope(env), data])
+            result = transport.submit_request(
+                peer.conn, route_id, [wire.encode_envelope(env), data]
+            )
         except t.UnknownPeer:
             runtime.fail_entry(entry, UnavailableError(f"node {peer.routing_id!r} is lost"))
             return handle
@@ -450,9 +472,11 @@ class MeshNode:
             return handle
         if result.no_slot:
             runtime.fail_entry(
-                entry, UnavailableError(f"all completion slots towards {peer.routing_id!r} are in use")
+                entry,
+                UnavailableError(f"all completion slots towards {peer.routing_id!r} are in use"),
             )
         elif result.admitted is not None:
+
             def admitted(done: Future[None]) -> None:
                 exc = self._submit_failure(done, peer)
                 if exc is not None:
@@ -542,8 +566,11 @@ class MeshNode:
         parse_endpoint(endpoint, allow_any_port=False)
         source: CompletionSource[PeerInfo] = CompletionSource()
         if self.runtime.state is not HostState.SERVING:
-            source.set_exception(shutting_down() if self.runtime.state is not HostState.PREPARING
-                                 else InvalidOperationError("the Host is not started"))
+            source.set_exception(
+                shutting_down()
+                if self.runtime.state is not HostState.PREPARING
+                else InvalidOperationError("the Host is not started")
+            )
             return source.completion
         self._dial(endpoint, source)
         return source.completion
@@ -562,7 +589,9 @@ class MeshNode:
         assert transport is not None
         env = Envelope(wire.HELLO, mesh=self.config.name, target=self.routing_id)
         try:
-            transport.submit_request(alias, dial.route, [wire.encode_envelope(env), self._hello_bytes()])
+            transport.submit_request(
+                alias, dial.route, [wire.encode_envelope(env), self._hello_bytes()]
+            )
         except t.TransportError as exc:
             self._dial_failed(alias, f"the handshake could not be sent: {exc}")
 
@@ -597,7 +626,11 @@ class MeshNode:
         replaced: Peer | None = None
         with self._lock:
             peer = self._peers.by_rid.get(hello.routing_id)
-            if peer is not None and peer.generation == hello.generation and peer.state is not PeerState.LOST:
+            if (
+                peer is not None
+                and peer.generation == hello.generation
+                and peer.state is not PeerState.LOST
+            ):
                 self._peers.add_conn(peer, conn)
                 self._update_locked(peer, hello)
                 self._changed.notify_all()
@@ -629,6 +662,7 @@ class MeshNode:
             dial = self._dials.get(conn)
             peer = self._peers.by_conn.pop(conn, None)
             primary = peer is not None and peer.conn == conn
+            was_lost = peer is not None and peer.state is PeerState.LOST  # it said BYE
             others: set[bytes] = set()
             if peer is not None:
                 peer.conns.discard(conn)
@@ -640,7 +674,8 @@ class MeshNode:
             self._dial_failed(conn, reason)
         if peer is None or not primary:
             return
-        log.warning("mesh %s: peer %s LOST: %s", self.routing_id, peer.routing_id, reason)
+        level = logging.INFO if self._closed or was_lost else logging.WARNING
+        log.log(level, "mesh %s: peer %s LOST: %s", self.routing_id, peer.routing_id, reason)
         transport = self._transport
         for other in others:
             if transport is not None:
@@ -653,7 +688,9 @@ class MeshNode:
             routes = list(peer.inflight)
             peer.inflight.clear()
         for route in routes:
-            self.runtime.pending.finish(route, exc=UnavailableError(f"node {peer.routing_id!r} {why}"))
+            self.runtime.pending.finish(
+                route, exc=UnavailableError(f"node {peer.routing_id!r} {why}")
+            )
 
     # -- application-facing views ---------------------------------------------------
 
@@ -666,7 +703,9 @@ class MeshNode:
         end = time.monotonic() + timeout
         with self._lock:
             while True:
-                ready = [p.info() for p in self._peers.by_rid.values() if p.state is PeerState.READY]
+                ready = [
+                    p.info() for p in self._peers.by_rid.values() if p.state is PeerState.READY
+                ]
                 if len(ready) >= count:
                     return ready
                 left = end - time.monotonic()
@@ -714,7 +753,9 @@ class MeshNode:
             try:
                 self._receive(rec)
             except Exception:
-                log.exception("mesh %s: handling a record from %r failed", self.routing_id, rec.peer)
+                log.exception(
+                    "mesh %s: handling a record from %r failed", self.routing_id, rec.peer
+                )
 
     def _receive(self, rec: t.Inbound) -> None:
         if rec.kind is t.InboundKind.REPLY:
@@ -792,7 +833,14 @@ class MeshNode:
             self._bad_hello(rec, why)
             return
         self._admit(rec.peer, hello)
-        self._reply_frames(rec.peer, rec.route_id, [wire.encode_envelope(Envelope(wire.ADMIT, mesh=self.config.name)), self._hello_bytes()])
+        self._reply_frames(
+            rec.peer,
+            rec.route_id,
+            [
+                wire.encode_envelope(Envelope(wire.ADMIT, mesh=self.config.name)),
+                self._hello_bytes(),
+            ],
+        )
 
     def _bad_hello(self, rec: t.Inbound, why: str) -> None:
         with self._lock:
@@ -819,13 +867,15 @@ class MeshNode:
             env = wire.decode_envelope(rec.frames[0]) if rec.frames else None
             if env is None:
                 raise ProtocolError("a reply with no envelope")
-        except ProtocolError as exc:
+        except ProtocolError as bad:
             with self._lock:
                 self.decode_errors += 1
                 call = self._calls.get(route)
-            log.warning("mesh %s: a bad reply from %r: %s", self.routing_id, rec.peer, exc)
+            log.warning("mesh %s: a bad reply from %r: %s", self.routing_id, rec.peer, bad)
             if call is not None:
-                self.runtime.pending.finish(route, exc=ProtocolError(f"an undecodable reply: {exc}"))
+                self.runtime.pending.finish(
+                    route, exc=ProtocolError(f"an undecodable reply: {bad}")
+                )
             return
         if route & _HANDSHAKE_BASE:
             self._receive_admit(rec, env)
@@ -844,7 +894,9 @@ class MeshNode:
             reply = call[1]
             try:
                 data = rec.frames[1] if len(rec.frames) > 1 else b""
-                value = self.codec.decode_payload(env.type_name, data, None if reply is None else rule_type(reply))
+                value = self.codec.decode_payload(
+                    env.type_name, data, None if reply is None else rule_type(reply)
+                )
                 if reply is not None and not isinstance(value, reply):
                     raise ProtocolError(f"the reply is a {type(value).__name__}, not of reply=")
             except ProtocolError as error:
@@ -922,7 +974,9 @@ class MeshNode:
         try:
             if isinstance(where, ZlinkError):
                 raise where
-            payload = self.codec.decode_payload(env.type_name, rec.frames[1] if len(rec.frames) > 1 else b"")
+            payload = self.codec.decode_payload(
+                env.type_name, rec.frames[1] if len(rec.frames) > 1 else b""
+            )
         except ZlinkError as exc:
             self._drop_message(rec, peer, str(exc), decode=isinstance(exc, ProtocolError))
             return
@@ -933,7 +987,9 @@ class MeshNode:
         else:
             done.add_done_callback(lambda c: self._sent(rec, peer, meta, c))
 
-    def _sent(self, rec: t.Inbound, peer: Peer, meta: RemoteMetadata, done: Completion[None]) -> None:
+    def _sent(
+        self, rec: t.Inbound, peer: Peer, meta: RemoteMetadata, done: Completion[None]
+    ) -> None:
         """A received one-way message was admitted here (or refused): its credit goes
         back now, so a full queue here makes its sender wait."""
         self._release(rec)
@@ -943,7 +999,12 @@ class MeshNode:
             if not isinstance(exc, ShuttingDownError):
                 with self._lock:
                     self.dropped_messages += 1
-                log.warning("mesh %s: a message from %s reached no handler: %s", self.routing_id, peer.routing_id, exc)
+                log.warning(
+                    "mesh %s: a message from %s reached no handler: %s",
+                    self.routing_id,
+                    peer.routing_id,
+                    exc,
+                )
 
     def _drop_message(self, rec: t.Inbound, peer: Peer, why: str, *, decode: bool) -> None:
         with self._lock:
@@ -960,47 +1021,64 @@ class MeshNode:
         try:
             if isinstance(where, ZlinkError):
                 raise where
-            payload = self.codec.decode_payload(env.type_name, rec.frames[1] if len(rec.frames) > 1 else b"")
+            payload = self.codec.decode_payload(
+                env.type_name, rec.frames[1] if len(rec.frames) > 1 else b""
+            )
         except ZlinkError as exc:
             self._release(rec)
             if isinstance(exc, ProtocolError):
                 with self._lock:
                     self.decode_errors += 1
-                log.warning("mesh %s: a bad request from %s: %s", self.routing_id, peer.routing_id, exc)
+                log.warning(
+                    "mesh %s: a bad request from %s: %s", self.routing_id, peer.routing_id, exc
+                )
             self._reply_error(rec.peer, route, exc)
             return
         remaining = env.deadline
         if not remaining > 0:
             self._release(rec)
-            self._reply_error(rec.peer, route, DeadlineExceededError("the request's deadline passed before it arrived"))
+            self._reply_error(
+                rec.peer,
+                route,
+                DeadlineExceededError("the request's deadline passed before it arrived"),
+            )
             return
         source = CancellationSource()
         key = (peer.routing_id, route)
         meta = RemoteMetadata(env.metadata or {}, peer.routing_id, self._permit())
         with self._lock:
             self._serving[key] = source
-        done = deliver_request(self.runtime, where[0], where[1], payload, meta, min(remaining, threading.TIMEOUT_MAX), source.token)
+        served = _Served(self, rec.peer, key, meta)
+        timeout = min(remaining, threading.TIMEOUT_MAX)
+        done = deliver_request(
+            self.runtime, where[0], where[1], payload, meta, timeout, source.token, served
+        )
         self._release(rec)  # admitted into the target's queue, or refused: decided now
-        conn = rec.peer
-        if done.done():
-            self._served(conn, key, meta, done)
-        else:
-            done.add_done_callback(lambda c: self._served(conn, key, meta, c))
+        if done.done():  # refused before it was queued (or already answered)
+            failure = done.exception()
+            served(None if failure is not None else done.result(), failure)
 
-    def _served(self, conn: bytes, key: tuple[str, int], meta: RemoteMetadata, done: Completion[Any]) -> None:
+    def _served(
+        self,
+        conn: bytes,
+        key: tuple[str, int],
+        meta: RemoteMetadata,
+        value: object,
+        exc: BaseException | None,
+    ) -> None:
+        """Answer a request we served (on the thread that settled it)."""
         never_ran = meta._on_start is not None
         meta.started()
         with self._lock:
             self._serving.pop(key, None)
         route = key[1]
-        exc = done.exception()
         if exc is not None:
             if never_ran and isinstance(exc, CapacityExceededError):
                 exc = UnavailableError(f"the target's queue on node {self.routing_id!r} is full")
             self._reply_error(conn, route, exc)
             return
         try:
-            type_name, data = self.codec.encode_payload(done.result())
+            type_name, data = self.codec.encode_payload(value)
         except ProtocolError as error:
             self._reply_error(conn, route, error)
             return
@@ -1026,7 +1104,12 @@ class MeshNode:
         with self._lock:
             channels = dict(self._weights)
         return NodeDescriptor(
-            self.config.name, self.routing_id, (self._info.endpoint,), self.generation, state, channels
+            self.config.name,
+            self.routing_id,
+            (self._info.endpoint,),
+            self.generation,
+            state,
+            channels,
         )
 
     async def _discover(self, store: LocationStore) -> None:
@@ -1037,7 +1120,9 @@ class MeshNode:
             now = time.monotonic()
             try:
                 if now >= next_publish:
-                    await publish_node(store, self._descriptor(NodeDescriptorState.READY), lease.ttl)
+                    await publish_node(
+                        store, self._descriptor(NodeDescriptorState.READY), lease.ttl
+                    )
                     next_publish = now + lease.renew_interval
                 for node in await list_nodes(store, self.config.name):
                     self._discovered(node, now)
@@ -1045,15 +1130,23 @@ class MeshNode:
                 log.warning("mesh %s: discovery: %s", self.routing_id, exc)
             await asyncio.sleep(_POLL)
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(withdraw_node(store, self.config.name, self.routing_id), _WITHDRAW_WAIT)
+            await asyncio.wait_for(
+                withdraw_node(store, self.config.name, self.routing_id), _WITHDRAW_WAIT
+            )
 
     def _discovered(self, node: NodeDescriptor, now: float) -> None:
         rid = node.routing_id
-        if rid == self.routing_id or not node.endpoints or node.state is not NodeDescriptorState.READY:
+        if (
+            rid == self.routing_id
+            or not node.endpoints
+            or node.state is not NodeDescriptorState.READY
+        ):
             return
         with self._lock:
             peer = self._peers.by_rid.get(rid)
-            if peer is not None and (peer.state is not PeerState.LOST or peer.generation >= node.lease_generation):
+            if peer is not None and (
+                peer.state is not PeerState.LOST or peer.generation >= node.lease_generation
+            ):
                 return
             if any(d.endpoint == node.endpoints[0] for d in self._dials.values()):
                 return
@@ -1061,6 +1154,28 @@ class MeshNode:
         if rid < self.routing_id and now - first < _DIAL_GRACE:
             return  # it dials us; we only step in if it does not
         self._dial(node.endpoints[0], None)
+
+
+class _Served:
+    """The one answer to a request we serve: whichever of the settle hook and the
+    refusal path comes first sends it."""
+
+    __slots__ = ("conn", "key", "meta", "node", "sent")
+
+    def __init__(
+        self, node: MeshNode, conn: bytes, key: tuple[str, int], meta: RemoteMetadata
+    ) -> None:
+        self.node = node
+        self.conn = conn
+        self.key = key
+        self.meta = meta
+        self.sent = False
+
+    def __call__(self, value: object, exc: BaseException | None) -> None:
+        if self.sent:
+            return
+        self.sent = True
+        self.node._served(self.conn, self.key, self.meta, value, exc)
 
 
 def _free_port_pair(host: str) -> int:
