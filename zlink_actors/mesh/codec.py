@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import typing
 from collections.abc import Iterable, Iterator
 from typing import Any, Final, cast
 
@@ -185,8 +186,8 @@ class TypeRegistry:
             ConfigurationError: `cls` is not a class; its `type_name` is the empty str;
                 another class already has its type name; or msgspec cannot encode and
                 decode it (a class that is not a Struct, dataclass, enum of int or str
-                values, NamedTuple, TypedDict or builtin, or one with a field of such a
-                class).
+                values, NamedTuple or builtin, or one with a field of such a class); a
+                TypedDict (its values are plain dicts, so they never carry its name).
         """
         if not isinstance(cls, type):
             raise ConfigurationError(f"a payload type must be a class, got {cls!r}")
@@ -195,6 +196,11 @@ class TypeRegistry:
         name = type_name(cls)
         if not name:
             raise ConfigurationError(f"{cls.__qualname__}.type_name must not be empty")
+        if typing.is_typeddict(cls):
+            raise ConfigurationError(
+                f"{_where(cls)} is a TypedDict: its values are plain dicts, which cross "
+                "unnamed; use a Struct or a dataclass for a payload type"
+            )
         other = self._by_name.get(name)
         if other is not None:
             raise ConfigurationError(
@@ -231,7 +237,8 @@ def _check_msgspec(cls: type) -> None:
         info = mi.type_info(cls)
     except Exception as exc:  # TypeError; NameError for an annotation that does not resolve
         raise ConfigurationError(f"{_where(cls)} cannot cross the wire: {_why(exc)}") from None
-    for custom in _custom_types(info, set()):
+    custom = next(_custom_types(info, set()), None)
+    if custom is not None:
         what = "it is" if custom is cls else f"it holds {custom.__qualname__}, which is"
         raise ConfigurationError(
             f"{_where(cls)} cannot cross the wire: {what} not a type msgspec can encode "
@@ -282,7 +289,7 @@ class Codec:
         self._encoder = msgspec.msgpack.Encoder()
         self._plain = msgspec.msgpack.Decoder()
         self._decoders: dict[object, msgspec.msgpack.Decoder[Any]] = {}
-        self._expected: dict[type, str] = {}  # the type name of each `into` class
+        self._expected: dict[type, str | None] = {}  # each `into` class's type name
 
     @property
     def registry(self) -> TypeRegistry:
@@ -373,10 +380,11 @@ class Codec:
         try:
             expected = self._expected[into]
         except KeyError:
-            expected = type_name(into)
+            # A TypedDict has no instances of its own (its values are dicts): a shape only.
+            expected = None if typing.is_typeddict(into) else type_name(into)
             if len(self._expected) < _MAX_DECODERS:
                 self._expected[into] = expected
-        if name == expected:
+        if expected is None or name == expected:
             return into
         if not name:
             if into in _PLAIN:

@@ -11,7 +11,7 @@ import dataclasses
 import enum
 import math
 import threading
-from typing import Any, ClassVar, NamedTuple, Protocol
+from typing import Any, ClassVar, NamedTuple, Protocol, TypedDict
 
 import msgspec
 import pytest
@@ -96,6 +96,10 @@ class Pair(NamedTuple):
     right: str
 
 
+class Shape(TypedDict):
+    sides: int
+
+
 def codec(*types: type, max_message_size: int = MAX) -> Codec:
     return Codec(TypeRegistry(types), max_message_size)
 
@@ -151,6 +155,12 @@ def test_an_envelope_is_a_msgpack_array_and_extra_trailing_elements_are_ignored(
     assert msgspec.msgpack.decode(data)[:5] == [SEND, b"", 0, "Spot", "s-1"]
     newer = msgpack([*msgspec.msgpack.decode(data), "a field from a newer peer"])
     assert decode_envelope(newer) == Envelope(SEND, target_kind="Spot", target="s-1")
+
+
+def test_a_shorter_envelope_from_an_older_peer_gets_the_defaults() -> None:
+    assert decode_envelope(msgpack([SEND, b"", 0, "Spot", "s-1"])) == Envelope(
+        SEND, target_kind="Spot", target="s-1"
+    )
 
 
 @pytest.mark.parametrize(
@@ -371,6 +381,17 @@ def test_a_class_whose_annotations_do_not_resolve_is_a_configuration_error() -> 
         TypeRegistry([Dangling])
 
 
+def test_a_typed_dict_is_not_a_payload_type_but_decodes_as_a_shape() -> None:
+    with pytest.raises(ConfigurationError, match="is a TypedDict"):
+        TypeRegistry([Shape])
+    c = codec()
+    name, data = c.encode_payload(Shape(sides=3))
+    assert name == ""
+    assert c.decode_payload(name, data, Shape) == {"sides": 3}
+    with pytest.raises(ProtocolError, match="does not decode"):
+        c.decode_payload("", msgpack({"sides": "3"}), Shape)
+
+
 def test_an_empty_type_name_is_a_configuration_error() -> None:
     class Blank(msgspec.Struct):
         type_name: ClassVar[str] = ""
@@ -574,12 +595,12 @@ def test_into_object_or_any_decodes_by_the_name_as_with_no_into(into: object) ->
 
 
 def test_into_a_class_whose_subclass_check_refuses_is_a_protocol_error() -> None:
-    class Shape(Protocol):
+    class Sized(Protocol):
         def area(self) -> float: ...
 
     c = codec(Point)
     with pytest.raises(ProtocolError, match="the payload is Point, expected"):
-        c.decode_payload(*c.encode_payload(Point(1, 2)), Shape)
+        c.decode_payload(*c.encode_payload(Point(1, 2)), Sized)
 
 
 def test_deeply_nested_payloads_are_protocol_errors() -> None:
