@@ -16,7 +16,9 @@ docs/mesh-codec.md ("Wire and codec") has the rules and the figures.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
+import typing
 from collections.abc import Iterable, Iterator
 from typing import Any, Final, cast
 
@@ -138,17 +140,24 @@ def decode_envelope(data: bytes | bytearray | memoryview) -> Envelope:
     """
     try:
         return _ENVELOPE_DECODER.decode(data)
-    except msgspec.MsgspecError as exc:
-        raise ProtocolError(f"malformed envelope: {exc}") from None
+    except (msgspec.MsgspecError, RecursionError) as exc:  # RecursionError: deep metadata
+        raise ProtocolError(f"malformed envelope: {_why(exc)}") from None
     except TypeError as exc:  # not a bytes-like object at all
-        raise ProtocolError(f"malformed envelope: {exc}") from None
+        raise ProtocolError(f"malformed envelope: {_why(exc)}") from None
 
 
 def type_name(cls: type) -> str:
     """The name a payload of class `cls` crosses the wire under: `cls.type_name` when it
-    is a str (set on the class or inherited), else `cls.__qualname__`."""
+    is a str class attribute (set on the class or inherited; the default of a dataclass
+    field named `type_name` is not one), else `cls.__qualname__`."""
     name = getattr(cls, "type_name", None)
-    return name if isinstance(name, str) else cls.__qualname__
+    if isinstance(name, str) and not _is_dataclass_field(cls, "type_name"):
+        return name
+    return cls.__qualname__
+
+
+def _is_dataclass_field(cls: type, name: str) -> bool:
+    return dataclasses.is_dataclass(cls) and any(f.name == name for f in dataclasses.fields(cls))
 
 
 #: The classes of plain values: they cross with the empty type name, unregistered.
@@ -177,8 +186,8 @@ class TypeRegistry:
             ConfigurationError: `cls` is not a class; its `type_name` is the empty str;
                 another class already has its type name; or msgspec cannot encode and
                 decode it (a class that is not a Struct, dataclass, enum of int or str
-                values, NamedTuple, TypedDict or builtin, or one with a field of such a
-                class).
+                values, NamedTuple or builtin, or one with a field of such a class); a
+                TypedDict (its values are plain dicts, so they never carry its name).
         """
         if not isinstance(cls, type):
             raise ConfigurationError(f"a payload type must be a class, got {cls!r}")
@@ -187,6 +196,11 @@ class TypeRegistry:
         name = type_name(cls)
         if not name:
             raise ConfigurationError(f"{cls.__qualname__}.type_name must not be empty")
+        if typing.is_typeddict(cls):
+            raise ConfigurationError(
+                f"{_where(cls)} is a TypedDict: its values are plain dicts, which cross "
+                "unnamed; use a Struct or a dataclass for a payload type"
+            )
         other = self._by_name.get(name)
         if other is not None:
             raise ConfigurationError(
@@ -223,7 +237,8 @@ def _check_msgspec(cls: type) -> None:
         info = mi.type_info(cls)
     except Exception as exc:  # TypeError; NameError for an annotation that does not resolve
         raise ConfigurationError(f"{_where(cls)} cannot cross the wire: {_why(exc)}") from None
-    for custom in _custom_types(info, set()):
+    custom = next(_custom_types(info, set()), None)
+    if custom is not None:
         what = "it is" if custom is cls else f"it holds {custom.__qualname__}, which is"
         raise ConfigurationError(
             f"{_where(cls)} cannot cross the wire: {what} not a type msgspec can encode "
@@ -274,6 +289,7 @@ class Codec:
         self._encoder = msgspec.msgpack.Encoder()
         self._plain = msgspec.msgpack.Decoder()
         self._decoders: dict[object, msgspec.msgpack.Decoder[Any]] = {}
+        self._expected: dict[type, str | None] = {}  # each `into` class's type name
 
     @property
     def registry(self) -> TypeRegistry:
@@ -325,11 +341,12 @@ class Codec:
             name: the envelope's type name ("" = a plain value).
             data: the payload frame.
             into: what the receiver expects (a handler's parameter type, a `reply=`), or
-                None. A class that is not a plain builtin must be the payload's own type
-                (its type name is `name`) or a base class of the registered class named
-                `name`: another type, even with the same fields, is refused. Any other
-                type msgspec validates (`int`, `int | None`, `list[Point]`) decodes
-                strictly whatever the name.
+                None (`object` and `typing.Any` expect nothing either). A class must be
+                the payload's own type (its type name is `name`) or a base class of the
+                registered class named `name`: another type, even with the same fields,
+                is refused, and a plain value (name "") is accepted only by a plain class
+                (`int`, `list`, ...). Any other type msgspec validates (`int | None`,
+                `list[Point]`) is decoded into strictly, whatever the name.
 
         Raises:
             ProtocolError: the type is not the expected one; `name` is unknown (no
@@ -340,7 +357,7 @@ class Codec:
             raise ProtocolError(
                 f"the payload is {len(data)} bytes, more than max_message_size ({self._max})"
             )
-        if into is None:
+        if into is None or into is object or into is Any:  # no expectation at all
             if not name:
                 decoder = self._plain
             else:
@@ -348,27 +365,35 @@ class Codec:
                 if cls is None:
                     raise ProtocolError(f"unknown payload type {name!r}")
                 decoder = self._decoder(cls)
+        elif isinstance(into, type):
+            decoder = self._decoder(self._target(name, into))
         else:
-            target = self._target(name, into)
-            decoder = self._decoder(target)
+            decoder = self._decoder(into)
         try:
             return decoder.decode(data)
-        except Exception as exc:  # ValidationError, DecodeError, a non-bytes frame
+        except Exception as exc:  # ValidationError, DecodeError, RecursionError, not bytes
             shown = name or "plain value"
             raise ProtocolError(f"the {shown} payload does not decode: {_why(exc)}") from None
 
-    def _target(self, name: str, into: object) -> object:
-        """The type to decode a payload named `name` into, when `into` is expected."""
-        if not isinstance(into, type) or into in _PLAIN:
+    def _target(self, name: str, into: type) -> type:
+        """The class to decode a payload named `name` into, when a class is expected."""
+        try:
+            expected = self._expected[into]
+        except KeyError:
+            # A TypedDict has no instances of its own (its values are dicts): a shape only.
+            expected = None if typing.is_typeddict(into) else type_name(into)
+            if len(self._expected) < _MAX_DECODERS:
+                self._expected[into] = expected
+        if expected is None or name == expected:
             return into
-        expected = type_name(into)
-        if name == expected:
-            return into
-        cls = self._registry.get(name) if name else None
-        if cls is not None and issubclass(cls, into):
-            return cls  # as in one process, an instance of a subclass is an instance
-        shown = name or "a plain value"
-        raise ProtocolError(f"the payload is {shown}, expected {expected}")
+        if not name:
+            if into in _PLAIN:
+                return into
+            raise ProtocolError(f"the payload is a plain value, expected {expected}")
+        cls = self._registry.get(name)
+        if cls is not None and _is_subclass(cls, into):
+            return cls  # as in one process: an instance of a subclass is an instance
+        raise ProtocolError(f"the payload is {name}, expected {expected}")
 
     def _decoder(self, target: object) -> msgspec.msgpack.Decoder[Any]:
         try:
@@ -426,6 +451,13 @@ class Codec:
 
 
 _KINDS: Final = frozenset(int(kind) for kind in ErrorKind)
+
+
+def _is_subclass(cls: type, base: type) -> bool:
+    try:
+        return issubclass(cls, base)
+    except TypeError:  # a base whose subclass check refuses (a non-runtime Protocol)
+        return False
 
 
 def _why(exc: BaseException) -> str:
