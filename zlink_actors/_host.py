@@ -244,7 +244,7 @@ class Host(CallSurface):
         *,
         spots: Iterable[type[Spot]] = (),
         actors: Iterable[type[Actor]] = (),
-        channels: Mapping[str, type[ChannelHandler]] | None = None,
+        channels: Mapping[str, type[ChannelHandler] | ChannelServer] | None = None,
         app_threads: int | None = None,
         application_lane_items: int = 1024,
         default_request_timeout: float = 5.0,

@@ -30,9 +30,11 @@ from ._core.clock import Clock, ManualClock
 from ._core.completion import CompletionSource
 from ._core.errors import InvalidOperationError
 from ._core.state import HostState, ShutdownOutcome
-from ._engine.objects import Actor, ChannelHandler, Spot
+from ._engine.objects import Actor, ChannelHandler, NodeHandler, Spot
 from ._host import Host
 from .http.config import HttpClientConfig
+from .location.spi import LocationStore
+from .mesh.config import ChannelServer, MeshConfig
 
 __all__ = [
     "DispatcherBlocker",
@@ -233,7 +235,7 @@ class HostOptions(TypedDict, total=False):
 
     spots: Iterable[type[Spot]]
     actors: Iterable[type[Actor]]
-    channels: Mapping[str, type[ChannelHandler]] | None
+    channels: Mapping[str, type[ChannelHandler] | ChannelServer] | None
     app_threads: int | None
     application_lane_items: int
     default_request_timeout: float
@@ -241,6 +243,11 @@ class HostOptions(TypedDict, total=False):
     clock: Clock | None
     publish_concurrency: int
     http_clients: Mapping[str, HttpClientConfig] | None
+    mesh: MeshConfig | None
+    location: LocationStore | None
+    node_handler: type[NodeHandler] | None
+    message_types: Iterable[type]
+    check_codec: bool
 
 
 class HostHarness:
