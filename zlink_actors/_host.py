@@ -148,6 +148,8 @@ def _positive_int(name: str, value: object, default: int) -> int:
 
 
 _OBJECT_KINDS = (ObjectKind.SPOT, ObjectKind.ACTOR)
+#: The message size `check_codec=True` enforces without a mesh (MeshConfig's default).
+_CHECK_CODEC_LIMIT = 16 * 2**20
 
 
 def _check_mesh(mesh: object, location: object, node_handler: object, check_codec: object) -> None:
@@ -298,11 +300,19 @@ class Host(CallSurface):
             engine.register(cls, ObjectKind.ACTOR)
         engine.add_channels(channel_classes)
         self._mesh: MeshNode | None = None
+        routing_id = ""
         if mesh is not None:
             routing_id = mesh.routing_id or f"{mesh.routing_id_prefix}-{uuid.uuid4()}"
             if node_handler is not None:
                 engine.add_node_handler(node_key(mesh.name, routing_id), node_handler)
-            codec = Codec(_wire_types(engine, extra_types), mesh.max_message_size)
+        codec: Codec | None = None
+        if mesh is not None or check_codec:
+            limit = mesh.max_message_size if mesh is not None else _CHECK_CODEC_LIMIT
+            codec = Codec(_wire_types(engine, extra_types), limit)
+        if check_codec and codec is not None:
+            runtime.codec_check = codec.roundtrip
+        if mesh is not None:
+            assert codec is not None
             object_types = [
                 info.name for info in engine.types.values() if info.kind in _OBJECT_KINDS
             ]

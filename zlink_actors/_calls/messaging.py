@@ -30,6 +30,7 @@ from .._core.errors import (
     InvalidOperationError,
     NotConfiguredError,
     NotFoundError,
+    ProtocolError,
     TypeMismatchError,
     shutting_down,
 )
@@ -37,7 +38,7 @@ from .._core.pending import Request, ServedRequest, SyncRequest
 from .._core.pool import ADMITTED, CLOSED, SEALED
 from .._core.record import Message
 from .._core.state import HostState
-from .._core.validation import STRUCT_META, reply_rule
+from .._core.validation import STRUCT_META, reply_rule, rule_type
 from .._engine.driver import YieldAwaitable
 from .._engine.handlers import HandlerInfo
 from .._engine.instance import activate_instance
@@ -190,11 +191,25 @@ class _MessageCall(Call[T]):
             return None
         if self._route is not _LOCAL and self._kind in runtime.remote.first:
             return None
+        if runtime.codec_check is not None:
+            return None
         act = self._table.get(self._target)
         if act is None or act.closed:
             return None
         info = act.type.table.find(type(self._payload))
         return None if info is None else (act, info)
+
+    def _codec_refused(self) -> Completion[Any] | None:
+        """`Host(check_codec=True)`: the payload continues as the wire would carry it,
+        or the call fails with `ProtocolError` as it would before anything is sent."""
+        check = self._runtime.codec_check
+        if check is None or self._route is not None:
+            return None  # unchecked, or it came from the wire
+        try:
+            self._payload = check(self._payload, None)
+        except ProtocolError as exc:
+            return failed(exc)
+        return None
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} to {self._kind} {self._target!r}>"
@@ -248,7 +263,7 @@ class SendCall(_MessageCall[None]):
         return super().submit_sync(cancel)
 
     def _start(self, cancel: CancellationToken | None) -> Completion[None]:
-        early = self._refused(cancel)
+        early = self._refused(cancel) or self._codec_refused()
         if early is not None:
             return early
         found = self._target_handler()
@@ -290,6 +305,28 @@ class SendCall(_MessageCall[None]):
 
 def _refuse_cancel() -> bool:
     return False
+
+
+def _codec_reply(
+    done: Completion[Any], check: Callable[[object, object], object], reply: type | None
+) -> Completion[Any]:
+    """A local request's reply as the wire would carry it (`Host(check_codec=True)`)."""
+    cell: _Cell[Any] = _Cell()
+
+    def crossed(result: Completion[Any]) -> None:
+        exc = result.exception()
+        if exc is not None:
+            cell.try_set(None, exc)
+            return
+        try:
+            cell.try_set(check(result.result(), None if reply is None else rule_type(reply)), None)
+        except ProtocolError as error:
+            cell.try_set(None, error)
+
+    # Not `add_done_callback`: in a turn that would queue behind the turn awaiting it.
+    if done._add_listener(crossed, None):
+        crossed(done)
+    return Completion(cell, done.cancel)
 
 
 #: The result every admitted send observes. Shared safely: it is settled, so no handle can
@@ -437,9 +474,20 @@ class RequestCall(_MessageCall[T], Generic[T]):
                 "holds (a request to yourself); send one-way, or use yield_() in a "
                 "SpotWide Spot"
             )
-        early = self._refused(cancel)
+        early = self._refused(cancel) or self._codec_refused()
         if early is not None:
             return early
+        if found is not _REMOTE and self._runtime.codec_check is not None:
+            return _codec_reply(
+                self._dispatch(found, cancel), self._runtime.codec_check, self._reply
+            )
+        return self._dispatch(found, cancel)
+
+    def _dispatch(
+        self,
+        found: tuple[Activation, HandlerInfo] | Completion[Any] | _Elsewhere,
+        cancel: CancellationToken | None,
+    ) -> Completion[T]:
         if found is _COLD:
             return self._cold(lambda act, info: self._admit(act, info, cancel))
         if found is _REMOTE:

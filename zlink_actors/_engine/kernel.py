@@ -69,6 +69,9 @@ class Runtime:
         self.services = services
         #: Where calls to targets this Host does not hold go (`remote.py`).
         self.remote = remote
+        #: `Host(check_codec=True)`: `check(value, into)` returns `value` as it would
+        #: cross the wire (or raises `ProtocolError`); None: local values are not checked.
+        self.codec_check: Callable[[object, object], object] | None = None
         self.state = HostState.PREPARING
         self._lock = threading.Lock()
         self._stopped = threading.Event()

@@ -539,10 +539,12 @@ class MeshNode:
             raise InvalidOperationError("the node is not started")
         with self._lock:
             known = self._peers.by_endpoint(endpoint)
-            if known is not None and known.state is not PeerState.LOST:
-                if source is not None:
-                    source.set_result(known.info())
-                return
+            info = known.info() if known is not None else None
+        if info is not None:  # already a peer: one connection per pair is enough
+            if source is not None:
+                source.set_result(info)
+            return
+        with self._lock:
             for pending in self._dials.values():
                 if pending.endpoint == endpoint:  # join the dial in progress
                     if source is not None:
