@@ -306,19 +306,15 @@ class Codec:
         class), or "" for a plain value whose class is not registered.
 
         Raises:
-            ProtocolError: the value's class is neither registered nor plain; msgspec
+            ProtocolError: the value's class is not plain and cannot be registered (a
+                class msgspec cannot carry, or a type name another class holds); msgspec
                 cannot encode it (an unsupported value inside it, an int beyond 64 bits);
                 or it encodes to more than `max_message_size` bytes. Nothing was sent.
         """
         cls = type(value)
         name = self._registry.name_of(cls)
         if name is None:
-            if cls not in _PLAIN:
-                raise ProtocolError(
-                    f"{cls.__qualname__} is not a registered payload type: add it to "
-                    "message_types= (or to a handler or reply= annotation)"
-                )
-            name = ""
+            name = "" if cls in _PLAIN else self._learn(cls)
         try:
             data = self._encoder.encode(value)
         except Exception as exc:  # TypeError, OverflowError, RecursionError from msgspec
@@ -331,6 +327,19 @@ class Codec:
                 f"max_message_size ({self._max})"
             )
         return name, data
+
+    def _learn(self, cls: type) -> str:
+        """A class this Host sends without having declared it: registered now, so its
+        name is known from here on (a reply of it decodes too)."""
+        try:
+            self._registry.add(cls)
+        except ConfigurationError as exc:
+            raise ProtocolError(
+                f"a {cls.__qualname__} payload cannot cross the wire: {exc}"
+            ) from None
+        name = self._registry.name_of(cls)
+        assert name is not None
+        return name
 
     def decode_payload(
         self, name: str, data: bytes | bytearray | memoryview, into: object = None

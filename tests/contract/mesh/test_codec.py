@@ -432,14 +432,23 @@ def test_a_registered_plain_class_is_encoded_under_its_name() -> None:
     assert codec(int).encode_payload(3) == ("int", msgpack(3))
 
 
-def test_an_unregistered_class_is_a_protocol_error() -> None:
+def test_a_class_a_host_sends_without_declaring_it_is_learned() -> None:
     c = codec(Point)
-    with pytest.raises(ProtocolError, match="OtherPoint is not a registered payload type"):
-        c.encode_payload(OtherPoint(1, 2))
-    with pytest.raises(ProtocolError, match="Derived is not a registered"):
-        codec(Base).encode_payload(Derived(1, "b"))  # the exact class counts
-    with pytest.raises(ProtocolError, match="set is not a registered"):
-        c.encode_payload({1, 2})
+    assert "OtherPoint" not in c.registry
+    name, data = c.encode_payload(OtherPoint(1, 2))
+    assert name == "OtherPoint"
+    assert "OtherPoint" in c.registry
+    assert c.decode_payload(name, data) == OtherPoint(1, 2)  # its replies decode too
+    name, _ = codec(Base).encode_payload(Derived(1, "b"))  # the exact class counts
+    assert name == "Derived"
+
+
+def test_a_class_that_cannot_cross_the_wire_is_a_protocol_error() -> None:
+    c = codec(Point)
+    with pytest.raises(ProtocolError, match="cannot cross the wire"):
+        c.encode_payload(object())
+    with pytest.raises(ProtocolError, match="cannot cross the wire"):
+        c.encode_payload(threading.Lock())
 
 
 @pytest.mark.parametrize(
@@ -714,7 +723,8 @@ def test_roundtrip_shows_what_the_other_side_sees_or_fails_as_the_wire_would() -
     assert c.roundtrip((1, "a")) == [1, "a"]  # msgpack has no tuple
     assert c.roundtrip([Point(1, 2)]) == [{"x": 1, "y": 2}]  # no name inside a container
     assert c.roundtrip([Point(1, 2)], list[Point]) == [Point(1, 2)]
-    with pytest.raises(ProtocolError, match="not a registered payload type"):
-        c.roundtrip(OtherPoint(1, 2))
+    assert c.roundtrip(OtherPoint(1, 2)) == OtherPoint(1, 2)  # learned as it is sent
+    with pytest.raises(ProtocolError, match="cannot cross the wire"):
+        c.roundtrip(threading.Lock())
     with pytest.raises(ProtocolError, match="expected OtherPoint"):
         c.roundtrip(Point(1, 2), OtherPoint)
