@@ -107,6 +107,19 @@ class Endpoint:
         return f"tcp://{self.host}:{self.port}"
 
 
+def split_key(text: str) -> tuple[str, bytes | None]:
+    """An endpoint and the CURVE public key it may carry: `tcp://h:p|<Z85 key>` (with
+    CURVE a node advertises its endpoint so, since a dialling peer needs the key).
+
+    Raises:
+        ConfigurationError: a `|` suffix that is not a 40-character Z85 key.
+    """
+    endpoint, bar, key = text.rpartition("|")
+    if not bar:
+        return text, None
+    return endpoint, _curve_key(f"endpoint {text!r}: the public key", key)
+
+
 def parse_endpoint(text: str, *, allow_any_port: bool) -> Endpoint:
     """Parse `tcp://HOST:PORT` or `ipc://PATH`.
 
@@ -121,6 +134,7 @@ def parse_endpoint(text: str, *, allow_any_port: bool) -> Endpoint:
     """
     if not isinstance(text, str):
         raise ConfigurationError(f"an endpoint must be a str, got {type(text).__name__}")
+    text, _ = split_key(text)
     scheme, sep, rest = text.partition("://")
     if sep and scheme == "ipc":
         try:

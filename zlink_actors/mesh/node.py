@@ -71,6 +71,7 @@ from .config import (
     advertised,
     completion_endpoint,
     parse_endpoint,
+    split_key,
 )
 from .peers import LOCAL, Peer, PeerTable, Role
 
@@ -256,9 +257,10 @@ class MeshNode:
         except BaseException:
             self._transport.close()
             raise
-        self._info = NodeInfo(
-            config.name, self.routing_id, advertised(application, config.advertise_host)
-        )
+        endpoint = advertised(application, config.advertise_host)
+        if config.curve is not None:  # a dialling peer needs our public key
+            endpoint = f"{endpoint}|{config.curve.public_z85()}"
+        self._info = NodeInfo(config.name, self.routing_id, endpoint)
 
     def _curve(self) -> t.CurveConfig | None:
         curve = self.config.curve
@@ -553,10 +555,16 @@ class MeshNode:
             alias = b"\x01dial-%d|" % next(self._dial_numbers) + endpoint.encode()
             route = _HANDSHAKE_BASE | next(self._handshakes)
             self._dials[alias] = _Dial(endpoint, route, [] if source is None else [source])
-        curve = self.config.curve
-        key = curve.public_key if curve is not None else None
         try:
-            transport.connect(alias, t.Endpoints(endpoint, completion_endpoint(endpoint), key))
+            address, key = split_key(endpoint)
+            if (key is None) != (self.config.curve is None):
+                raise InvalidOperationError(
+                    "with MeshConfig(curve=...) a peer endpoint carries the peer's public "
+                    "key, tcp://host:port|<Z85 key> (its host.node.endpoint); without "
+                    "CURVE it carries none"
+                )
+            ends = t.Endpoints(address, completion_endpoint(address), key)
+            transport.connect(alias, ends)
         except Exception as exc:
             with self._lock:
                 self._dials.pop(alias, None)
