@@ -225,6 +225,10 @@ class MeshNode:
         self._first_seen: dict[str, float] = {}
         self._discovery_stop = threading.Event()
         self._discovery: Future[None] | None = None
+        self._keeper: threading.Thread | None = None
+        #: The peer each endpoint we dialled led to (its advertised endpoint may be
+        #: spelt otherwise): the keeper dials an endpoint again only once that peer is lost.
+        self._dialled: dict[str, Peer] = {}
         self._info: NodeInfo | None = None
         self._transport: t.Transport | None = None
 
@@ -288,9 +292,14 @@ class MeshNode:
         raise UnavailableError(f"no free pair of ports on {host}: {last}")
 
     def serve(self) -> None:
-        """The runtime serves: dial `peers=` and start discovery."""
+        """The runtime serves: dial `peers=`, keep them dialled, start discovery."""
         for endpoint in self.config.peers:
             self._dial(endpoint, None)
+        if self.config.peers:
+            self._keeper = threading.Thread(
+                target=self._keep_peers, name=f"zlink-mesh-{self.routing_id}", daemon=True
+            )
+            self._keeper.start()
         if self.location is not None:
             self._discovery = asyncio.run_coroutine_threadsafe(
                 self._discover(self.location), self.runtime.io.loop
@@ -308,6 +317,8 @@ class MeshNode:
         for peer in peers:
             self._submit_quietly(peer.conn, Envelope(wire.UPDATE), update)
         self._discovery_stop.set()
+        if self._keeper is not None:
+            self._keeper.join(_WITHDRAW_WAIT)
         if self._discovery is not None:
             with contextlib.suppress(Exception):
                 self._discovery.result(_WITHDRAW_WAIT)
@@ -935,6 +946,8 @@ class MeshNode:
         with self._lock:
             self._dials.pop(rec.peer, None)
         peer = self._admit(rec.peer, hello)
+        with self._lock:
+            self._dialled[dial.endpoint] = peer
         for source in dial.sources:
             source.set_result(peer.info())
 
@@ -1106,6 +1119,19 @@ class MeshNode:
             return
         with contextlib.suppress(t.UnknownPeer, t.Closed):
             transport.reply(conn, route, frames)
+
+    def _keep_peers(self) -> None:
+        """Every liveness interval, dial again each `peers=` endpoint no live peer and
+        no dial in progress has (a peer restarted at a fixed address rejoins)."""
+        stop = self._discovery_stop
+        while not stop.wait(self.config.liveness_interval):
+            for endpoint in self.config.peers:
+                with self._lock:
+                    self._peers.purge(time.monotonic())
+                    peer = self._dialled.get(endpoint)
+                    live = peer is not None and peer.state is not PeerState.LOST
+                if not live and not stop.is_set():
+                    self._dial(endpoint, None)
 
     # -- discovery (on the I/O executor's loop) ----------------------------------------
 
