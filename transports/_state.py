@@ -55,6 +55,7 @@ class PeerState:
     completion_seen: bool = False
     # sending side: our frames to the peer
     in_use: int = 0
+    window: int = 0  # the credit window towards this peer; 0: the configured one
     parked: deque[Parked] = field(default_factory=deque)
     parked_bytes: int = 0
     slots: int = 0
@@ -169,7 +170,8 @@ class Core:
         if state.paused_by_peer:
             return False
         # a message larger than the window goes alone, when nothing else is in flight
-        return state.in_use + charge <= self.config.credit_window or state.in_use == 0
+        window = state.window or self.config.credit_window
+        return state.in_use + charge <= window or state.in_use == 0
 
     def admit_parked_locked(self, state: PeerState) -> list[Future[None]]:
         """Move parked frames that now fit into the command queue, in order."""
@@ -230,7 +232,7 @@ class Core:
         return PeerStatistics(
             peer=state.name,
             ready=state.ready,
-            credit_window=self.config.credit_window,
+            credit_window=state.window or self.config.credit_window,
             credit_in_use=state.in_use,
             credit_owed=state.owed,
             unreleased=state.unreleased,

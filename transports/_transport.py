@@ -10,7 +10,7 @@ from typing import TypeVar
 
 from ._errors import Closed, TransportUsageError, UnknownPeer
 from ._io import EventCallback, IoThread, ReceiveCallback
-from ._state import Core, fail_all
+from ._state import Core, admit_all, fail_all
 from ._types import (
     Endpoints,
     FlowState,
@@ -190,6 +190,33 @@ class Transport:
             if peer not in core.peers:
                 raise UnknownPeer(f"no connection to peer {peer!r}")
             core.post(("comp", peer, Kind.REPLY, route_id, checked))
+
+    def set_peer_window(self, peer: bytes, nbytes: int) -> None:
+        """Send at most `nbytes` of credit towards `peer` (what the peer grants, when it
+        is less than `config.credit_window`; more is refused: the libzmq backstop is sized
+        by the configured window). Parked frames that now fit are admitted.
+
+        Raises:
+            UnknownPeer: no such peer. TransportUsageError: `nbytes` is not an int in
+                `min_charge..config.credit_window`.
+        """
+        core = self._core
+        if (
+            not isinstance(nbytes, int)
+            or isinstance(nbytes, bool)
+            or not core.config.min_charge <= nbytes <= core.config.credit_window
+        ):
+            raise TransportUsageError(
+                f"a peer window must be an int in {core.config.min_charge}.."
+                f"{core.config.credit_window}, got {nbytes!r}"
+            )
+        with core.lock:
+            state = core.peers.get(peer)
+            if state is None:
+                raise UnknownPeer(f"no connection to peer {peer!r}")
+            state.window = nbytes
+            admitted = core.admit_parked_locked(state)
+        admit_all(admitted)
 
     def release(self, peer: bytes, nbytes: int) -> None:
         """Return `nbytes` of credit (the `charge` of consumed records) to `peer`.

@@ -108,6 +108,8 @@ class _Hello(msgspec.Struct, array_like=True, frozen=True):
     types: list[str]
     node_handler: bool
     draining: bool = False
+    #: The credit this node grants each sender (0: unknown, an older peer).
+    credit_window: int = 0
 
 
 _encode_hello = msgspec.msgpack.Encoder().encode
@@ -543,6 +545,7 @@ class MeshNode:
                 list(self.object_types),
                 self.has_node_handler,
                 draining,
+                self.config.credit_window,
             )
         )
 
@@ -645,6 +648,7 @@ class MeshNode:
         """Enter the peer (or another connection of it) as READY; a higher generation
         replaces an older run of the same routing id."""
         replaced: Peer | None = None
+        self._use_window(conn, hello.credit_window)  # before anything can be sent on it
         with self._lock:
             peer = self._peers.by_rid.get(hello.routing_id)
             if (
@@ -668,6 +672,16 @@ class MeshNode:
             self._fail_inflight(replaced, "restarted (a higher lifecycle generation)")
         log.info("mesh %s: peer %s READY (%s)", self.routing_id, peer.routing_id, peer.endpoint)
         return peer
+
+    def _use_window(self, conn: bytes, granted: int) -> None:
+        """The receiver's credit window bounds what we send it (ours bounds it too: the
+        transport's libzmq backstop is sized by our own window)."""
+        transport = self._transport
+        own = self.config.credit_window
+        if transport is None or not 0 < granted < own:
+            return
+        with contextlib.suppress(t.TransportError):
+            transport.set_peer_window(conn, max(granted, transport.config.min_charge))
 
     @staticmethod
     def _update_locked(peer: Peer, hello: _Hello) -> None:
@@ -915,8 +929,11 @@ class MeshNode:
             reply = call[1]
             try:
                 data = rec.frames[1] if len(rec.frames) > 1 else b""
+                name = env.type_name
+                if reply is None and name and name not in self.codec.registry:
+                    name = ""  # no reply= and a type this Host does not know: plain values
                 value = self.codec.decode_payload(
-                    env.type_name, data, None if reply is None else rule_type(reply)
+                    name, data, None if reply is None else rule_type(reply)
                 )
                 if reply is not None and not isinstance(value, reply):
                     raise ProtocolError(f"the reply is a {type(value).__name__}, not of reply=")
