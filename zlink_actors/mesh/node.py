@@ -110,6 +110,8 @@ class _Hello(msgspec.Struct, array_like=True, frozen=True):
     draining: bool = False
     #: The credit this node grants each sender (0: unknown, an older peer).
     credit_window: int = 0
+    #: The largest payload this node accepts (0: unknown).
+    max_message_size: int = 0
 
 
 _encode_hello = msgspec.msgpack.Encoder().encode
@@ -401,6 +403,7 @@ class MeshNode:
                     metadata=metadata,
                 ),
                 payload,
+                route.peer,
             )
         except ProtocolError as exc:
             return failed(exc)
@@ -438,7 +441,7 @@ class MeshNode:
         assert isinstance(route, _Route)
         peer = route.peer
         try:
-            type_name, data = self.codec.encode_payload(payload)
+            type_name, data = self._encode(payload, peer)
         except ProtocolError as exc:
             return failed(exc)
         runtime = self.runtime
@@ -473,9 +476,12 @@ class MeshNode:
         transport = self._transport
         assert transport is not None
         try:
-            result = transport.submit_request(
-                peer.conn, route_id, [wire.encode_envelope(env), data]
-            )
+            frames = [wire.encode_envelope(env), data]
+        except ProtocolError as exc:  # metadata msgspec cannot encode: nothing is sent
+            runtime.fail_entry(entry, exc)
+            return handle
+        try:
+            result = transport.submit_request(peer.conn, route_id, frames)
         except t.UnknownPeer:
             runtime.fail_entry(entry, UnavailableError(f"node {peer.routing_id!r} is lost"))
             return handle
@@ -516,10 +522,22 @@ class MeshNode:
             return shutting_down()
         return UnavailableError(f"node {peer.routing_id!r} was lost while the call waited: {exc}")
 
-    def _frames(self, env: Envelope, payload: object) -> list[bytes]:
-        type_name, data = self.codec.encode_payload(payload)
+    def _frames(self, env: Envelope, payload: object, peer: Peer) -> list[bytes]:
+        type_name, data = self._encode(payload, peer)
         env = msgspec.structs.replace(env, type_name=type_name)
         return [wire.encode_envelope(env), data]
+
+    def _encode(self, payload: object, peer: Peer) -> tuple[str, bytes]:
+        """The payload's type name and bytes; `ProtocolError` (nothing sent) when it
+        cannot be encoded or is larger than this node or the peer accepts."""
+        type_name, data = self.codec.encode_payload(payload)
+        limit = peer.max_message_size
+        if limit and len(data) > limit:
+            raise ProtocolError(
+                f"a {type(payload).__qualname__} payload is {len(data)} bytes encoded, more "
+                f"than node {peer.routing_id!r} accepts (its max_message_size, {limit})"
+            )
+        return type_name, data
 
     def _submit_quietly(self, conn: bytes, env: Envelope, payload: bytes) -> None:
         transport = self._transport
@@ -546,6 +564,7 @@ class MeshNode:
                 self.has_node_handler,
                 draining,
                 self.config.credit_window,
+                self.config.max_message_size,
             )
         )
 
@@ -689,6 +708,7 @@ class MeshNode:
         peer.role = hello.role
         peer.types = tuple(hello.types)
         peer.has_node_handler = hello.node_handler
+        peer.max_message_size = hello.max_message_size
         if peer.state is not PeerState.LOST:
             peer.state = PeerState.DRAINING if hello.draining else PeerState.READY
 
@@ -756,6 +776,8 @@ class MeshNode:
                 raise NotFoundError(f"this node serves no channel {channel!r}")
             self._weights[channel] = weight
             peers = [p for p in self._peers.by_rid.values() if p.state is not PeerState.LOST]
+        if self._info is None:
+            return  # not started: the handshake will carry the weight
         update = self._hello_bytes()
         for peer in peers:
             self._submit_quietly(peer.conn, Envelope(wire.UPDATE), update)

@@ -42,6 +42,8 @@ class Peer:
     role: str = Role.OBJECT_CLIENT
     types: tuple[str, ...] = ()
     has_node_handler: bool = False
+    #: The largest payload it accepts (0: unknown): larger ones fail here, unsent.
+    max_message_size: int = 0
     #: Every connection of this peer (`conn` first).
     conns: set[bytes] = field(default_factory=set)
     #: Route ids of our requests in flight to it.
