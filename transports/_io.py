@@ -37,16 +37,24 @@ _CREDIT_DELAY = 0.001  # seconds a small credit return may wait for a reply to c
 
 ReceiveCallback = Callable[[Sequence[Inbound]], None]
 EventCallback = Callable[[PeerEvent], None]
+ReadBudget = Callable[[], int]
 
 
 class IoThread(threading.Thread):
     """Owns the zmq context and sockets of one transport; built by `Transport` only."""
 
-    def __init__(self, core: Core, on_receive: ReceiveCallback, on_event: EventCallback | None):
+    def __init__(
+        self,
+        core: Core,
+        on_receive: ReceiveCallback,
+        on_event: EventCallback | None,
+        read_budget: ReadBudget | None = None,
+    ):
         super().__init__(name=f"transports-io-{core.name.decode(errors='replace')}", daemon=True)
         self.core = core
         self.on_receive = on_receive
         self.on_event = on_event
+        self.read_budget = read_budget
         self.context = zmq.Context()
         self.app = self._router()
         self.comp = self._router()
@@ -386,7 +394,12 @@ class IoThread(threading.Thread):
         batch: list[Inbound] = []
         now = time.monotonic()
         recv = sock.recv
-        for _ in range(self.core.config.batch):
+        count = self.core.config.batch
+        if not completion and self.read_budget is not None:
+            # The owner admits at most this many more records now (its inbound permits);
+            # at 0 it has paused us, so the socket leaves the poll set next wake.
+            count = min(count, max(0, self.read_budget()))
+        for _ in range(count):
             try:
                 # frame by frame: Frame.more is cheaper than recv_multipart's getsockopt
                 frame = recv(_NOBLOCK, copy=False)

@@ -9,7 +9,7 @@ from types import TracebackType
 from typing import TypeVar
 
 from ._errors import Closed, TransportUsageError, UnknownPeer
-from ._io import EventCallback, IoThread, ReceiveCallback
+from ._io import EventCallback, IoThread, ReadBudget, ReceiveCallback
 from ._state import Core, admit_all, fail_all
 from ._types import (
     Endpoints,
@@ -53,6 +53,10 @@ class Transport:
             `reply` and `release`.
         on_event: called on the I/O thread with each `PeerEvent`.
         config: the `TransportConfig`.
+        read_budget: called on the I/O thread before it reads the application
+            connection: how many records it may read now (the owner's free inbound
+            permits). When it says 0 the owner must have set `FlowState.PAUSED`, which
+            takes the connection out of the poll set until RUNNING.
 
     Every method is thread-safe: none touches a socket; each posts a command to the I/O
     thread. Use as a context manager, or call `close()`.
@@ -65,11 +69,12 @@ class Transport:
         *,
         on_event: EventCallback | None = None,
         config: TransportConfig | None = None,
+        read_budget: ReadBudget | None = None,
     ) -> None:
         if not isinstance(name, bytes) or not 1 <= len(name) <= 255 or name[0] == 0:
             raise TransportUsageError("name must be 1..255 bytes not starting with b'\\x00'")
         self._core = Core(name, config or TransportConfig())
-        self._io = IoThread(self._core, on_receive, on_event)
+        self._io = IoThread(self._core, on_receive, on_event, read_budget)
         self._io.start()
 
     @property

@@ -259,6 +259,7 @@ class MeshNode:
             self._on_receive,
             on_event=self._on_event,
             config=transport_config,
+            read_budget=self._free_permits,
         )
         try:
             application = self._bind(self._transport)
@@ -1003,6 +1004,10 @@ class MeshNode:
                 return NotFoundError(f"node {self.routing_id!r} has no node_handler")
             return kind, self.node_key
         return kind, env.target
+
+    def _free_permits(self) -> int:
+        """How many more records the transport may read now (never more than M held)."""
+        return self._permits - self._permits_in_use
 
     def _permit(self) -> Callable[[], None]:
         """Take an inbound permit; returns its release (PAUSED at 80%, RUNNING at 60%)."""
