@@ -39,6 +39,7 @@ __all__ = [
     "advertised",
     "completion_endpoint",
     "parse_endpoint",
+    "split_key",
 ]
 
 MAX_WEIGHT = 10_000

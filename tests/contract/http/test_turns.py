@@ -5,7 +5,6 @@ gate, `yield_()` releases it where eligible, `submit_sync()` is for application 
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 
 import msgspec
@@ -93,7 +92,7 @@ def test_twenty_requests_from_twenty_spots_are_in_flight_at_once(
     assert service.max_in_flight == 20
 
 
-def test_twenty_slow_requests_take_about_one_delay_not_twenty(
+def test_twenty_slow_requests_are_in_flight_at_once(
     make_host: Callable[..., Host], service: LocalService
 ) -> None:
     host = make_host(service.url, host_options={"spots": [Caller], "app_threads": 2})
@@ -101,13 +100,12 @@ def test_twenty_slow_requests_take_about_one_delay_not_twenty(
         host.spots.get_or_create(f"s{i}", Caller).submit_sync()
     # Warm the pool's connections first, so the figure measures the requests only.
     assert host.request_to_spot("s0", Fetch("/slow?d=0"), reply=int).submit_sync() == 200
-    start = time.perf_counter()
     calls = [
         host.request_to_spot(f"s{i}", Fetch("/slow?d=0.2"), reply=int).submit() for i in range(20)
     ]
     assert [c.result(WAIT) for c in calls] == [200] * 20
-    elapsed = time.perf_counter() - start
-    assert elapsed < 2.0, elapsed  # serialised they would take 4 s
+    # The server saw all twenty at once: no turn held a pool thread while it waited (a
+    # wall-clock bound would say the same, and fail on a loaded machine).
     assert service.max_in_flight == 20
 
 
