@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import math
 import socket
 import threading
 import time
@@ -33,7 +34,7 @@ import msgspec
 import transports as t
 
 from .._calls.messaging import deliver_request, deliver_send
-from .._core.cancellation import CancellationSource, CancellationToken
+from .._core.cancellation import CancellationToken
 from .._core.completion import Completion, CompletionSource, _Cell, failed, settled
 from .._core.errors import (
     CancelledError,
@@ -171,6 +172,12 @@ class _Route:
     target: str
 
 
+class _ScannedEntry(PendingEntry):
+    """A remote request on the Host's default timeout: `DeadlineScan` expires it."""
+
+    __slots__ = ("expires",)
+
+
 def _op_bytes(entry: PendingEntry) -> bytes:
     op = entry.operation_id
     return op.high.to_bytes(8, "big") + op.low.to_bytes(8, "big")
@@ -214,8 +221,8 @@ class MeshNode:
         self._handshakes = itertools.count(1)
         #: Our requests in flight: route id -> (peer, reply rule).
         self._calls: dict[int, tuple[Peer, type | None]] = {}
-        #: Requests we serve: (sender routing id, route id) -> their cancellation.
-        self._serving: dict[tuple[str, int], CancellationSource] = {}
+        #: Requests we serve: (sender routing id, route id) -> the local request.
+        self._serving: dict[tuple[str, int], Completion[Any]] = {}
         self._permits = config.permits()
         self._permits_in_use = 0
         self._pause_at = max(1, (self._permits * 8) // 10)
@@ -447,7 +454,7 @@ class MeshNode:
             return failed(exc)
         runtime = self.runtime
         cell: _Cell[Any] = _Cell()
-        entry = runtime.begin(cell, timeout, cancel)
+        entry = self._register(cell, timeout, cancel)
         handle = runtime.handle(entry)
         route_id = entry.route_id
         if route_id is None or route_id not in runtime.pending:
@@ -506,6 +513,21 @@ class MeshNode:
 
             result.admitted.add_done_callback(admitted)
         return handle
+
+    def _register(
+        self, cell: _Cell[Any], timeout: float, cancel: CancellationToken | None
+    ) -> PendingEntry:
+        """The request's pending entry, registered (SC §10) with its deadline. On the
+        Host's default timeout it joins the one deadline scan the local requests use (no
+        timer entry, and no timer-thread wake, per request)."""
+        runtime = self.runtime
+        if timeout != runtime.default_request_timeout:
+            return runtime.begin(cell, timeout, cancel)
+        entry = _ScannedEntry(cell)
+        entry.expires = expires = runtime.timers._now() + timeout
+        if runtime.register(entry, cancel) and runtime.deadlines.at == math.inf:
+            runtime.deadlines.arm(expires)  # read after registering: the scan's invariant
+        return entry
 
     def _request_finished(self, peer: Peer, route_id: int, cell: _Cell[Any]) -> None:
         with self._lock:
@@ -845,9 +867,9 @@ class MeshNode:
         elif command == wire.CANCEL:
             self._release(rec)
             with self._lock:
-                source = self._serving.get((peer.routing_id, env.route))
-            if source is not None:
-                source.cancel()
+                serving = self._serving.get((peer.routing_id, env.route))
+            if serving is not None:
+                serving.cancel()
         elif command == wire.UPDATE:
             self._release(rec)
             self._receive_update(peer, rec)
@@ -1110,20 +1132,22 @@ class MeshNode:
                 DeadlineExceededError("the request's deadline passed before it arrived"),
             )
             return
-        source = CancellationSource()
         key = (peer.routing_id, route)
         meta = RemoteMetadata(env.metadata or {}, peer.routing_id, self._permit())
-        with self._lock:
-            self._serving[key] = source
         served = _Served(self, rec.peer, key, meta)
         timeout = min(remaining, threading.TIMEOUT_MAX)
         done = deliver_request(
-            self.runtime, where[0], where[1], payload, meta, timeout, source.token, served
+            self.runtime, where[0], where[1], payload, meta, timeout, None, served
         )
         self._release(rec)  # admitted into the target's queue, or refused: decided now
         if done.done():  # refused before it was queued (or already answered)
             failure = done.exception()
             served(None if failure is not None else done.result(), failure)
+        else:
+            # A CANCEL notice cancels the request itself (`ctx.cancellation` follows).
+            with self._lock:
+                if not served.sent:  # else it settled meanwhile, and nothing is left to cancel
+                    self._serving[key] = done
 
     def _served(
         self,
