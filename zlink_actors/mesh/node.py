@@ -26,7 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import msgspec
@@ -161,6 +161,10 @@ class _Dial:
     route: int
     #: The `connect_peer` calls waiting for this dial.
     sources: list[CompletionSource[PeerInfo]]
+    #: Records the peer sent on this connection before its ADMIT was read (the ADMIT
+    #: travels on the completion connection, which is read after the application one):
+    #: handled, in order, once it is.
+    early: list[t.Inbound] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -667,6 +671,8 @@ class MeshNode:
         if dial is None:
             return
         log.warning("mesh %s: connection to %s failed: %s", self.routing_id, dial.endpoint, why)
+        for record in dial.early:
+            self._bad(record, f"the connection's handshake failed: {why}")
         transport = self._transport
         if transport is not None:
             with contextlib.suppress(t.TransportError):
@@ -857,6 +863,10 @@ class MeshNode:
             return
         with self._lock:
             peer = self._peers.by_conn.get(rec.peer)
+            dial = self._dials.get(rec.peer) if peer is None else None
+            if dial is not None:
+                dial.early.append(rec)
+                return
         if peer is None:
             self._bad(rec, "a record before the handshake")
             return
@@ -1005,11 +1015,13 @@ class MeshNode:
         if why is not None:
             self._dial_failed(rec.peer, why)
             return
-        with self._lock:
-            self._dials.pop(rec.peer, None)
         peer = self._admit(rec.peer, hello)
         with self._lock:
+            self._dials.pop(rec.peer, None)
             self._dialled[dial.endpoint] = peer
+            early, dial.early = dial.early, []
+        for record in early:
+            self._receive(record)
         for source in dial.sources:
             source.set_result(peer.info())
 
