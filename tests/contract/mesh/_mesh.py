@@ -2,8 +2,9 @@
 loopback (port 0), with short liveness, connected to each other and READY.
 
 `mesh_hosts(harness, n, ...)` builds them through a `HostHarness` (the suite's `harness`
-fixture), so they are shut down at the end of the test whether it passed or not. `MESH`, `INTERVAL` and `TIMEOUT` are the
-mesh name and liveness timings every test uses unless it says otherwise.
+fixture), so they are shut down at the end of the test whether it passed or not. `MESH`,
+`INTERVAL` and `TIMEOUT` are the mesh name and liveness timings every test uses unless it
+says otherwise.
 """
 
 from __future__ import annotations
