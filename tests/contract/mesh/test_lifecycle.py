@@ -1,0 +1,214 @@
+"""The MeshNode lifecycle seen from the Host (issue 15 items 2 and 9; design/mesh.md §1
+`wait_for_peers`, `connect_peer`, `peers()`, §2 "Liveness"): waiting for peers, dialling
+at run time, the handshake refusing another mesh, both sides READY from one connection,
+a peer that shut down (DRAINING, then LOST, never selected again), and the mesh section
+of `host.statistics()`."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import ClassVar
+
+import msgspec
+import pytest
+
+import zlink_actors as z
+from zlink_actors.testing import WAIT, HostHarness
+
+from .._support import ShutdownThread
+from ._mesh import MESH, find_peer, mesh_config, mesh_hosts, peer_state, ready_ids, wait_for_state
+
+
+class Ping(msgspec.Struct):
+    n: int
+
+
+class Who(z.ChannelHandler):
+    """Answers with the routing id of the node it runs on."""
+
+    @z.handler
+    def who(self, ctx: z.ChannelContext, msg: Ping) -> str:
+        info: z.NodeInfo = ctx.node
+        return info.routing_id
+
+
+class Waiter(z.ChannelHandler):
+    """Calls `host.wait_for_peers` from inside its turn and reports what it raised."""
+
+    host: ClassVar[z.Host | None] = None
+
+    @z.handler
+    def wait(self, ctx: z.ChannelContext, msg: Ping) -> str:
+        assert Waiter.host is not None
+        try:
+            Waiter.host.wait_for_peers(0, timeout=1.0)
+        except z.InvalidOperationError:
+            return "InvalidOperationError"
+        return "returned"
+
+
+class Held(z.NodeHandler):
+    """Holds each request until `release` is set (bounded)."""
+
+    entered: ClassVar[threading.Event]
+    release: ClassVar[threading.Event]
+
+    @z.handler
+    def hold(self, ctx: z.NodeContext, msg: Ping) -> int:
+        Held.entered.set()
+        assert Held.release.wait(WAIT)
+        return msg.n
+
+
+# -- wait_for_peers ------------------------------------------------------------------------
+
+
+def test_wait_for_zero_peers_returns_at_once(harness: HostHarness) -> None:
+    host = harness.host(mesh=mesh_config())
+    started = time.monotonic()
+    assert host.wait_for_peers(0, timeout=60) == []
+    assert time.monotonic() - started < WAIT
+
+
+def test_wait_for_more_peers_than_ready_raises_deadline_exceeded(harness: HostHarness) -> None:
+    a, b = mesh_hosts(harness, 2)
+    started = time.monotonic()
+    with pytest.raises(z.DeadlineExceededError):
+        a.wait_for_peers(2, timeout=0.3)
+    assert 0.3 <= time.monotonic() - started < WAIT
+    ready = a.wait_for_peers(1, timeout=WAIT)
+    assert [p.routing_id for p in ready] == [b.node.routing_id]
+
+
+def test_wait_for_peers_inside_a_handler_is_an_invalid_operation(harness: HostHarness) -> None:
+    host = harness.host(mesh=mesh_config(), channels={"wait": Waiter})
+    Waiter.host = host
+    try:
+        got = host.request_to_channel("wait", Ping(0), reply=str).submit_sync()
+    finally:
+        Waiter.host = None
+    assert got == "InvalidOperationError"
+
+
+# -- connect_peer and the handshake --------------------------------------------------------
+
+
+def test_connect_peer_completes_with_the_peers_info_ready_with_its_channels(
+    harness: HostHarness,
+) -> None:
+    server = harness.host(
+        mesh=mesh_config(), channels={"who": z.ChannelServer(Who, weight=7), "w0": Waiter}
+    )
+    client = harness.host(mesh=mesh_config())
+    info = client.connect_peer(server.node.endpoint).result(WAIT)
+    assert isinstance(info, z.PeerInfo)
+    assert info.routing_id == server.node.routing_id
+    assert info.endpoint == server.node.endpoint
+    assert info.state is z.PeerState.READY
+    assert dict(info.channels) == {"who": 7, "w0": 100}
+    assert ready_ids(client) == {server.node.routing_id}
+
+
+def test_connect_peer_to_another_mesh_fails_unavailable_and_neither_side_lists_the_other(
+    harness: HostHarness,
+) -> None:
+    ours = harness.host(mesh=mesh_config("game"))
+    theirs = harness.host(mesh=mesh_config("other"))
+    with pytest.raises(z.UnavailableError):
+        ours.connect_peer(theirs.node.endpoint).result(WAIT)
+    assert peer_state(ours, theirs.node.routing_id) is not z.PeerState.READY
+    assert peer_state(theirs, ours.node.routing_id) is not z.PeerState.READY
+    assert ready_ids(ours) == set()
+    assert ready_ids(theirs) == set()
+    with pytest.raises(z.DeadlineExceededError):
+        theirs.wait_for_peers(1, timeout=3 * 0.2)
+
+
+def test_a_duplicate_routing_id_is_refused(harness: HostHarness) -> None:
+    a = harness.host(mesh=mesh_config(routing_id="same"))
+    b = harness.host(mesh=mesh_config(routing_id="same"))
+    with pytest.raises(z.UnavailableError):
+        b.connect_peer(a.node.endpoint).result(WAIT)
+    assert ready_ids(a) == set()
+    assert ready_ids(b) == set()
+
+
+def test_both_sides_see_each_other_ready_after_one_side_dialled(harness: HostHarness) -> None:
+    listener = harness.host(mesh=mesh_config())  # never dials
+    dialler = harness.host(mesh=mesh_config(peers=(listener.node.endpoint,)))
+    seen = listener.wait_for_peers(1, timeout=WAIT)
+    assert [p.routing_id for p in seen] == [dialler.node.routing_id]
+    assert seen[0].endpoint == dialler.node.endpoint
+    assert [p.routing_id for p in dialler.wait_for_peers(1, timeout=WAIT)] == [
+        listener.node.routing_id
+    ]
+
+
+def test_a_peer_that_shut_down_is_listed_lost(harness: HostHarness) -> None:
+    a, b = mesh_hosts(harness, 2)
+    rid = b.node.routing_id
+    assert b.shutdown(WAIT).outcome is z.ShutdownOutcome.STOPPED
+    assert wait_for_state(a, rid, z.PeerState.LOST)
+    assert find_peer(a, rid).endpoint == b.node.endpoint  # still known
+
+
+def test_a_peer_that_shuts_down_is_draining_then_lost_and_never_selected_again(
+    harness: HostHarness,
+) -> None:
+    Held.entered, Held.release = threading.Event(), harness.latch()
+    stay, leave, caller = mesh_hosts(
+        harness,
+        3,
+        each=[
+            {"channels": {"who": Who}},
+            {"channels": {"who": Who}, "node_handler": Held},
+            {"message_types": [Ping]},
+        ],
+    )
+    gone = leave.node.routing_id
+    held = caller.request_to_node(MESH, gone, Ping(5), reply=int).timeout(WAIT).submit()
+    assert Held.entered.wait(WAIT)
+    stopping = ShutdownThread(leave, WAIT)
+    assert wait_for_state(caller, gone, z.PeerState.DRAINING, z.PeerState.LOST)
+    picked = {caller.request_to_channel("who", Ping(i), reply=str).submit_sync() for i in range(20)}
+    assert picked == {stay.node.routing_id}
+    Held.release.set()
+    assert held.result(WAIT) == 5  # accepted work finished while draining
+    assert stopping.join().outcome is z.ShutdownOutcome.STOPPED
+    assert wait_for_state(caller, gone, z.PeerState.LOST)
+    picked = {caller.request_to_channel("who", Ping(i), reply=str).submit_sync() for i in range(20)}
+    assert picked == {stay.node.routing_id}
+
+
+# -- statistics().mesh (item 9) -----------------------------------------------------------
+
+
+def test_statistics_mesh_is_none_without_a_mesh(harness: HostHarness) -> None:
+    assert harness.host().statistics().mesh is None
+
+
+def test_statistics_mesh_counts_peers_by_state_frames_and_lost_peers(
+    harness: HostHarness,
+) -> None:
+    a, b, c = mesh_hosts(
+        harness, 3, each=[{"channels": {"who": Who}}, {}, {}], message_types=[Ping]
+    )
+    first = a.statistics().mesh
+    assert isinstance(first, z.MeshStatistics)
+    assert first.routing_id == a.node.routing_id
+    assert first.peers.get("ready") == 2
+    assert first.lost_peers == 0
+    for i in range(10):
+        assert b.request_to_channel("who", Ping(i), reply=str).submit_sync()
+    second = a.statistics().mesh
+    assert second is not None
+    assert second.frames_in > first.frames_in
+    assert second.frames_out > first.frames_out
+    assert c.shutdown(WAIT).outcome is z.ShutdownOutcome.STOPPED
+    assert wait_for_state(a, c.node.routing_id, z.PeerState.LOST)
+    third = a.statistics().mesh
+    assert third is not None
+    assert third.peers.get("ready") == 1
+    assert third.peers.get("lost") == 1
+    assert third.lost_peers == 1
