@@ -10,6 +10,7 @@ import re
 import socket
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import msgspec
 import pytest
@@ -96,6 +97,16 @@ def test_location_without_mesh_is_refused(store: z.MemoryLocationStore) -> None:
         z.Host(location=store)
 
 
+def test_a_location_that_is_not_a_location_store_is_refused() -> None:
+    with pytest.raises(z.ConfigurationError, match="LocationStore"):
+        z.Host(mesh=mesh_config(), location=object())  # type: ignore[arg-type]
+
+
+def test_check_codec_that_is_not_a_bool_is_refused() -> None:
+    with pytest.raises(z.ConfigurationError, match="check_codec"):
+        z.Host(mesh=mesh_config(), check_codec=1)  # type: ignore[arg-type]
+
+
 def test_node_handler_without_mesh_is_refused() -> None:
     with pytest.raises(z.ConfigurationError, match="node_handler"):
         z.Host(node_handler=Gate)
@@ -164,6 +175,31 @@ def test_two_hosts_get_different_routing_ids_and_ports(harness: HostHarness) -> 
     b = harness.host(mesh=mesh_config())
     assert a.node.routing_id != b.node.routing_id
     assert a.node.endpoint != b.node.endpoint
+
+
+def test_an_advertise_host_replaces_the_host_of_the_advertised_endpoint(
+    harness: HostHarness,
+) -> None:
+    host = harness.host(mesh=mesh_config(advertise_host="localhost"))
+    m = re.fullmatch(r"tcp://localhost:(\d+)", host.node.endpoint)
+    assert m is not None, host.node.endpoint
+    with socket.create_connection(("127.0.0.1", int(m.group(1))), timeout=WAIT):
+        pass  # the real, bound port
+
+
+def test_an_ipc_listen_endpoint_is_advertised_as_given_and_serves(
+    harness: HostHarness, tmp_path: Path
+) -> None:
+    endpoint = f"ipc://{tmp_path}/node-a"
+    server = harness.host(mesh=mesh_config(listen=endpoint), node_handler=Gate)
+    assert server.node.endpoint == endpoint
+    client = harness.host(
+        mesh=mesh_config(listen=f"ipc://{tmp_path}/node-b", peers=(endpoint,)),
+        message_types=[Ping],
+    )
+    assert [p.endpoint for p in client.wait_for_peers(1, timeout=WAIT)] == [endpoint]
+    rid = server.node.routing_id
+    assert client.request_to_node(MESH, rid, Ping(1), reply=int).submit_sync() == 2
 
 
 def test_a_fixed_routing_id_without_location_is_used_as_given(harness: HostHarness) -> None:
@@ -244,3 +280,22 @@ def test_a_channel_server_and_a_bare_class_both_serve_with_their_weights(
     assert client.request_to_channel("match", Ping(1), reply=str).submit_sync() == "match"
     assert client.request_to_channel("chat", Ping(1), reply=str).submit_sync() == "chat"
     assert server.request_to_channel("match", Ping(1), reply=str).submit_sync() == "match"
+
+
+# -- ctx.node --------------------------------------------------------------------------
+
+
+class Where(z.Spot):
+    @z.handler
+    def where(self, ctx: z.SpotContext, msg: Ping) -> str | None:
+        info: z.NodeInfo | None = ctx.node
+        return None if info is None else info.routing_id
+
+
+def test_ctx_node_is_the_hosts_node_info_and_none_without_a_mesh(harness: HostHarness) -> None:
+    meshed = harness.host(mesh=mesh_config(), spots=[Where])
+    plain = harness.host(spots=[Where])
+    for host in (meshed, plain):
+        host.spots.get_or_create("w", Where).submit_sync()
+    assert meshed.request_to_spot("w", Ping(0)).submit_sync() == meshed.node.routing_id
+    assert plain.request_to_spot("w", Ping(0)).submit_sync() is None
