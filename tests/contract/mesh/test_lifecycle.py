@@ -6,6 +6,7 @@ of `host.statistics()`."""
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from typing import ClassVar
@@ -17,7 +18,16 @@ import zlink_actors as z
 from zlink_actors.testing import WAIT, HostHarness
 
 from .._support import ShutdownThread
-from ._mesh import MESH, find_peer, mesh_config, mesh_hosts, peer_state, ready_ids, wait_for_state
+from ._mesh import (
+    MESH,
+    TIMEOUT,
+    find_peer,
+    mesh_config,
+    mesh_hosts,
+    peer_state,
+    ready_ids,
+    wait_for_state,
+)
 
 
 class Ping(msgspec.Struct):
@@ -69,6 +79,11 @@ def test_wait_for_zero_peers_returns_at_once(harness: HostHarness) -> None:
     started = time.monotonic()
     assert host.wait_for_peers(0, timeout=60) == []
     assert time.monotonic() - started < WAIT
+
+
+def test_wait_for_zero_peers_returns_the_ready_ones(harness: HostHarness) -> None:
+    a, b = mesh_hosts(harness, 2)
+    assert [p.routing_id for p in a.wait_for_peers(0, timeout=60)] == [b.node.routing_id]
 
 
 def test_wait_for_more_peers_than_ready_raises_deadline_exceeded(harness: HostHarness) -> None:
@@ -125,6 +140,42 @@ def test_connect_peer_to_another_mesh_fails_unavailable_and_neither_side_lists_t
         theirs.wait_for_peers(1, timeout=3 * 0.2)
 
 
+def test_connect_peer_to_a_peer_already_ready_completes_with_it(harness: HostHarness) -> None:
+    a, b = mesh_hosts(harness, 2)
+    info = b.connect_peer(a.node.endpoint).result(WAIT)
+    assert (info.routing_id, info.state) == (a.node.routing_id, z.PeerState.READY)
+    assert len(b.peers()) == 1
+
+
+def test_connect_peer_to_an_endpoint_where_nothing_listens_fails_unavailable(
+    harness: HostHarness,
+) -> None:
+    host = harness.host(mesh=mesh_config())
+    with socket.socket() as s:  # a port nobody listens on: bound here, never listened
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        started = time.monotonic()
+        with pytest.raises(z.UnavailableError):
+            host.connect_peer(f"tcp://127.0.0.1:{port}").result(WAIT)
+    assert time.monotonic() - started < TIMEOUT + WAIT
+    assert host.peers() == []
+
+
+def test_connect_peer_before_start_is_an_invalid_operation_and_after_shutdown_shutting_down(
+    harness: HostHarness,
+) -> None:
+    target = harness.host(mesh=mesh_config())
+    host = z.Host(mesh=mesh_config())
+    try:
+        with pytest.raises(z.InvalidOperationError):
+            host.connect_peer(target.node.endpoint).result(WAIT)
+        host.start()
+    finally:
+        assert host.shutdown(WAIT).outcome is z.ShutdownOutcome.STOPPED
+    with pytest.raises(z.ShuttingDownError):
+        host.connect_peer(target.node.endpoint).result(WAIT)
+
+
 def test_a_duplicate_routing_id_is_refused(harness: HostHarness) -> None:
     a = harness.host(mesh=mesh_config(routing_id="same"))
     b = harness.host(mesh=mesh_config(routing_id="same"))
@@ -132,6 +183,33 @@ def test_a_duplicate_routing_id_is_refused(harness: HostHarness) -> None:
         b.connect_peer(a.node.endpoint).result(WAIT)
     assert ready_ids(a) == set()
     assert ready_ids(b) == set()
+
+
+def test_a_node_dialling_its_own_endpoint_is_refused(harness: HostHarness) -> None:
+    host = harness.host(mesh=mesh_config())
+    with pytest.raises(z.UnavailableError):
+        host.connect_peer(host.node.endpoint).result(WAIT)
+    assert ready_ids(host) == set()
+
+
+def test_a_restart_with_the_same_fixed_routing_id_replaces_the_lost_entry(
+    harness: HostHarness,
+) -> None:
+    Held.entered, Held.release = threading.Event(), harness.latch()
+    Held.release.set()  # answer at once
+    stay = harness.host(mesh=mesh_config(), message_types=[Ping])
+    first = harness.host(mesh=mesh_config(routing_id="zone-1", peers=(stay.node.endpoint,)))
+    assert wait_for_state(stay, "zone-1", z.PeerState.READY)
+    assert first.shutdown(WAIT).outcome is z.ShutdownOutcome.STOPPED
+    assert wait_for_state(stay, "zone-1", z.PeerState.LOST)
+    again = harness.host(
+        mesh=mesh_config(routing_id="zone-1", peers=(stay.node.endpoint,)), node_handler=Held
+    )
+    assert wait_for_state(stay, "zone-1", z.PeerState.READY)
+    entry = find_peer(stay, "zone-1")
+    assert entry.endpoint == again.node.endpoint != first.node.endpoint
+    assert [p.routing_id for p in stay.peers()] == ["zone-1"]
+    assert stay.request_to_node(MESH, "zone-1", Ping(9), reply=int).submit_sync() == 9
 
 
 def test_both_sides_see_each_other_ready_after_one_side_dialled(harness: HostHarness) -> None:
