@@ -223,6 +223,43 @@ def test_both_sides_see_each_other_ready_after_one_side_dialled(harness: HostHar
     ]
 
 
+@pytest.mark.parametrize("round_", range(3))
+def test_two_nodes_dialling_each_other_at_once_keep_one_ready_entry_each(
+    harness: HostHarness, round_: int
+) -> None:
+    Held.entered, Held.release = threading.Event(), harness.latch()
+    Held.release.set()  # answer at once
+    a = harness.host(mesh=mesh_config(), node_handler=Held)
+    b = harness.host(mesh=mesh_config(), node_handler=Held)
+    barrier = threading.Barrier(2)
+    done: dict[str, z.Completion[z.PeerInfo]] = {}
+
+    def dial(name: str, host: z.Host, other: z.Host) -> None:
+        barrier.wait(WAIT)
+        done[name] = host.connect_peer(other.node.endpoint)
+
+    threads = [
+        threading.Thread(target=dial, args=("a", a, b)),
+        threading.Thread(target=dial, args=("b", b, a)),
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(WAIT)
+    assert done["a"].result(WAIT).routing_id == b.node.routing_id
+    assert done["b"].result(WAIT).routing_id == a.node.routing_id
+    for host, other in ((a, b), (b, a)):
+        assert [(p.routing_id, p.state) for p in host.peers()] == [
+            (other.node.routing_id, z.PeerState.READY)
+        ]
+        rid = other.node.routing_id
+        for i in range(5):
+            assert host.request_to_node(MESH, rid, Ping(i), reply=int).submit_sync() == i
+    assert b.shutdown(WAIT).outcome is z.ShutdownOutcome.STOPPED
+    assert wait_for_state(a, b.node.routing_id, z.PeerState.LOST)
+    assert len(a.peers()) == 1
+
+
 def test_a_peer_that_shut_down_is_listed_lost(harness: HostHarness) -> None:
     a, b = mesh_hosts(harness, 2)
     rid = b.node.routing_id
