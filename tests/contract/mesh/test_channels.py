@@ -125,6 +125,20 @@ def test_set_channel_weight_0_stops_selections_here_at_once_and_on_peers_after_t
     assert rid in _picks(client, 20)
 
 
+def test_a_peer_that_connects_after_a_weight_change_sees_the_new_weight(
+    harness: HostHarness,
+) -> None:
+    changed, other = mesh_hosts(harness, 2, each=[_server(), _server()])
+    changed.set_channel_weight("who", 0)
+    late = harness.host(
+        mesh=mesh_config(peers=(changed.node.endpoint, other.node.endpoint)),
+        message_types=[Ping],
+    )
+    late.wait_for_peers(2, timeout=WAIT)
+    assert find_peer(late, changed.node.routing_id).channels == {"who": 0}
+    assert _picks(late, 20) == Counter({other.node.routing_id: 20})
+
+
 def test_set_channel_weight_of_a_channel_not_served_here_is_not_found(
     harness: HostHarness,
 ) -> None:

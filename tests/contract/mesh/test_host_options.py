@@ -170,9 +170,12 @@ def test_a_custom_routing_id_prefix_is_used(harness: HostHarness) -> None:
     assert auto["prefix"] == "zone.eu_1"
 
 
-def test_two_hosts_get_different_routing_ids_and_ports(harness: HostHarness) -> None:
-    a = harness.host(mesh=mesh_config())
-    b = harness.host(mesh=mesh_config())
+def test_two_hosts_of_one_config_get_different_routing_ids_and_ports(
+    harness: HostHarness,
+) -> None:
+    config = mesh_config()
+    a = harness.host(mesh=config)
+    b = harness.host(mesh=config)
     assert a.node.routing_id != b.node.routing_id
     assert a.node.endpoint != b.node.endpoint
 

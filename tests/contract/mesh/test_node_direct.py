@@ -141,6 +141,16 @@ def test_a_request_to_a_peer_from_inside_a_spot_handler(harness: HostHarness) ->
     assert seen == Seen(5, caller.node.routing_id, _node(callee))
 
 
+def test_a_request_to_the_own_routing_id_from_inside_a_spot_handler_is_local(
+    harness: HostHarness,
+) -> None:
+    host = harness.host(mesh=mesh_config(), node_handler=Gate, spots=[Caller])
+    host.spots.get_or_create("caller", Caller).submit_sync()
+    rid = host.node.routing_id
+    seen = host.request_to_spot("caller", Relay(rid, 7), reply=Seen).submit_sync()
+    assert seen == Seen(7, None, _node(host))
+
+
 # -- refusals -------------------------------------------------------------------------------
 
 
