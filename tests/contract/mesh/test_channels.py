@@ -155,11 +155,6 @@ def test_set_channel_weight_refuses_a_weight_outside_0_to_10000(harness: HostHar
     assert _picks(host, 3) == Counter({host.node.routing_id: 3})
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: set_channel_weight() before start() raises a bare AssertionError "
-    "(MeshNode._hello_bytes asserts _info, node.py:519)",
-)
 def test_set_channel_weight_before_start_takes_effect_or_is_an_invalid_operation(
     harness: HostHarness,
 ) -> None:

@@ -249,7 +249,7 @@ def test_a_listen_address_in_use_leaves_the_host_unserved_and_the_first_node_ser
 @pytest.mark.xfail(
     strict=True,
     reason="BUG: shutdown() of a Host whose start() failed to bind raises AssertionError "
-    "(MeshNode.begin_drain -> _hello_bytes asserts _info, node.py:519)",
+    "(MeshNode.begin_drain -> _hello_bytes: assert self._info is not None)",
 )
 def test_a_host_whose_start_failed_shuts_down_cleanly(harness: HostHarness) -> None:
     first = harness.host(mesh=mesh_config())
