@@ -6,6 +6,7 @@ of `host.statistics()`."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 import time
@@ -15,7 +16,7 @@ import msgspec
 import pytest
 
 import zlink_actors as z
-from zlink_actors.testing import WAIT, HostHarness
+from zlink_actors.testing import WAIT, HostHarness, wait_until
 
 from .._support import ShutdownThread
 from ._mesh import (
@@ -294,6 +295,35 @@ def test_a_peer_that_shuts_down_is_draining_then_lost_and_never_selected_again(
     assert wait_for_state(caller, gone, z.PeerState.LOST)
     picked = {caller.request_to_channel("who", Ping(i), reply=str).submit_sync() for i in range(20)}
     assert picked == {stay.node.routing_id}
+
+
+# -- discovery through a Location Store ------------------------------------------------------
+
+
+def _descriptor_keys(store: z.MemoryLocationStore) -> list[str]:
+    page = asyncio.run(store.scan(""))
+    assert page.cursor is None
+    return [key for key, _ in page.items]
+
+
+def test_nodes_sharing_a_location_store_find_each_other_and_withdraw_at_shutdown(
+    harness: HostHarness,
+) -> None:
+    store = z.MemoryLocationStore()
+    try:
+        a = harness.host(mesh=mesh_config(), location=store)
+        b = harness.host(mesh=mesh_config(), location=store)
+        # polled about once a second; the lower routing id leaves the dial to the other
+        assert [p.routing_id for p in a.wait_for_peers(1, timeout=3 * WAIT)] == [b.node.routing_id]
+        assert [p.routing_id for p in b.wait_for_peers(1, timeout=WAIT)] == [a.node.routing_id]
+        gone = b.node.routing_id
+        assert any(gone in key for key in _descriptor_keys(store))
+        assert b.shutdown(WAIT).outcome is z.ShutdownOutcome.STOPPED
+        assert wait_until(lambda: not any(gone in key for key in _descriptor_keys(store)))
+        assert wait_for_state(a, gone, z.PeerState.LOST)
+    finally:
+        harness.close()
+        store.close()
 
 
 # -- statistics().mesh (item 9) -----------------------------------------------------------
