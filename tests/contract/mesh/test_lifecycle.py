@@ -7,6 +7,7 @@ of `host.statistics()`."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 import threading
 import time
@@ -127,8 +128,9 @@ def test_connect_peer_completes_with_the_peers_info_ready_with_its_channels(
 
 
 def test_connect_peer_to_another_mesh_fails_unavailable_and_neither_side_lists_the_other(
-    harness: HostHarness,
+    harness: HostHarness, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.WARNING, logger="zlink_actors.mesh")
     ours = harness.host(mesh=mesh_config("game"))
     theirs = harness.host(mesh=mesh_config("other"))
     with pytest.raises(z.UnavailableError):
@@ -139,6 +141,8 @@ def test_connect_peer_to_another_mesh_fails_unavailable_and_neither_side_lists_t
     assert ready_ids(theirs) == set()
     with pytest.raises(z.DeadlineExceededError):
         theirs.wait_for_peers(1, timeout=3 * 0.2)
+    warned = {r.message for r in caplog.records if r.name == "zlink_actors.mesh"}
+    assert any(theirs.node.routing_id in m for m in warned), warned  # the refusal is logged
 
 
 def test_connect_peer_to_a_peer_already_ready_completes_with_it(harness: HostHarness) -> None:
@@ -286,7 +290,11 @@ def test_a_peer_that_shuts_down_is_draining_then_lost_and_never_selected_again(
     held = caller.request_to_node(MESH, gone, Ping(5), reply=int).timeout(WAIT).submit()
     assert Held.entered.wait(WAIT)
     stopping = ShutdownThread(leave, WAIT)
-    assert wait_for_state(caller, gone, z.PeerState.DRAINING, z.PeerState.LOST)
+    # its handler is held, so its shutdown cannot finish: it stays DRAINING meanwhile
+    assert wait_for_state(caller, gone, z.PeerState.DRAINING)
+    stats = caller.statistics().mesh
+    assert stats is not None
+    assert (stats.peers.get("ready"), stats.peers.get("draining")) == (1, 1)
     picked = {caller.request_to_channel("who", Ping(i), reply=str).submit_sync() for i in range(20)}
     assert picked == {stay.node.routing_id}
     Held.release.set()
