@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 import msgspec
+import zmq
 
 import transports as t
 
@@ -276,6 +277,7 @@ class MeshNode:
             application = self._bind(self._transport)
         except BaseException:
             self._transport.close()
+            self._transport = None  # nothing to drain or close: the Host never served
             raise
         endpoint = advertised(application, config.advertise_host)
         if config.curve is not None:  # a dialling peer needs our public key
@@ -291,12 +293,10 @@ class MeshNode:
     def _bind(self, transport: t.Transport) -> str:
         listen = parse_endpoint(self.config.listen, allow_any_port=True)
         if listen.scheme == "ipc":
-            ends = transport.bind(self.config.listen, completion_endpoint(self.config.listen))
-            return ends.application
+            return _bind_pair(transport, self.config.listen)
         host = "0.0.0.0" if listen.host == "*" else listen.host
         if listen.port:
-            app = f"tcp://{host}:{listen.port}"
-            return transport.bind(app, completion_endpoint(app)).application
+            return _bind_pair(transport, f"tcp://{host}:{listen.port}")
         last: Exception | None = None
         for _ in range(32):
             port = _free_port_pair(host)
@@ -325,7 +325,7 @@ class MeshNode:
         """Shutdown begins: tell peers we drain (never selected again) and withdraw the
         descriptor."""
         with self._lock:
-            if self._draining or self._transport is None:
+            if self._draining or self._transport is None or self._info is None:
                 return
             self._draining = True
             peers = [p for p in self._peers.by_rid.values() if p.state is not PeerState.LOST]
@@ -1292,6 +1292,16 @@ class _Served:
             return
         self.sent = True
         self.node._served(self.conn, self.key, self.meta, value, exc)
+
+
+def _bind_pair(transport: t.Transport, application: str) -> str:
+    """Bind the application endpoint and its completion one; `UnavailableError` when the
+    system refuses (an address in use, a path that cannot be made)."""
+    completion = completion_endpoint(application)
+    try:
+        return transport.bind(application, completion).application
+    except zmq.ZMQError as exc:
+        raise UnavailableError(f"cannot listen on {application} and {completion}: {exc}") from None
 
 
 def _free_port_pair(host: str) -> int:
