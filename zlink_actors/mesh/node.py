@@ -162,6 +162,8 @@ class _Dial:
     route: int
     #: The `connect_peer` calls waiting for this dial.
     sources: list[CompletionSource[PeerInfo]]
+    #: The routing id a descriptor named for this endpoint (its CONNECTING entry).
+    expect: str | None = None
     #: Records the peer sent on this connection before its ADMIT was read (the ADMIT
     #: travels on the completion connection, which is read after the application one):
     #: handled, in order, once it is.
@@ -595,7 +597,13 @@ class MeshNode:
             )
         )
 
-    def _dial(self, endpoint: str, source: CompletionSource[PeerInfo] | None) -> None:
+    def _dial(
+        self,
+        endpoint: str,
+        source: CompletionSource[PeerInfo] | None,
+        *,
+        expect: str | None = None,
+    ) -> None:
         transport = self._transport
         if transport is None:
             raise InvalidOperationError("the node is not started")
@@ -614,7 +622,9 @@ class MeshNode:
                     return
             alias = b"\x01dial-%d|" % next(self._dial_numbers) + endpoint.encode()
             route = _HANDSHAKE_BASE | next(self._handshakes)
-            self._dials[alias] = _Dial(endpoint, route, [] if source is None else [source])
+            self._dials[alias] = _Dial(
+                endpoint, route, [] if source is None else [source], expect=expect
+            )
         try:
             address, key = split_key(endpoint)
             if (key is None) != (self.config.curve is None):
@@ -703,12 +713,13 @@ class MeshNode:
                 peer is not None
                 and peer.generation == hello.generation
                 and peer.state is not PeerState.LOST
+                and peer.state is not PeerState.CONNECTING
             ):
                 self._peers.add_conn(peer, conn)
                 self._update_locked(peer, hello)
                 self._changed.notify_all()
                 return peer
-            if peer is not None:
+            if peer is not None and peer.state is not PeerState.CONNECTING:
                 replaced = peer
                 self._peers.mark_lost(peer)
                 self._peers.drop_conns(peer)
@@ -1240,8 +1251,10 @@ class MeshNode:
                         store, self._descriptor(NodeDescriptorState.READY), lease.ttl
                     )
                     next_publish = now + lease.renew_interval
-                for node in await list_nodes(store, self.config.name):
+                nodes = await list_nodes(store, self.config.name)
+                for node in nodes:
                     self._discovered(node, now)
+                self._forget_connecting({node.routing_id for node in nodes})
             except Exception as exc:  # the store is down: keep serving, try again
                 log.warning("mesh %s: discovery: %s", self.routing_id, exc)
             await asyncio.sleep(_POLL)
@@ -1249,6 +1262,16 @@ class MeshNode:
             await asyncio.wait_for(
                 withdraw_node(store, self.config.name, self.routing_id), _WITHDRAW_WAIT
             )
+
+    def _forget_connecting(self, listed: set[str]) -> None:
+        """A CONNECTING entry whose descriptor is gone (expired, withdrawn) is forgotten:
+        calls to it are `NotFoundError` again. One still listed stays, and is dialled
+        again after a failed dial."""
+        with self._lock:
+            for rid, peer in list(self._peers.by_rid.items()):
+                if peer.state is PeerState.CONNECTING and rid not in listed:
+                    del self._peers.by_rid[rid]
+                    self._changed.notify_all()
 
     def _discovered(self, node: NodeDescriptor, now: float) -> None:
         rid = node.routing_id
@@ -1258,18 +1281,33 @@ class MeshNode:
             or node.state is not NodeDescriptorState.READY
         ):
             return
+        endpoint = node.endpoints[0]
         with self._lock:
             peer = self._peers.by_rid.get(rid)
-            if peer is not None and (
-                peer.state is not PeerState.LOST or peer.generation >= node.lease_generation
+            if (
+                peer is not None
+                and peer.state is not PeerState.CONNECTING
+                and (peer.state is not PeerState.LOST or peer.generation >= node.lease_generation)
             ):
                 return
-            if any(d.endpoint == node.endpoints[0] for d in self._dials.values()):
+            if any(d.endpoint == endpoint for d in self._dials.values()):
                 return
+            if peer is None or peer.state is PeerState.LOST:
+                # Known from its descriptor, not connected yet: calls to it are
+                # UnavailableError, not NotFoundError, until it is READY.
+                self._peers.by_rid[rid] = Peer(
+                    rid,
+                    endpoint,
+                    node.lease_generation,
+                    b"",
+                    state=PeerState.CONNECTING,
+                    channels=dict(node.channels),
+                )
+                self._changed.notify_all()
             first = self._first_seen.setdefault(rid, now)
         if rid < self.routing_id and now - first < _DIAL_GRACE:
             return  # it dials us; we only step in if it does not
-        self._dial(node.endpoints[0], None)
+        self._dial(endpoint, None, expect=rid)
 
 
 class _Served:

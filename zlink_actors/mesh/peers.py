@@ -115,7 +115,7 @@ class PeerTable:
 
     def by_endpoint(self, endpoint: str) -> Peer | None:
         for peer in self.by_rid.values():
-            if peer.endpoint == endpoint and peer.state is not PeerState.LOST:
+            if peer.endpoint == endpoint and peer.state in (PeerState.READY, PeerState.DRAINING):
                 return peer
         return None
 
