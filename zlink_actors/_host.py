@@ -45,7 +45,7 @@ from ._engine.kernel import Runtime
 from ._engine.multicast import Publisher, PublisherStatistics
 from ._engine.objects import Actor, ChannelHandler, NodeHandler, ObjectKind, Spot
 from ._engine.registry import Engine
-from ._engine.remote import LOCAL_ONLY, node_key
+from ._engine.remote import LOCAL_ONLY, LocalChannels, node_key
 from ._engine.runner import RecordRunner
 from ._engine.services import Services
 from .http.client import HttpClient
@@ -299,6 +299,9 @@ class Host(CallSurface):
         for cls in _classes("actors", actors):
             engine.register(cls, ObjectKind.ACTOR)
         engine.add_channels(channel_classes)
+        closed = frozenset(name for name, weight in weights.items() if weight == 0)
+        if mesh is None and closed:
+            runtime.remote = LocalChannels(closed)
         self._mesh: MeshNode | None = None
         routing_id = ""
         if mesh is not None:

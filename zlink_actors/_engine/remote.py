@@ -27,7 +27,15 @@ from .._core.completion import Completion, failed
 from .._core.errors import NotFoundError
 from .objects import ObjectKind
 
-__all__ = ["LOCAL_ONLY", "LocalOnly", "RemoteMetadata", "RemoteRoutes", "node_key", "started"]
+__all__ = [
+    "LOCAL_ONLY",
+    "LocalChannels",
+    "LocalOnly",
+    "RemoteMetadata",
+    "RemoteRoutes",
+    "node_key",
+    "started",
+]
 
 
 def node_key(mesh: str, routing_id: str) -> str:
@@ -95,6 +103,25 @@ class LocalOnly:
 
 
 LOCAL_ONLY: Final = LocalOnly()
+
+
+class LocalChannels(LocalOnly):
+    """The routes of a Host without a mesh that has weight-0 channel servers: select-one
+    among its own servers excludes them, as it would in a mesh."""
+
+    __slots__ = ("_closed",)
+
+    first: frozenset[ObjectKind] = frozenset({ObjectKind.NODE, ObjectKind.CHANNEL})
+
+    def __init__(self, excluded: frozenset[str]) -> None:
+        self._closed = excluded
+
+    def route(self, kind: ObjectKind, target: str) -> object:
+        if kind is ObjectKind.CHANNEL and target in self._closed:
+            return failed(
+                NotFoundError(f"channel {target!r} has weight 0: no server takes new calls")
+            )
+        return super().route(kind, target)
 
 
 class RemoteMetadata(dict[str, object]):

@@ -220,3 +220,22 @@ def test_ctx_sender_is_the_callers_routing_id_remotely_and_none_locally(
     remote = client.request_to_channel("sender", Ping(1), reply=str).submit_sync()
     assert remote == client.node.routing_id
     assert server.request_to_channel("sender", Ping(1)).submit_sync() is None
+
+
+class Plain(z.ChannelHandler):
+    @z.handler
+    def ping(self, ctx: z.ChannelContext, msg: Ping) -> str:
+        return "chat"
+
+
+def test_a_weight_zero_server_of_a_host_without_a_mesh_takes_no_calls(
+    harness: HostHarness,
+) -> None:
+    host = harness.host(
+        channels={"closed": z.ChannelServer(Plain, weight=0), "open": z.ChannelServer(Plain, 7)}
+    )
+    with pytest.raises(z.NotFoundError, match="weight 0"):
+        host.request_to_channel("closed", Ping(1), reply=str).submit_sync()
+    with pytest.raises(z.NotFoundError, match="weight 0"):
+        host.send_to_channel("closed", Ping(1)).submit_sync()
+    assert host.request_to_channel("open", Ping(1), reply=str).submit_sync() == "chat"
