@@ -1,7 +1,7 @@
 """Scenario 9: RouteMesh node-direct request/reply between two node processes on tcp
 loopback, side by side with scenario 8's raw pyzmq DEALER->ROUTER echo, with its
 same-thread-shape floor (an I/O thread and a worker thread on each side), and with Ray
-actor method calls, all carrying the same 64-byte msgspec payload (`_payloads.Msg`).
+actor method calls, all carrying the same msgspec payload (`_payloads.Msg`, 63 - 66 bytes encoded).
 
 The serving node is a child process (`python -m benchmarks.mesh serve node`: a Host with
 a `NodeHandler` that returns the `Msg` it gets), started once and kept for the run, as a
@@ -189,7 +189,7 @@ def scenarios(quick: bool) -> list[Scenario]:
     def mesh() -> Metrics:  # one callable for both lines: `run_shared` runs it once
         return mesh_case(n)
 
-    where = f"({n:,} sequential, then {n:,} with {WINDOW} in flight; 64 B msgspec, tcp)"
+    where = f"({n:,} sequential, then {n:,} with {WINDOW} in flight; ~64 B msgspec, tcp)"
     return [
         Scenario(
             title=f"9a. RouteMesh request_to_node vs the same thread shape {where}",
@@ -222,7 +222,7 @@ def versus_ray(
     n, n_ray = _sizes(quick)
     title = (
         f"9c. RouteMesh request_to_node vs Ray actor calls (mesh {n:,}, Ray {n_ray:,} "
-        f"sequential; then {WINDOW} in flight; 64 B msgspec)"
+        f"sequential; then {WINDOW} in flight; ~64 B msgspec)"
     )
     ray = _Ray()
     try:
