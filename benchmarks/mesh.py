@@ -1,7 +1,9 @@
 """Scenario 9: RouteMesh node-direct request/reply between two node processes on tcp
 loopback, side by side with scenario 8's raw pyzmq DEALER->ROUTER echo, with its
 same-thread-shape floor (an I/O thread and a worker thread on each side), and with Ray
-actor method calls, all carrying the same msgspec payload (`_payloads.Msg`, 63 - 66 bytes encoded).
+actor method calls, all carrying the same msgspec payload (`_payloads.Msg`, 63 - 66
+bytes encoded). docs/performance.md, "RouteMesh node-direct (scenario 9)", has the
+figures and where the time goes.
 
 The serving node is a child process (`python -m benchmarks.mesh serve node`: a Host with
 a `NodeHandler` that returns the `Msg` it gets), started once and kept for the run, as a
@@ -121,7 +123,8 @@ def shape_case(n: int) -> Metrics:
 
 
 class _Ray:
-    """The Ray instance of line 9c: started on first use, stopped by `stop()`."""
+    """The Ray instance of line 9c: `start()` brings it up with the echo actor, `stop()`
+    shuts it down."""
 
     def __init__(self) -> None:
         self.ray: Any = None
