@@ -13,12 +13,13 @@ from . import (
     http,
     latency,
     location,
+    mesh,
     oneway,
     pipelined,
     spots10k,
     transports,
 )
-from ._harness import Scenario, report, run
+from ._harness import Scenario, report, run, run_shared
 
 
 def main() -> int:
@@ -38,6 +39,7 @@ def main() -> int:
         6: http.scenarios(args.quick),
         7: [location.scenario(args.quick)],
         8: transports.scenarios(args.quick),
+        9: mesh.scenarios(args.quick),
     }
     print(
         f"python {platform.python_version()} on {platform.machine()}, "
@@ -49,15 +51,25 @@ def main() -> int:
         for number, scenarios in groups.items():
             if args.only and number not in args.only:
                 continue
-            for scenario in scenarios:
-                result = run(scenario, reps)
+            # 9a and 9b share one mesh run per repetition.
+            results = (
+                run_shared(scenarios, reps)
+                if number == 9
+                else (run(scenario, reps) for scenario in scenarios)
+            )
+            for result in results:
                 lines, found = report(result)
                 print("\n".join(lines), flush=True)
                 checks.extend(found)
             if number == 7:
                 print(f"   {location.app_thread_note(args.quick)}", flush=True)
+            if number == 9:  # mesh against Ray, with a Ray instance of its own
+                lines, found = mesh.versus_ray(args.quick, reps)
+                print("\n".join(lines), flush=True)
+                checks.extend(found)
     finally:
         http.SERVER.close()  # the HTTP scenario's server process
+        mesh.SERVER.close()  # the mesh scenario's serving node
     missed = [c for c in checks if not c[3]]
     print()
     print(f"budget: {len(checks) - len(missed)} of {len(checks)} targets met")

@@ -60,6 +60,26 @@ def run(scenario: Scenario, repetitions: int, warmup: bool = True) -> Result:
     return Result(scenario, samples["zlink"], samples["peer"])
 
 
+def run_shared(scenarios: list[Scenario], repetitions: int, warmup: bool = True) -> list[Result]:
+    """Scenarios that share one zlink case (the same callable) against different peers:
+    each repetition runs the zlink case once and every peer once, alternating, so each
+    line's two sides come from the same minutes; every Result holds the shared samples."""
+    shared = scenarios[0].zlink
+    assert all(sc.zlink is shared for sc in scenarios), "run_shared needs one zlink case"
+    cases: list[tuple[int, Case]] = [(-1, shared)]
+    cases += [(i, sc.peer) for i, sc in enumerate(scenarios) if sc.peer is not None]
+    samples: dict[int, dict[str, list[float]]] = {i: {} for i, _ in cases}
+    if warmup:
+        for _, case in cases:
+            case()
+    for _ in range(repetitions):
+        for i, case in cases:
+            gc.collect()
+            for key, value in case().items():
+                samples[i].setdefault(key, []).append(value)
+    return [Result(sc, samples[-1], samples.get(i, {})) for i, sc in enumerate(scenarios)]
+
+
 def _fmt(value: float, unit: str) -> str:
     if unit == "us":
         return f"{value:,.1f} us"

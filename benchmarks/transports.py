@@ -121,9 +121,10 @@ def _raw_echo(sock: zmq.Socket[bytes]) -> None:
 
 
 @contextmanager
-def server(mode: str) -> Iterator[list[str]]:
+def server(mode: str, module: str = "benchmarks.transports") -> Iterator[list[str]]:
+    """Start `python -m <module> serve <mode>`; yields the words of its first line."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "benchmarks.transports", "serve", mode],
+        [sys.executable, "-m", module, "serve", mode],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -144,14 +145,25 @@ def server(mode: str) -> Iterator[list[str]]:
 # -- the three clients -------------------------------------------------------------------
 
 
-def _measure(n: int, send: Callable[[int], None], wait_one: Callable[[], None]) -> Metrics:
+def _measure(
+    n: int,
+    send: Callable[[int], None],
+    wait_one: Callable[[], object],
+    round_trip: Callable[[int], None] | None = None,
+) -> Metrics:
+    """`n` sequential round trips (`round_trip`, else `send` then `wait_one`), then `n`
+    requests with `WINDOW` in flight."""
+    if round_trip is None:
+
+        def round_trip(i: int) -> None:
+            send(i)
+            wait_one()
+
     for i in range(200):  # warm the connection
-        send(i)
-        wait_one()
+        round_trip(i)
     start = time.perf_counter()
     for i in range(n):
-        send(i)
-        wait_one()
+        round_trip(i)
     sequential = (time.perf_counter() - start) / n * 1e6
     inflight = 0
     start = time.perf_counter()
@@ -166,18 +178,18 @@ def _measure(n: int, send: Callable[[int], None], wait_one: Callable[[], None]) 
     return {"round trip": sequential, "pipelined 64": n / (time.perf_counter() - start)}
 
 
-def raw_case(n: int) -> Metrics:
+def raw_case(n: int, payload: bytes = PAYLOAD) -> Metrics:
     with server("raw") as (address, _), zmq.Context() as ctx:
         sock = ctx.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
         sock.connect(address)
         try:
-            return _measure(n, lambda i: sock.send(PAYLOAD), sock.recv)
+            return _measure(n, lambda i: sock.send(payload), sock.recv)
         finally:
             sock.close(0)
 
 
-def shape_case(n: int) -> Metrics:
+def shape_case(n: int, payload: bytes = PAYLOAD) -> Metrics:
     with server("shape") as (address, _), zmq.Context() as ctx:
         sock = ctx.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
@@ -186,7 +198,7 @@ def shape_case(n: int) -> Metrics:
         io = ShapeIo(sock, replies.put)
         io.start()
         try:
-            return _measure(n, lambda i: io.post([PAYLOAD]), replies.get)
+            return _measure(n, lambda i: io.post([payload]), replies.get)
         finally:
             io.stopping = True
             io.post([])  # wakes it; the empty message is never sent (stopping)
