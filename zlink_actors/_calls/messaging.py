@@ -593,15 +593,46 @@ def deliver_request(
     payload: object,
     metadata: dict[str, object] | None,
     timeout: float,
-    cancel: CancellationToken | None,
     done: Callable[[object, BaseException | None], None],
-) -> Completion[Any]:
+) -> Request | Completion[Any]:
     """A request that stays on this Host (another node routed it here), with the deadline
-    its caller had left; it is never routed again. `done(value, exc)` runs once, on the
-    thread that settles the request, when the request was admitted; a request refused
-    before admission only completes the returned Completion (which is then done)."""
-    call = _ServedCall(runtime, kind, target, payload, done)
-    call._route = _LOCAL
-    call._metadata = metadata
-    call._timeout = timeout
-    return call.submit(cancel)
+    its caller had left; it is never routed again.
+
+    `done(value, exc)` runs once, on the thread that settles the request, once it was
+    registered. Returns the queued request (cancel it with `.cancel()`), or a Completion
+    when the request ended before it was queued (`done` may then not have run).
+
+    The common case, a live target with a handler on a serving Host, is one record and
+    one pending entry, made here; anything else takes the full path of a local call.
+    """
+    act = runtime.engine.tables[kind].get(target)
+    info = None if act is None or act.closed else act.type.table.find(type(payload))
+    if info is None or act is None or runtime.state is not _SERVING:
+        call = _ServedCall(runtime, kind, target, payload, done)
+        call._route = _LOCAL
+        call._metadata = metadata
+        call._timeout = timeout
+        return call.submit()
+    pending = runtime.pending
+    req = ServedRequest(
+        payload,
+        metadata,
+        info,
+        runtime.engine,
+        None,
+        pending,
+        None,
+        runtime.timers._now() + timeout,
+    )
+    req.on_settled = done
+    status = runtime.pool.enqueue(act.box, req)
+    if status != ADMITTED:
+        refusal = (
+            NotFoundError(f"{kind} {target!r} closed")
+            if status == CLOSED
+            else CapacityExceededError(f"{kind} {target!r} queue is full")
+        )
+        pending.finish(req.route_id, exc=refusal)
+        return Completion(req)
+    req.arm(runtime.timers, timeout)
+    return req

@@ -49,7 +49,7 @@ from .._core.errors import (
     ZlinkError,
     shutting_down,
 )
-from .._core.pending import PendingEntry
+from .._core.pending import PendingEntry, Request
 from .._core.state import HostState
 from .._core.validation import rule_type
 from .._engine.kernel import Runtime
@@ -229,7 +229,7 @@ class MeshNode:
         #: Our requests in flight: route id -> (peer, reply rule).
         self._calls: dict[int, tuple[Peer, type | None]] = {}
         #: Requests we serve: (sender routing id, route id) -> the local request.
-        self._serving: dict[tuple[str, int], Completion[Any]] = {}
+        self._serving: dict[tuple[str, int], Request] = {}
         self._permits = config.permits()
         self._permits_in_use = 0
         self._pause_at = max(1, (self._permits * 8) // 10)
@@ -1158,19 +1158,20 @@ class MeshNode:
         key = (peer.routing_id, route)
         meta = RemoteMetadata(env.metadata or {}, peer.routing_id, self._permit())
         served = _Served(self, rec.peer, key, meta)
-        timeout = min(remaining, threading.TIMEOUT_MAX)
-        done = deliver_request(
-            self.runtime, where[0], where[1], payload, meta, timeout, None, served
-        )
+        # On a 10 ms grid, rounded up: never before the caller's deadline, and requests
+        # with about the same budget share one timer FIFO (no timer entry of their own).
+        timeout = min(math.ceil(remaining * 100.0) / 100.0, threading.TIMEOUT_MAX)
+        queued = deliver_request(self.runtime, where[0], where[1], payload, meta, timeout, served)
         self._release(rec)  # admitted into the target's queue, or refused: decided now
-        if done.done():  # refused before it was queued (or already answered)
-            failure = done.exception()
-            served(None if failure is not None else done.result(), failure)
-        else:
-            # A CANCEL notice cancels the request itself (`ctx.cancellation` follows).
-            with self._lock:
-                if not served.sent:  # else it settled meanwhile, and nothing is left to cancel
-                    self._serving[key] = done
+        if isinstance(queued, Completion):  # ended before it was queued
+            if queued.done():
+                failure = queued.exception()
+                served(None if failure is not None else queued.result(), failure)
+            return
+        # A CANCEL notice cancels the request itself (`ctx.cancellation` follows).
+        with self._lock:
+            if not served.sent:  # else it settled meanwhile, and nothing is left to cancel
+                self._serving[key] = queued
 
     def _served(
         self,
