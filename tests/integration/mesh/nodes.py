@@ -59,7 +59,7 @@ def _start_time(pid: int) -> str | None:
 class NodeProcess:
     """One running node_main child."""
 
-    proc: subprocess.Popen[str]
+    proc: subprocess.Popen[bytes]
     config: dict[str, Any]
     stderr: IO[str]
     started_at: str | None
@@ -70,6 +70,7 @@ class NodeProcess:
     ready_peers: list[str] = field(default_factory=list)
     #: stderr's tail once the streams are closed.
     final_log: str | None = None
+    _pending: bytes = b""
 
     @property
     def pid(self) -> int:
@@ -93,8 +94,7 @@ class NodeProcess:
             with contextlib.suppress(BrokenPipeError):
                 self.proc.stdin.close()
         status = self.proc.wait(STOP_WAIT)
-        if self.proc.stdout is not None and not self.proc.stdout.closed:
-            self.lines.extend(self.proc.stdout.readlines())  # its last line, once it exited
+        self._read_rest()  # its last line
         return status
 
     def log(self) -> str:
@@ -106,19 +106,35 @@ class NodeProcess:
         return self.stderr.read()[-4000:]
 
     def _read_line(self, deadline: float) -> dict[str, Any]:
+        """The next JSON line on the child's stdout, read unbuffered (a buffered reader
+        could hold a second line where `select` cannot see it)."""
         stdout = self.proc.stdout
         assert stdout is not None
-        with selectors.DefaultSelector() as sel:
-            sel.register(stdout, selectors.EVENT_READ)
-            left = deadline - time.monotonic()
-            if left <= 0 or not sel.select(left):
-                raise AssertionError(f"node {self.pid} printed no line in time:\n{self.log()}")
-        line = stdout.readline()
-        if not line:
-            raise AssertionError(f"node {self.pid} exited before its line:\n{self.log()}")
-        self.lines.append(line)
-        value: dict[str, Any] = json.loads(line)
+        while b"\n" not in self._pending:
+            with selectors.DefaultSelector() as sel:
+                sel.register(stdout, selectors.EVENT_READ)
+                left = deadline - time.monotonic()
+                if left <= 0 or not sel.select(left):
+                    raise AssertionError(f"node {self.pid} printed no line in time:\n{self.log()}")
+            chunk = os.read(stdout.fileno(), 65536)
+            if not chunk:
+                raise AssertionError(f"node {self.pid} exited before its line:\n{self.log()}")
+            self._pending += chunk
+        line, _, self._pending = self._pending.partition(b"\n")
+        text = line.decode()
+        self.lines.append(text)
+        value: dict[str, Any] = json.loads(text)
         return value
+
+    def _read_rest(self) -> None:
+        """Everything left on stdout, once the child exited."""
+        stdout = self.proc.stdout
+        if stdout is None or stdout.closed:
+            return
+        while chunk := os.read(stdout.fileno(), 65536):
+            self._pending += chunk
+        self.lines.extend(line.decode() for line in self._pending.split(b"\n") if line)
+        self._pending = b""
 
     def _close_streams(self) -> None:
         if self.final_log is None:
@@ -156,7 +172,7 @@ class NodeProcesses:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=stderr,
-            text=True,
+            bufsize=0,
             cwd=ROOT,
             env=env,
             preexec_fn=_die_with_parent,  # noqa: PLW1509 - only prctl, before exec
