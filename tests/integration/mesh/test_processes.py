@@ -9,6 +9,7 @@ import hashlib
 import pathlib
 import random
 import re
+import signal
 import threading
 import time
 from typing import Any
@@ -167,9 +168,12 @@ def test_two_node_processes_and_this_host_call_each_other_directly_and_by_channe
         assert node.gone()
 
 
-def test_sigkill_ends_requests_in_flight_and_waiting_sends_once_and_the_survivor_takes_over(
-    harness: HostHarness, nodes: NodeProcesses
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSTOP], ids=["killed", "frozen"])
+def test_a_lost_peer_ends_requests_in_flight_and_waiting_sends_once_and_the_survivor_serves(
+    sig: signal.Signals, harness: HostHarness, nodes: NodeProcesses
 ) -> None:
+    """killed: its sockets close (found at once); frozen (SIGSTOP): it just goes silent,
+    found by the liveness probes after `liveness_timeout`."""
     window = 8 * 1024
     # A small window on both sides (so the sends wait whichever side's window binds).
     host = _test_host(harness, credit_window=window)
@@ -181,7 +185,6 @@ def test_sigkill_ends_requests_in_flight_and_waiting_sends_once_and_the_survivor
     nodes.joined(a, b)
     host.wait_for_peers(2, timeout=WAIT)
     ends = _Ends()
-    mesh = host.statistics
     # B serves the channel with weight 0: everything below goes to A. A's channel
     # handler naps on the first request; the other three fill its lane (4 items).
     requests = [
@@ -207,7 +210,7 @@ def test_sigkill_ends_requests_in_flight_and_waiting_sends_once_and_the_survivor
     assert admitted
     assert all(c.exception() is None for c in admitted)
     assert len(waiting) >= 30
-    parked = mesh().mesh
+    parked = host.statistics().mesh
     assert parked is not None
     assert parked.parked_sends == len(waiting)
     # B becomes a server of the channel for the calls after the kill.
@@ -216,7 +219,7 @@ def test_sigkill_ends_requests_in_flight_and_waiting_sends_once_and_the_survivor
     assert not any(c.done() for c in requests + waiting)
 
     killed = time.monotonic()
-    a.kill()
+    a.proc.send_signal(sig)
     bound = FAST["liveness_timeout"] + LOSS_MARGIN
     for call in requests + waiting:
         assert isinstance(call.exception(bound + WAIT), z.UnavailableError), call
@@ -236,6 +239,7 @@ def test_sigkill_ends_requests_in_flight_and_waiting_sends_once_and_the_survivor
         assert len(ends.of(call)) == 1, (call, ends.of(call))
     with pytest.raises(z.UnavailableError):  # a LOST routing id stays known
         _ask(host, a, Ping(1), Pong)
+    a.kill()  # (frozen: SIGKILL ends a stopped process too)
     assert a.gone()
 
 
