@@ -1,0 +1,215 @@
+"""One RouteMesh node in a process of its own, for the multi-process tests.
+
+Run as `python -m tests.integration.mesh.node_main '<json config>'`. The config keys:
+
+- `mesh` (the mesh name), `listen`, `peers` (endpoints), `liveness_interval`,
+  `liveness_timeout`, `credit_window` (optional): as `MeshConfig`;
+- `channels`: ChannelName -> weight, each served by `Worker`;
+- `lane_items`: `Host(application_lane_items=...)` (optional);
+- `redis`: `{"url": ..., "key_prefix": ...}` for a `RedisLocationStore` (discovery);
+- `expect_peers`: how many peers to wait for (default: as many as `peers`).
+
+The node handler (`Control`) answers `Ping`, echoes a `Blob` with its SHA-256, relays a
+`Blob` to another node, naps, reports the channel handler's count and the Host's
+statistics, and sets a channel weight. `Worker` counts every message it handles.
+
+Once started the process prints one JSON line, `{"routing_id": ..., "endpoint": ...}`;
+once `expect_peers` peers are READY here, a second, `{"ready": [routing ids]}` (so a
+first request either way finds both sides of each pair READY). It serves until stdin
+closes or SIGTERM arrives, shuts the Host down (exit status 0 when it stopped cleanly, 3
+otherwise), prints `{"stopped": outcome}` and closes its store.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import signal
+import sys
+import threading
+from typing import Any
+
+import zlink_actors as z
+
+from .messages import (
+    ALL_TYPES,
+    Blob,
+    Count,
+    Done,
+    Echoed,
+    HowMany,
+    Job,
+    Load,
+    Nap,
+    Napped,
+    Ping,
+    Pong,
+    Relay,
+    SetWeight,
+    Stats,
+    StatsReply,
+)
+
+#: Set when the node is asked to stop; every nap ends at once then.
+_stopping = threading.Event()
+_count_lock = threading.Lock()
+_handled = 0
+_napping = 0
+_host: list[z.Host] = []
+
+
+def _count() -> None:
+    global _handled
+    with _count_lock:
+        _handled += 1
+
+
+def _rid(ctx: z.NodeContext | z.ChannelContext) -> str:
+    info = ctx.node
+    assert info is not None
+    return str(info.routing_id)
+
+
+def _nap(msg: Nap) -> None:
+    global _napping
+    with _count_lock:
+        _napping += 1
+    try:
+        if msg.through_stop:
+            threading.Event().wait(msg.seconds)  # the node's shutdown waits for it
+        else:
+            _stopping.wait(msg.seconds)
+    finally:
+        with _count_lock:
+            _napping -= 1
+
+
+def _echo(rid: str, data: bytes) -> Echoed:
+    return Echoed(hashlib.sha256(data).hexdigest(), len(data), data, rid)
+
+
+class Control(z.NodeHandler):
+    @z.handler
+    def ping(self, ctx: z.NodeContext, msg: Ping) -> Pong:
+        return Pong(msg.n + 1, _rid(ctx))
+
+    @z.handler
+    def blob(self, ctx: z.NodeContext, msg: Blob) -> Echoed:
+        return _echo(_rid(ctx), msg.data)
+
+    @z.handler
+    async def relay(self, ctx: z.NodeContext, msg: Relay) -> Echoed:
+        info = ctx.node
+        assert info is not None
+        call = ctx.request_to_node(info.mesh, msg.target, Blob(msg.data), reply=Echoed)
+        reply: Echoed = await call.timeout(8.0).submit()
+        return reply
+
+    @z.handler
+    def nap(self, ctx: z.NodeContext, msg: Nap) -> Napped:
+        _nap(msg)
+        return Napped(_rid(ctx))
+
+    @z.handler
+    def how_many(self, ctx: z.NodeContext, msg: HowMany) -> Count:
+        with _count_lock:
+            return Count(_handled, _rid(ctx))
+
+    @z.handler
+    def set_weight(self, ctx: z.NodeContext, msg: SetWeight) -> int:
+        _host[0].set_channel_weight(msg.channel, msg.weight)
+        return msg.weight
+
+    @z.handler
+    def stats(self, ctx: z.NodeContext, msg: Stats) -> StatsReply:
+        host = _host[0]
+        stats = host.statistics()
+        peers = {p.routing_id: p.state.value for p in host.peers()}
+        with _count_lock:
+            napping = _napping
+        return StatsReply(_rid(ctx), stats.waiting_sends, stats.queued_records, napping, peers)
+
+
+class Worker(z.ChannelHandler):
+    @z.handler
+    def job(self, ctx: z.ChannelContext, msg: Job) -> Done:
+        _count()
+        return Done(msg.n, _rid(ctx))
+
+    @z.handler
+    def nap(self, ctx: z.ChannelContext, msg: Nap) -> Napped:
+        _count()
+        _nap(msg)
+        return Napped(_rid(ctx))
+
+    @z.handler
+    def load(self, ctx: z.ChannelContext, msg: Load) -> None:
+        _count()
+
+
+def _build(config: dict[str, Any]) -> tuple[z.Host, z.RedisLocationStore | None]:
+    mesh_options: dict[str, Any] = {
+        "listen": config.get("listen", "tcp://127.0.0.1:0"),
+        "peers": tuple(config.get("peers", ())),
+        "liveness_interval": config.get("liveness_interval", 0.2),
+        "liveness_timeout": config.get("liveness_timeout", 1.0),
+    }
+    if "credit_window" in config:
+        mesh_options["credit_window"] = config["credit_window"]
+    store = None
+    if "redis" in config:
+        store = z.RedisLocationStore(
+            config["redis"]["url"], key_prefix=config["redis"]["key_prefix"]
+        )
+    channels = {
+        name: z.ChannelServer(Worker, weight=weight)
+        for name, weight in config.get("channels", {}).items()
+    }
+    host = z.Host(
+        channels=channels,
+        node_handler=Control,
+        mesh=z.MeshConfig(config.get("mesh", "game"), **mesh_options),
+        location=store,
+        message_types=ALL_TYPES,
+        application_lane_items=config.get("lane_items", 1024),
+    )
+    return host, store
+
+
+def main() -> int:
+    config = json.loads(sys.argv[1])
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+
+    def watch_stdin() -> None:
+        sys.stdin.read()  # until the parent closes our stdin (or dies)
+        stop.set()
+
+    host, store = _build(config)
+    _host.append(host)
+    try:
+        host.start()
+        info = host.node
+        print(json.dumps({"routing_id": info.routing_id, "endpoint": info.endpoint}), flush=True)
+        expect = config.get("expect_peers", len(config.get("peers", ())))
+        if expect:
+            try:
+                ready = host.wait_for_peers(expect, timeout=config.get("peer_wait", 20.0))
+                line: dict[str, Any] = {"ready": sorted(p.routing_id for p in ready)}
+            except z.DeadlineExceededError as exc:
+                line = {"ready_error": str(exc)}
+            print(json.dumps(line), flush=True)
+        threading.Thread(target=watch_stdin, daemon=True).start()
+        while not stop.wait(0.1):  # wake now and then so SIGTERM's handler runs
+            pass
+    finally:
+        _stopping.set()
+        result = host.shutdown(5.0)
+        if store is not None:
+            store.close()
+    print(json.dumps({"stopped": result.outcome.value}), flush=True)
+    return 0 if result.outcome is z.ShutdownOutcome.STOPPED else 3
+
+
+if __name__ == "__main__":
+    sys.exit(main())
