@@ -12,6 +12,7 @@ from ._errors import PeerLost as PeerLost
 from ._errors import TransportError as TransportError
 from ._errors import TransportUsageError as TransportUsageError
 from ._errors import UnknownPeer as UnknownPeer
+from ._errors import Withdrawn as Withdrawn
 from ._transport import Transport as Transport
 from ._types import CurveConfig as CurveConfig
 from ._types import Endpoints as Endpoints
@@ -48,4 +49,5 @@ __all__ = [
     "TransportStatistics",
     "TransportUsageError",
     "UnknownPeer",
+    "Withdrawn",
 ]

@@ -11,6 +11,7 @@ operational failures (a peer lost, the transport closed)::
     │   └── InvalidRelease         release() of more bytes than were delivered
     ├── PeerLost                   the peer was lost (heartbeat, disconnect, send failure)
     ├── Closed                     the transport was closed
+    ├── Withdrawn                  its owner took a parked message back before it went
     └── MalformedFrame             an envelope that does not decode (counted, then dropped)
 """
 
@@ -25,6 +26,7 @@ __all__ = [
     "TransportError",
     "TransportUsageError",
     "UnknownPeer",
+    "Withdrawn",
 ]
 
 
@@ -54,6 +56,10 @@ class PeerLost(TransportError):
 
 class Closed(TransportError):
     """The transport is closed: nothing more is admitted."""
+
+
+class Withdrawn(TransportError):
+    """Set on a parked message's future when its owner withdrew it: it was never sent."""
 
 
 class MalformedFrame(TransportError):

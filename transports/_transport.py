@@ -8,7 +8,7 @@ from concurrent.futures import Future
 from types import TracebackType
 from typing import TypeVar
 
-from ._errors import Closed, TransportUsageError, UnknownPeer
+from ._errors import Closed, TransportUsageError, UnknownPeer, Withdrawn
 from ._io import EventCallback, IoThread, ReadBudget, ReceiveCallback
 from ._state import Core, admit_all, fail_all
 from ._types import (
@@ -222,6 +222,29 @@ class Transport:
             state.window = nbytes
             admitted = core.admit_parked_locked(state)
         admit_all(admitted)
+
+    def withdraw(self, peer: bytes, admitted: Future[None]) -> bool:
+        """Take back a parked message (its `admitted` future) before it is admitted: it is
+        never sent, its future fails with `Withdrawn`, and a request's slot is free again.
+        False when it was already admitted (or failed): then it goes, or went, as it was.
+        """
+        core = self._core
+        with core.lock:
+            state = core.peers.get(peer)
+            found = None
+            if state is not None:
+                found = next((p for p in state.parked if p.future is admitted), None)
+            if state is None or found is None:
+                return False
+            state.parked.remove(found)
+            state.parked_bytes -= found.charge
+            if found.kind is Kind.REQUEST:
+                state.slots -= 1
+            # What waited behind it may fit now (FIFO: nothing overtook it meanwhile).
+            behind = core.admit_parked_locked(state)
+        admitted.set_exception(Withdrawn("withdrawn by its owner before it was sent"))
+        admit_all(behind)
+        return True
 
     def release(self, peer: bytes, nbytes: int) -> None:
         """Return `nbytes` of credit (the `charge` of consumed records) to `peer`.

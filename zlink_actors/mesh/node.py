@@ -228,6 +228,8 @@ class MeshNode:
         self._handshakes = itertools.count(1)
         #: Our requests in flight: route id -> (peer, reply rule).
         self._calls: dict[int, tuple[Peer, type | None]] = {}
+        #: Those of them still parked for credit: route id -> their `admitted` future.
+        self._parked: dict[int, Future[None]] = {}
         #: Requests we serve: (sender routing id, route id) -> the local request.
         self._serving: dict[tuple[str, int], Request] = {}
         self._permits = config.permits()
@@ -511,13 +513,18 @@ class MeshNode:
                 UnavailableError(f"all completion slots towards {peer.routing_id!r} are in use"),
             )
         elif result.admitted is not None:
+            parked = result.admitted
 
             def admitted(done: Future[None]) -> None:
                 exc = self._submit_failure(done, peer)
                 if exc is not None:
                     runtime.fail_entry(entry, exc)
 
-            result.admitted.add_done_callback(admitted)
+            parked.add_done_callback(admitted)
+            with self._lock:
+                self._parked[route_id] = parked
+            if route_id not in runtime.pending:  # it ended while we parked it
+                self._withdraw(peer, route_id)
         return handle
 
     def _register(
@@ -535,10 +542,22 @@ class MeshNode:
             runtime.deadlines.arm(expires)  # read after registering: the scan's invariant
         return entry
 
+    def _withdraw(self, peer: Peer, route_id: int) -> bool:
+        """Take a request that ended (timeout, cancellation) back from the transport if
+        it still waits for credit: then it is never sent. True if it was."""
+        with self._lock:
+            parked = self._parked.pop(route_id, None)
+        transport = self._transport
+        if parked is None or parked.done() or transport is None:
+            return False
+        return transport.withdraw(peer.conn, parked)
+
     def _request_finished(self, peer: Peer, route_id: int, cell: _Cell[Any]) -> None:
         with self._lock:
             peer.inflight.discard(route_id)
             self._calls.pop(route_id, None)
+        if self._withdraw(peer, route_id):
+            return  # never sent: nothing to tell the peer
         if isinstance(cell._exc, CancelledError) and peer.state is PeerState.READY:
             # Best effort: the receiver skips the request if its handler has not started.
             self._submit_quietly(peer.conn, Envelope(wire.CANCEL, route=route_id), b"")

@@ -4,8 +4,6 @@ is READY succeeds without retry"). In one process, so the race is cheap to repea
 
 from __future__ import annotations
 
-import pytest
-
 import zlink_actors as z
 from zlink_actors.testing import WAIT, HostHarness
 
@@ -18,13 +16,6 @@ from .nodes import FAST
 PAIRS = 200
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: the admitting node is READY before the dialler has read ADMIT; its first "
-        "request reaches the dialler first and is refused 'a record before the handshake'"
-    ),
-)
 def test_the_first_request_from_the_admitting_side_after_ready_succeeds() -> None:
     for _ in range(PAIRS):
         with HostHarness(node_handler=Control, message_types=ALL_TYPES) as harness:

@@ -327,10 +327,6 @@ def test_a_node_that_stops_drains_finishes_accepted_work_and_says_goodbye(
     assert a.gone()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: the sender's credit_window governs a pair, not the receiver's (mesh.md §1)",
-)
 def test_the_receivers_credit_window_governs_what_a_sender_has_in_flight(
     harness: HostHarness, nodes: NodeProcesses
 ) -> None:
