@@ -13,11 +13,12 @@ name on the wire, the same on both sides because both sides register the same cl
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import msgspec
 
-from zlink_actors import Host, MeshConfig, PeerState
+from zlink_actors import Host, MeshConfig, NodeContext, NodeHandler, PeerState, handler
 from zlink_actors.testing import WAIT, HostHarness, HostOptions, wait_until
 
 __all__ = [
@@ -29,11 +30,13 @@ __all__ = [
     "Ping",
     "Pong",
     "Probe",
+    "Recorder",
     "SHARED",
     "Work",
     "mesh_config",
     "peer_state",
     "ready",
+    "recording_gate",
 ]
 
 #: The mesh name of every Host these tests start.
@@ -131,3 +134,48 @@ def peer_state(host: Host, routing_id: str) -> PeerState | None:
         if peer.routing_id == routing_id:
             return peer.state
     return None
+
+
+class Recorder:
+    """What a test's node handler saw, in order, and the latch that holds `Hold`."""
+
+    def __init__(self, harness: HostHarness) -> None:
+        self.latch = harness.latch()
+        self.entered = threading.Event()
+        self.seen: list[object] = []
+        self.lock = threading.Lock()
+
+    def note(self, item: object) -> None:
+        with self.lock:
+            self.seen.append(item)
+
+    def snapshot(self) -> list[object]:
+        with self.lock:
+            return list(self.seen)
+
+
+def recording_gate(rec: Recorder) -> type[NodeHandler]:
+    """A node handler that records every message; `Hold` blocks until `rec.latch`."""
+
+    class Gate(NodeHandler):
+        @handler
+        def hold(self, ctx: NodeContext, msg: Hold) -> str:
+            rec.note("hold")
+            rec.entered.set()
+            assert rec.latch.wait(WAIT + 5)
+            return "held"
+
+        @handler
+        def note(self, ctx: NodeContext, msg: Note) -> None:
+            rec.note(msg.n)
+
+        @handler
+        def work(self, ctx: NodeContext, msg: Work) -> int:
+            rec.note(f"work{msg.n}")
+            return msg.n
+
+        @handler
+        def probe(self, ctx: NodeContext, msg: Probe) -> list[object]:
+            return rec.snapshot()
+
+    return Gate

@@ -35,57 +35,12 @@ from zlink_actors import (
 from zlink_actors.testing import WAIT, HostHarness, wait_until
 
 from .._support import NEGATIVE_WAIT
-from ._nodes import MESH, Hold, Nodes, Note, Ping, Pong, Probe, Work
+from ._nodes import MESH, Hold, Nodes, Note, Ping, Pong, Probe, Recorder, Work, recording_gate
 
 
 @pytest.fixture
 def nodes(harness: HostHarness) -> Nodes:
     return Nodes(harness)
-
-
-class Recorder:
-    """What a test's node handler saw, in order, and the latch that holds `Hold`."""
-
-    def __init__(self, harness: HostHarness) -> None:
-        self.latch = harness.latch()
-        self.entered = threading.Event()
-        self.seen: list[object] = []
-        self.lock = threading.Lock()
-
-    def note(self, item: object) -> None:
-        with self.lock:
-            self.seen.append(item)
-
-    def snapshot(self) -> list[object]:
-        with self.lock:
-            return list(self.seen)
-
-
-def recording_gate(rec: Recorder) -> type[NodeHandler]:
-    """A node handler that records every message; `Hold` blocks until `rec.latch`."""
-
-    class Gate(NodeHandler):
-        @handler
-        def hold(self, ctx: NodeContext, msg: Hold) -> str:
-            rec.note("hold")
-            rec.entered.set()
-            assert rec.latch.wait(WAIT + 5)
-            return "held"
-
-        @handler
-        def note(self, ctx: NodeContext, msg: Note) -> None:
-            rec.note(msg.n)
-
-        @handler
-        def work(self, ctx: NodeContext, msg: Work) -> int:
-            rec.note(f"work{msg.n}")
-            return msg.n
-
-        @handler
-        def probe(self, ctx: NodeContext, msg: Probe) -> list[object]:
-            return rec.snapshot()
-
-    return Gate
 
 
 # -- one-way sends ---------------------------------------------------------------------
