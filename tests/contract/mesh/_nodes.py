@@ -18,7 +18,15 @@ from typing import Any
 
 import msgspec
 
-from zlink_actors import Host, MeshConfig, NodeContext, NodeHandler, PeerState, handler
+from zlink_actors import (
+    Host,
+    MeshConfig,
+    MeshStatistics,
+    NodeContext,
+    NodeHandler,
+    PeerState,
+    handler,
+)
 from zlink_actors.testing import WAIT, HostHarness, HostOptions, wait_until
 
 __all__ = [
@@ -34,6 +42,7 @@ __all__ = [
     "SHARED",
     "Work",
     "mesh_config",
+    "mesh_stats",
     "peer_state",
     "ready",
     "recording_gate",
@@ -121,6 +130,13 @@ class Nodes:
                 f"{other.node.routing_id} never saw {rid} READY"
             )
         return host
+
+
+def mesh_stats(host: Host) -> MeshStatistics:
+    """`host.statistics().mesh`, which a meshed Host always has."""
+    stats = host.statistics().mesh
+    assert stats is not None
+    return stats
 
 
 def ready(host: Host, routing_id: str) -> bool:

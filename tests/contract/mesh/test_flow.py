@@ -19,7 +19,7 @@ from zlink_actors import Completion, Host
 from zlink_actors.testing import WAIT, HostHarness, wait_until
 
 from .._support import NEGATIVE_WAIT
-from ._nodes import MESH, Hold, Nodes, Note, Probe, Recorder, Work, recording_gate
+from ._nodes import MESH, Hold, Nodes, Note, Probe, Recorder, Work, mesh_stats, recording_gate
 
 #: The receiver's permits: PAUSED once 8 records wait for their handler, RUNNING at 6.
 PERMITS = 10
@@ -31,9 +31,7 @@ def nodes(harness: HostHarness) -> Nodes:
 
 
 def _paused(host: Host) -> bool:
-    mesh = host.statistics().mesh
-    assert mesh is not None
-    return mesh.paused
+    return mesh_stats(host).paused
 
 
 def _pause(sender: Host, receiver: Host, rec: Recorder, count: int) -> list[Completion[None]]:
@@ -67,7 +65,7 @@ def test_a_receiver_out_of_permits_pauses_and_its_senders_wait_instead_of_failin
     assert wait_until(a_send_waits)
     later += [s.send_to_node(MESH, rid, Note(20 + len(later) + i)).submit() for i in range(5)]
     assert not later[-1].wait(NEGATIVE_WAIT)  # no time limit, no failure: it waits
-    assert s.statistics().mesh.parked_sends >= 6  # type: ignore[union-attr]
+    assert mesh_stats(s).parked_sends >= 6
     assert all(c.exception() is None for c in [*first, *later] if c.done())
     assert _paused(r)
 
@@ -79,8 +77,8 @@ def test_a_receiver_out_of_permits_pauses_and_its_senders_wait_instead_of_failin
     seen = s.request_to_node(MESH, rid, Probe(), reply=list).submit_sync()
     assert seen == ["hold", *range(20 + len(later))]
     assert wait_until(lambda: not _paused(r))
-    assert r.statistics().mesh.permits_in_use == 0  # type: ignore[union-attr]
-    assert s.statistics().mesh.parked_sends == 0  # type: ignore[union-attr]
+    assert mesh_stats(r).permits_in_use == 0
+    assert mesh_stats(s).parked_sends == 0
 
 
 @pytest.mark.xfail(
@@ -97,8 +95,7 @@ def test_a_node_never_holds_more_received_records_than_its_permits(
     sends = _pause(s, r, rec, 40)
 
     def over() -> bool:
-        mesh = r.statistics().mesh
-        assert mesh is not None
+        mesh = mesh_stats(r)
         assert mesh.permits == PERMITS
         return mesh.permits_in_use > PERMITS
 

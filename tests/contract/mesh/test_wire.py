@@ -47,6 +47,7 @@ from ._nodes import (
     Probe,
     Recorder,
     Work,
+    mesh_stats,
     peer_state,
     recording_gate,
 )
@@ -61,15 +62,9 @@ def nodes(harness: HostHarness) -> Nodes:
 QUIET = {"liveness_interval": 30.0, "liveness_timeout": 60.0}
 
 
-def _mesh(host: Host) -> Any:
-    stats = host.statistics().mesh
-    assert stats is not None
-    return stats
-
-
 def _counted(host: Host) -> int:
     """Received records the node logged and counted instead of handling."""
-    stats = _mesh(host)
+    stats = mesh_stats(host)
     return int(stats.decode_errors + stats.dropped_messages)
 
 
@@ -191,7 +186,7 @@ def test_an_unencodable_payload_fails_with_protocol_error_before_anything_is_sen
     a = nodes.add(mesh=QUIET)
     b = nodes.add(mesh=QUIET, node_handler=recording_gate(rec))
     rid = b.node.routing_id
-    frames = _mesh(a).frames_out
+    frames = mesh_stats(a).frames_out
 
     if kind == "request":
         call: Any = a.request_to_node(MESH, rid, payload).submit()
@@ -199,7 +194,7 @@ def test_an_unencodable_payload_fails_with_protocol_error_before_anything_is_sen
         call = a.send_to_node(MESH, rid, payload).submit()
     assert call.done()  # decided on the spot, before anything went to the transport
     assert type(call.exception()) is ProtocolError
-    assert _mesh(a).frames_out == frames
+    assert mesh_stats(a).frames_out == frames
     assert _still_serves(a, b, rec) == ["work42"]
 
 
@@ -211,7 +206,7 @@ def test_a_payload_over_the_senders_max_message_size_fails_before_anything_is_se
     a = nodes.add(mesh={**QUIET, "max_message_size": 1024})
     b = nodes.add(mesh=QUIET, node_handler=recording_gate(rec))
     rid = b.node.routing_id
-    frames = _mesh(a).frames_out
+    frames = mesh_stats(a).frames_out
 
     big = Blob(bytes(2048))
     call: Any = (
@@ -221,7 +216,7 @@ def test_a_payload_over_the_senders_max_message_size_fails_before_anything_is_se
     )
     assert call.done()
     assert type(call.exception()) is ProtocolError
-    assert _mesh(a).frames_out == frames
+    assert mesh_stats(a).frames_out == frames
     assert _still_serves(a, b, rec) == ["work42"]
 
 
@@ -352,9 +347,9 @@ def test_garbage_frames_from_a_raw_dealer_are_counted_and_the_node_keeps_serving
     dealer.connect(b.node.endpoint)
 
     for frames in GARBAGE:
-        before = _mesh(b).decode_errors
+        before = mesh_stats(b).decode_errors
         dealer.send_multipart(frames)
-        assert wait_until(lambda before=before: _mesh(b).decode_errors == before + 1), frames
+        assert wait_until(lambda before=before: mesh_stats(b).decode_errors == before + 1), frames
     assert _still_serves(a, b, rec) == ["work42"]
     assert peer_state(b, a.node.routing_id) is PeerState.READY
 
@@ -382,7 +377,7 @@ def test_garbage_records_from_a_peer_without_a_handshake_are_answered_and_counte
         # A transport-level peer that never says the mesh's hello.
         rogue.connect(b"b", t.Endpoints(endpoint, completion_endpoint(endpoint)))
         ready.get(timeout=WAIT)
-        before = _mesh(b).decode_errors
+        before = mesh_stats(b).decode_errors
         rogue.submit_request(b"b", 7, [b"\xc1 not an envelope"])
         request = wire.Envelope(
             wire.REQUEST,
@@ -406,7 +401,7 @@ def test_garbage_records_from_a_peer_without_a_handshake_are_answered_and_counte
             answers[record.route_id] = wire.decode_envelope(record.frames[0])
         assert sorted(answers) == [7, 8]
         assert all(env.error_kind == ErrorKind.PROTOCOL_ERROR for env in answers.values())
-        assert wait_until(lambda: _mesh(b).decode_errors == before + 3)
+        assert wait_until(lambda: mesh_stats(b).decode_errors == before + 3)
     finally:
         rogue.close()
     assert _still_serves(a, b, rec) == ["work42"]
