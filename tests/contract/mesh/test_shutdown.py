@@ -200,3 +200,17 @@ def test_sends_waiting_for_credit_towards_a_stopping_node_each_end_once(
     assert stopping.join().outcome is ShutdownOutcome.FORCE_STOPPED
     assert wait_until(lambda: peer_state(a, rid) is PeerState.LOST)
     assert mesh_stats(a).parked_sends == 0
+
+
+def test_a_stopped_node_tells_its_peers_it_is_gone(nodes: Nodes) -> None:
+    # Liveness slow enough that only the node's own goodbye (or its closed connection)
+    # can make its peer see it LOST within the wait.
+    quiet = {"liveness_interval": 30.0, "liveness_timeout": 60.0}
+    a = nodes.add(mesh=quiet)
+    b = nodes.add(mesh=quiet)
+    rid = b.node.routing_id
+
+    assert b.shutdown(WAIT).outcome is ShutdownOutcome.STOPPED
+    assert wait_until(lambda: peer_state(a, rid) is PeerState.LOST)
+    with pytest.raises(UnavailableError):
+        a.request_to_node(MESH, rid, Work(1), reply=int).submit_sync()

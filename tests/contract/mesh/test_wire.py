@@ -287,6 +287,28 @@ def test_a_reply_of_another_type_with_the_same_fields_is_a_protocol_error(nodes:
     assert a.request_to_node(MESH, rid, Ping(2), reply=Pong).submit_sync() == Pong(2)
 
 
+def test_a_reply_without_reply_decodes_into_the_known_type_it_names(nodes: Nodes) -> None:
+    a = nodes.add()  # knows Pong (SHARED)
+    b = nodes.add(node_handler=Answers)
+
+    back = a.request_to_node(MESH, b.node.routing_id, Ping(3)).submit_sync()
+    assert type(back) is Pong
+    assert back == Pong(3)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: a reply of a type the caller does not know, with no reply=, fails with "
+    "ProtocolError 'unknown payload type' (mesh.md §2 Wire: 'else into plain values')",
+)
+def test_a_reply_of_a_type_the_caller_does_not_know_arrives_as_plain_values(nodes: Nodes) -> None:
+    a = nodes.add(message_types=(Ping,))  # Pong is unknown here
+    b = nodes.add(node_handler=Answers)
+
+    back = a.request_to_node(MESH, b.node.routing_id, Ping(3)).submit_sync()
+    assert back == {"n": 3}
+
+
 # -- sizes ---------------------------------------------------------------------------------
 
 
