@@ -81,11 +81,6 @@ def test_a_receiver_out_of_permits_pauses_and_its_senders_wait_instead_of_failin
     assert mesh_stats(s).parked_sends == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: permits are taken after a record is read, so a paused node holds more "
-    "received records than inbound_permits (issue 15 item 6: taken before it is received)",
-)
 def test_a_node_never_holds_more_received_records_than_its_permits(
     harness: HostHarness, nodes: Nodes
 ) -> None:

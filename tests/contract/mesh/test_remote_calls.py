@@ -112,11 +112,6 @@ def test_one_ways_wait_for_credit_then_all_complete_once_and_arrive_in_order(
     assert wait_until(lambda: mesh_stats(a).parked_sends == 0)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: the sender's own credit_window binds, not the receiver's "
-    "(mesh.md §1: 'the receiver's value governs a pair')",
-)
 def test_the_receivers_credit_window_governs_the_pair(harness: HostHarness, nodes: Nodes) -> None:
     rec = Recorder(harness)
     a = nodes.add()  # the default window, 16 MiB
