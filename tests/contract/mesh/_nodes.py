@@ -3,8 +3,10 @@ wire and shutdown (issue 15 items 5-8; mesh.md §2).
 
 `Nodes` starts Hosts through the suite's `HostHarness` (so every Host is shut down when
 the test ends, also when it fails), each listening on tcp loopback with a free port and
-short liveness timings, and joins each new Host to every Host started before it: `add()`
-returns only once both sides of every pair see each other READY.
+the short liveness timings of `_mesh.py`, and joins each new Host to every Host started
+before it: `add()` returns only once both sides of every pair see each other READY. It
+differs from `_mesh.mesh_hosts` in taking each Host's options as it is added, so a test
+reads "A, then B with a small queue".
 
 The payload types shared by these tests live here too; a test that needs a handler with
 state of its own defines the handler class in the test (its `__qualname__` is its type
@@ -20,7 +22,6 @@ import msgspec
 
 from zlink_actors import (
     Host,
-    MeshConfig,
     MeshStatistics,
     NodeContext,
     NodeHandler,
@@ -28,6 +29,8 @@ from zlink_actors import (
     handler,
 )
 from zlink_actors.testing import WAIT, HostHarness, HostOptions, wait_until
+
+from ._mesh import mesh_config, peer_state
 
 __all__ = [
     "MESH",
@@ -41,7 +44,6 @@ __all__ = [
     "Recorder",
     "SHARED",
     "Work",
-    "mesh_config",
     "mesh_stats",
     "peer_state",
     "ready",
@@ -89,14 +91,6 @@ class Blob(msgspec.Struct, frozen=True):
 SHARED: tuple[type, ...] = (Ping, Pong, Hold, Note, Work, Probe, Blob)
 
 
-def mesh_config(**options: Any) -> MeshConfig:
-    """A `MeshConfig` of mesh `MESH` on tcp loopback (any free port), with liveness
-    timings short enough for tests (a lost peer is LOST within a second)."""
-    options.setdefault("liveness_interval", 0.2)
-    options.setdefault("liveness_timeout", 1.0)
-    return MeshConfig(MESH, **options)
-
-
 class Nodes:
     """Meshed Hosts of one test, started through `harness` (which shuts them down).
 
@@ -113,13 +107,13 @@ class Nodes:
         them and it see each other READY.
 
         Args:
-            mesh: `MeshConfig` options over `mesh_config()`'s (not `peers`).
+            mesh: `MeshConfig` options over `_mesh.mesh_config()`'s (not `peers`).
             **options: `Host` options; `message_types` defaults to `SHARED` (a Host
                 encodes only the types it knows: docs/mesh-codec.md).
         """
         options.setdefault("message_types", SHARED)
         earlier = list(self.hosts)
-        config = mesh_config(peers=tuple(h.node.endpoint for h in earlier), **(mesh or {}))
+        config = mesh_config(MESH, peers=tuple(h.node.endpoint for h in earlier), **(mesh or {}))
         host_options: HostOptions = {"mesh": config, **options}  # type: ignore[typeddict-item]
         host = self.harness.host(**host_options)
         self.hosts.append(host)
@@ -142,14 +136,6 @@ def mesh_stats(host: Host) -> MeshStatistics:
 def ready(host: Host, routing_id: str) -> bool:
     """True when `host` lists `routing_id` as a READY peer."""
     return any(p.routing_id == routing_id and p.state is PeerState.READY for p in host.peers())
-
-
-def peer_state(host: Host, routing_id: str) -> PeerState | None:
-    """The state `host` lists `routing_id` in, or None when it does not list it."""
-    for peer in host.peers():
-        if peer.routing_id == routing_id:
-            return peer.state
-    return None
 
 
 class Recorder:
