@@ -1,0 +1,438 @@
+"""The wire between meshed Hosts (issue 15 item 7; mesh.md §2 "Wire").
+
+A payload crosses under its type name; the receiver decodes only the types it knows, into
+the type its handler declares. A request it cannot decode fails with `ProtocolError`, one
+that no handler of the target takes with `NotFoundError`; a one-way of either kind is
+logged and counted. A payload that cannot be encoded, or is larger than
+`max_message_size`, fails the call with `ProtocolError` before anything is sent. Garbage
+frames are logged and counted, answered with `ProtocolError` when they were requests, and
+never stop the node.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import queue
+import random
+from typing import Any, ClassVar
+
+import msgspec
+import pytest
+import zmq
+
+import transports as t
+from zlink_actors import (
+    ErrorKind,
+    Host,
+    NodeContext,
+    NodeHandler,
+    NotFoundError,
+    PeerState,
+    ProtocolError,
+    Spot,
+    SpotContext,
+    handler,
+)
+from zlink_actors.mesh import codec as wire
+from zlink_actors.mesh import completion_endpoint
+from zlink_actors.testing import WAIT, HostHarness, wait_until
+
+from ._nodes import (
+    MESH,
+    SHARED,
+    Blob,
+    Nodes,
+    Ping,
+    Pong,
+    Probe,
+    Recorder,
+    Work,
+    mesh_stats,
+    peer_state,
+    recording_gate,
+)
+
+
+@pytest.fixture
+def nodes(harness: HostHarness) -> Nodes:
+    return Nodes(harness)
+
+
+#: Liveness probes slow enough that none is sent while a test watches `frames_out`.
+QUIET = {"liveness_interval": 30.0, "liveness_timeout": 60.0}
+
+
+def _counted(host: Host) -> int:
+    """Received records the node logged and counted instead of handling."""
+    stats = mesh_stats(host)
+    return int(stats.decode_errors + stats.dropped_messages)
+
+
+def _still_serves(caller: Host, node: Host, rec: Recorder) -> list[object]:
+    """The node still answers its peer; returns what its handler saw."""
+    assert (
+        caller.request_to_node(MESH, node.node.routing_id, Work(42), reply=int).submit_sync() == 42
+    )
+    seen = caller.request_to_node(MESH, node.node.routing_id, Probe(), reply=list).submit_sync()
+    assert isinstance(seen, list)
+    assert seen[-1] == "work42"
+    return seen
+
+
+# -- what the receiver does not know ------------------------------------------------------
+
+
+class Secret(msgspec.Struct, frozen=True):
+    code: str
+
+
+class Orphan(msgspec.Struct, frozen=True):
+    n: int
+
+
+def test_a_request_of_a_type_the_receiver_does_not_know_is_a_protocol_error(
+    harness: HostHarness, nodes: Nodes
+) -> None:
+    rec = Recorder(harness)
+    a = nodes.add(message_types=(*SHARED, Secret))
+    b = nodes.add(node_handler=recording_gate(rec))
+
+    call = a.request_to_node(MESH, b.node.routing_id, Secret("x")).submit()
+    assert type(call.exception(WAIT)) is ProtocolError
+    assert _still_serves(a, b, rec) == ["work42"]
+
+
+def test_a_one_way_of_a_type_the_receiver_does_not_know_is_counted(
+    harness: HostHarness, nodes: Nodes
+) -> None:
+    rec = Recorder(harness)
+    a = nodes.add(message_types=(*SHARED, Secret))
+    b = nodes.add(node_handler=recording_gate(rec))
+    before = _counted(b)
+
+    assert a.send_to_node(MESH, b.node.routing_id, Secret("x")).submit_sync() is None
+    assert wait_until(lambda: _counted(b) == before + 1)
+    assert _still_serves(a, b, rec) == ["work42"]
+
+
+def test_a_request_of_a_known_type_no_handler_takes_is_not_found(
+    harness: HostHarness, nodes: Nodes
+) -> None:
+    rec = Recorder(harness)
+    a = nodes.add(message_types=(*SHARED, Orphan))
+    b = nodes.add(node_handler=recording_gate(rec), message_types=(*SHARED, Orphan))
+
+    call = a.request_to_node(MESH, b.node.routing_id, Orphan(1)).submit()
+    assert type(call.exception(WAIT)) is NotFoundError
+    assert _still_serves(a, b, rec) == ["work42"]
+
+
+def test_a_one_way_of_a_known_type_no_handler_takes_is_counted(
+    harness: HostHarness, nodes: Nodes
+) -> None:
+    rec = Recorder(harness)
+    a = nodes.add(message_types=(*SHARED, Orphan))
+    b = nodes.add(node_handler=recording_gate(rec), message_types=(*SHARED, Orphan))
+    before = _counted(b)
+
+    assert a.send_to_node(MESH, b.node.routing_id, Orphan(1)).submit_sync() is None
+    assert wait_until(lambda: _counted(b) == before + 1)
+    assert _still_serves(a, b, rec) == ["work42"]
+
+
+class ForgedWork(msgspec.Struct, frozen=True):
+    """Crosses under the receiver's type name `Work`, with a field of another type."""
+
+    type_name: ClassVar[str] = "Work"
+    n: str
+
+
+@pytest.mark.parametrize("kind", ["request", "send"])
+def test_a_payload_of_the_wrong_shape_for_its_type_name_is_refused(
+    harness: HostHarness, nodes: Nodes, kind: str
+) -> None:
+    rec = Recorder(harness)
+    a = nodes.add(message_types=(ForgedWork, Probe))
+    b = nodes.add(node_handler=recording_gate(rec))
+    rid = b.node.routing_id
+    before = _counted(b)
+
+    if kind == "request":
+        call = a.request_to_node(MESH, rid, ForgedWork("x"), reply=int).submit()
+        assert type(call.exception(WAIT)) is ProtocolError
+    else:
+        assert a.send_to_node(MESH, rid, ForgedWork("x")).submit_sync() is None
+        assert wait_until(lambda: _counted(b) == before + 1)
+    assert a.request_to_node(MESH, rid, Probe(), reply=list).submit_sync() == []
+
+
+# -- what cannot be sent ----------------------------------------------------------------
+
+
+class Opaque:
+    """Not a payload type: msgspec cannot encode it."""
+
+
+@pytest.mark.parametrize("kind", ["request", "send"])
+@pytest.mark.parametrize(
+    "payload",
+    [Opaque(), Blob(data=Opaque())],  # type: ignore[arg-type]
+    ids=["arbitrary-object", "struct-holding-one"],
+)
+def test_an_unencodable_payload_fails_with_protocol_error_before_anything_is_sent(
+    harness: HostHarness, nodes: Nodes, kind: str, payload: object
+) -> None:
+    rec = Recorder(harness)
+    a = nodes.add(mesh=QUIET)
+    b = nodes.add(mesh=QUIET, node_handler=recording_gate(rec))
+    rid = b.node.routing_id
+    frames = mesh_stats(a).frames_out
+
+    if kind == "request":
+        call: Any = a.request_to_node(MESH, rid, payload).submit()
+    else:
+        call = a.send_to_node(MESH, rid, payload).submit()
+    assert call.done()  # decided on the spot, before anything went to the transport
+    assert type(call.exception()) is ProtocolError
+    assert mesh_stats(a).frames_out == frames
+    assert _still_serves(a, b, rec) == ["work42"]
+
+
+@pytest.mark.parametrize("kind", ["request", "send"])
+def test_a_payload_over_the_senders_max_message_size_fails_before_anything_is_sent(
+    harness: HostHarness, nodes: Nodes, kind: str
+) -> None:
+    rec = Recorder(harness)
+    a = nodes.add(mesh={**QUIET, "max_message_size": 1024})
+    b = nodes.add(mesh=QUIET, node_handler=recording_gate(rec))
+    rid = b.node.routing_id
+    frames = mesh_stats(a).frames_out
+
+    big = Blob(bytes(2048))
+    call: Any = (
+        a.request_to_node(MESH, rid, big).submit()
+        if kind == "request"
+        else a.send_to_node(MESH, rid, big).submit()
+    )
+    assert call.done()
+    assert type(call.exception()) is ProtocolError
+    assert mesh_stats(a).frames_out == frames
+    assert _still_serves(a, b, rec) == ["work42"]
+
+
+class Sink(NodeHandler):
+    @handler
+    def blob(self, ctx: NodeContext, msg: Blob) -> int:
+        return len(msg.data)
+
+    @handler
+    def work(self, ctx: NodeContext, msg: Work) -> int:
+        return msg.n
+
+
+@pytest.mark.parametrize(
+    "size",
+    [2048, 100_000, 1024 * 1024],  # over B's limit; and over what B's transport reads
+    ids=["over-the-limit", "over-the-transport-limit", "over-the-hard-cap"],
+)
+@pytest.mark.parametrize("kind", ["request", "send"])
+def test_a_payload_over_the_receivers_max_message_size_fails_before_anything_is_sent(
+    nodes: Nodes, kind: str, size: int
+) -> None:
+    a = nodes.add(mesh=QUIET)
+    b = nodes.add(mesh={**QUIET, "max_message_size": 1024}, node_handler=Sink)
+    rid = b.node.routing_id
+    frames = mesh_stats(a).frames_out
+
+    big = Blob(bytes(size))
+    call: Any = (
+        a.request_to_node(MESH, rid, big, reply=int).submit()
+        if kind == "request"
+        else a.send_to_node(MESH, rid, big).submit()
+    )
+    assert call.done()  # the handshake told A what B accepts
+    assert type(call.exception()) is ProtocolError
+    assert mesh_stats(a).frames_out == frames
+    assert a.request_to_node(MESH, rid, Blob(bytes(100)), reply=int).submit_sync() == 100
+
+
+# -- replies -------------------------------------------------------------------------------
+
+
+class PongTwin(msgspec.Struct, frozen=True):
+    """The fields of `Pong`, but another type."""
+
+    n: int = 0
+
+
+class Answers(NodeHandler):
+    @handler
+    def ping(self, ctx: NodeContext, msg: Ping) -> Pong:
+        return Pong(msg.n)
+
+
+def test_a_reply_of_another_type_with_the_same_fields_is_a_protocol_error(nodes: Nodes) -> None:
+    a = nodes.add()
+    b = nodes.add(node_handler=Answers)
+    rid = b.node.routing_id
+
+    call = a.request_to_node(MESH, rid, Ping(1), reply=PongTwin).submit()
+    assert type(call.exception(WAIT)) is ProtocolError
+    assert a.request_to_node(MESH, rid, Ping(2), reply=Pong).submit_sync() == Pong(2)
+
+
+def test_a_reply_without_reply_decodes_into_the_known_type_it_names(nodes: Nodes) -> None:
+    a = nodes.add()  # knows Pong (SHARED)
+    b = nodes.add(node_handler=Answers)
+
+    back = a.request_to_node(MESH, b.node.routing_id, Ping(3)).submit_sync()
+    assert type(back) is Pong
+    assert back == Pong(3)
+
+
+def test_a_reply_of_a_type_the_caller_does_not_know_arrives_as_plain_values(nodes: Nodes) -> None:
+    a = nodes.add(message_types=(Ping,))  # Pong is unknown here
+    b = nodes.add(node_handler=Answers)
+
+    back = a.request_to_node(MESH, b.node.routing_id, Ping(3)).submit_sync()
+    assert back == {"n": 3}
+
+
+# -- sizes ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("size", [1, 4 * 1024, 256 * 1024, 1024 * 1024], ids=str)
+def test_bytes_payloads_arrive_intact(nodes: Nodes, size: int) -> None:
+    digests: list[str] = []
+
+    class Mirror(NodeHandler):
+        @handler
+        def echo(self, ctx: NodeContext, msg: bytes) -> bytes:
+            digests.append(hashlib.sha256(msg).hexdigest())
+            return msg
+
+    a = nodes.add()
+    b = nodes.add(node_handler=Mirror)
+    data = random.Random(size).randbytes(size)
+    digest = hashlib.sha256(data).hexdigest()
+
+    back = a.request_to_node(MESH, b.node.routing_id, data, reply=bytes).submit_sync()
+    assert back == data
+    assert a.send_to_node(MESH, b.node.routing_id, data).submit_sync() is None
+    assert wait_until(lambda: len(digests) == 2)
+    assert digests == [digest, digest]
+
+
+# -- garbage on the wire -------------------------------------------------------------------
+
+
+@pytest.fixture
+def dealer() -> Any:
+    """A raw pyzmq DEALER with a routing id of its own; closed after the test."""
+    context = zmq.Context()
+    sock = context.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.IDENTITY, b"garbage-dealer")
+    try:
+        yield sock
+    finally:
+        sock.close(0)
+        context.term()
+
+
+GARBAGE = [
+    [b"garbage"],
+    [b""],
+    [bytes(24)],  # an envelope's length, version 0
+    [b"\x01" * 24, b"payload"],
+    [b"\x01\x03" + bytes(22), b"not msgpack"],  # version 1, kind 3, no hello before it
+]
+
+
+def test_garbage_frames_from_a_raw_dealer_are_counted_and_the_node_keeps_serving(
+    harness: HostHarness, nodes: Nodes, dealer: Any
+) -> None:
+    rec = Recorder(harness)
+    a = nodes.add()
+    b = nodes.add(node_handler=recording_gate(rec))
+    dealer.connect(b.node.endpoint)
+
+    for frames in GARBAGE:
+        before = mesh_stats(b).decode_errors
+        dealer.send_multipart(frames)
+        assert wait_until(lambda before=before: mesh_stats(b).decode_errors == before + 1), frames
+    assert _still_serves(a, b, rec) == ["work42"]
+    assert peer_state(b, a.node.routing_id) is PeerState.READY
+
+
+def test_garbage_records_from_a_peer_without_a_handshake_are_answered_and_counted(
+    harness: HostHarness, nodes: Nodes
+) -> None:
+    rec = Recorder(harness)
+    a = nodes.add()
+    b = nodes.add(node_handler=recording_gate(rec))
+    replies: queue.Queue[t.Inbound] = queue.Queue()
+    ready: queue.Queue[t.PeerEvent] = queue.Queue()
+
+    def received(batch: Any) -> None:
+        for record in batch:
+            replies.put(record)
+
+    def event(e: t.PeerEvent) -> None:
+        if e.kind is t.PeerEventKind.READY:
+            ready.put(e)
+
+    endpoint = b.node.endpoint
+    rogue = t.Transport(b"rogue", received, on_event=event)
+    try:
+        # A transport-level peer that never says the mesh's hello.
+        rogue.connect(b"b", t.Endpoints(endpoint, completion_endpoint(endpoint)))
+        ready.get(timeout=WAIT)
+        before = mesh_stats(b).decode_errors
+        rogue.submit_request(b"b", 7, [b"\xc1 not an envelope"])
+        request = wire.Envelope(
+            wire.REQUEST,
+            op=bytes(16),
+            route=8,
+            target_kind="node",
+            target=b.node.routing_id,
+            mesh=MESH,
+            deadline=5.0,
+            type_name="Work",
+        )
+        rogue.submit_request(
+            b"b", 8, [wire.encode_envelope(request), msgspec.msgpack.encode(Work(1))]
+        )
+        rogue.submit(b"b", [b"\xc1 a one-way"])
+
+        answers = {}
+        for _ in range(2):
+            record = replies.get(timeout=WAIT)
+            assert record.kind is t.InboundKind.REPLY
+            answers[record.route_id] = wire.decode_envelope(record.frames[0])
+        assert sorted(answers) == [7, 8]
+        assert all(env.error_kind == ErrorKind.PROTOCOL_ERROR for env in answers.values())
+        assert wait_until(lambda: mesh_stats(b).decode_errors == before + 3)
+    finally:
+        rogue.close()
+    assert _still_serves(a, b, rec) == ["work42"]
+
+
+# -- check_codec -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("what", ["payload", "reply"])
+def test_check_codec_fails_locally_what_could_not_cross_the_network(
+    harness: HostHarness, what: str
+) -> None:
+    class Room(Spot):
+        @handler
+        def blob(self, ctx: SpotContext, msg: Blob) -> Any:
+            return Opaque() if what == "reply" else "ran"
+
+    host = harness.host(spots=[Room], check_codec=True)
+    host.spots.get_or_create("room", Room).submit_sync()
+    payload = Blob(Opaque()) if what == "payload" else Blob(b"ok")  # type: ignore[arg-type]
+
+    call = host.request_to_spot("room", payload).submit()
+    assert type(call.exception(WAIT)) is ProtocolError
