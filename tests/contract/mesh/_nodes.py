@@ -16,6 +16,7 @@ name on the wire, the same on both sides because both sides register the same cl
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import msgspec
@@ -26,6 +27,7 @@ from zlink_actors import (
     NodeContext,
     NodeHandler,
     PeerState,
+    UnavailableError,
     handler,
 )
 from zlink_actors.testing import WAIT, HostHarness, HostOptions, wait_until
@@ -181,3 +183,20 @@ def recording_gate(rec: Recorder) -> type[NodeHandler]:
             return rec.snapshot()
 
     return Gate
+
+
+def probe(host: Host, routing_id: str) -> list[object]:
+    """What the recording gate of `routing_id` has seen, asked once its queue has room: a
+    request to a full queue fails at once (`UnavailableError`, it never waits), and the
+    one-ways ahead of it may still be filling a small lane. A bounded retry, asserted."""
+    end = time.monotonic() + WAIT
+    while True:
+        try:
+            seen: list[object] = host.request_to_node(
+                MESH, routing_id, Probe(), reply=list
+            ).submit_sync()
+        except UnavailableError:
+            assert time.monotonic() < end, "the queue had no room within WAIT"
+            time.sleep(0.01)
+            continue
+        return seen

@@ -19,7 +19,17 @@ from zlink_actors import Completion, Host
 from zlink_actors.testing import WAIT, HostHarness, wait_until
 
 from .._support import NEGATIVE_WAIT
-from ._nodes import MESH, Hold, Nodes, Note, Probe, Recorder, Work, mesh_stats, recording_gate
+from ._nodes import (
+    MESH,
+    Hold,
+    Nodes,
+    Note,
+    Recorder,
+    Work,
+    mesh_stats,
+    probe,
+    recording_gate,
+)
 
 #: The receiver's permits: PAUSED once 8 records wait for their handler, RUNNING at 6.
 PERMITS = 10
@@ -74,7 +84,7 @@ def test_a_receiver_out_of_permits_pauses_and_its_senders_wait_instead_of_failin
         assert c.wait(WAIT)
         assert c.result() is None
     # The Probe follows every note on the same pipe: each ran once, in order.
-    seen = s.request_to_node(MESH, rid, Probe(), reply=list).submit_sync()
+    seen = probe(s, rid)
     assert seen == ["hold", *range(20 + len(later))]
     assert wait_until(lambda: not _paused(r))
     assert mesh_stats(r).permits_in_use == 0

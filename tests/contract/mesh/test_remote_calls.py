@@ -44,10 +44,10 @@ from ._nodes import (
     Note,
     Ping,
     Pong,
-    Probe,
     Recorder,
     Work,
     mesh_stats,
+    probe,
     recording_gate,
 )
 
@@ -77,7 +77,7 @@ def test_a_one_way_to_a_peer_completes_before_the_remote_handler_runs(
     assert rec.snapshot() == ["hold"]
 
     rec.latch.set()
-    assert a.request_to_node(MESH, rid, Probe(), reply=list).submit_sync() == ["hold", 1]
+    assert probe(a, rid) == ["hold", 1]
 
 
 def test_one_ways_wait_for_credit_then_all_complete_once_and_arrive_in_order(
@@ -107,7 +107,7 @@ def test_one_ways_wait_for_credit_then_all_complete_once_and_arrive_in_order(
         assert s.result() is None
     # The Probe travels behind the 12 notes on the same pipe: once it is answered, every
     # note has run, and each exactly once, in submission order.
-    seen = a.request_to_node(MESH, rid, Probe(), reply=list).submit_sync()
+    seen = probe(a, rid)
     assert seen == ["hold", *range(12)]
     assert wait_until(lambda: mesh_stats(a).parked_sends == 0)
 
@@ -159,11 +159,6 @@ def _credit_exhausted(
     return a, b, rec
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a request that timed out while waiting for credit is still sent later "
-    "with its whole budget, and the remote handler runs it (mesh.md §2 'One budget')",
-)
 def test_a_request_that_timed_out_waiting_for_credit_never_runs_remotely(
     harness: HostHarness, nodes: Nodes
 ) -> None:
@@ -216,7 +211,7 @@ def test_a_send_waiting_for_credit_holds_no_gate(harness: HostHarness, nodes: No
 
     rec.latch.set()
     assert all(c.wait(WAIT) and c.exception() is None for c in waiting)
-    seen = a.request_to_node(MESH, target[0], Probe(), reply=list).submit_sync()
+    seen = probe(a, target[0])
     assert seen == ["hold", *range(8), 100, 101, 102]
 
 
@@ -232,7 +227,7 @@ def test_two_hundred_one_ways_from_one_host_are_handled_in_submission_order(
     for s in sends:
         assert s.wait(WAIT)
         assert s.result() is None
-    assert a.request_to_node(MESH, rid, Probe(), reply=list).submit_sync() == list(range(200))
+    assert probe(a, rid) == list(range(200))
 
 
 # -- requests: remote errors -----------------------------------------------------------
@@ -324,7 +319,7 @@ def test_cancelling_a_request_gives_cancelled_and_its_unstarted_handler_never_ru
     # is not held: once it answers, B has read the notice, before the request's turn.
     assert a.request_to_channel("echo", Ping(3), reply=Pong).submit_sync() == Pong(3)
     rec.latch.set()
-    assert a.request_to_node(MESH, rid, Probe(), reply=list).submit_sync() == ["hold"]
+    assert probe(a, rid) == ["hold"]
     assert a.statistics().pending_calls == 0
 
 
@@ -345,18 +340,13 @@ def test_a_request_whose_deadline_passed_in_the_remote_queue_never_runs(
     assert wait_until(lambda: b.statistics().pending_calls == 0)
 
     rec.latch.set()
-    assert a.request_to_node(MESH, rid, Probe(), reply=list).submit_sync() == ["hold"]
+    assert probe(a, rid) == ["hold"]
 
 
 #: Rounds of a race a buggy node loses almost always.
 ROUNDS = 3
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a request cancelled while it waits for credit is still sent when credit "
-    "returns; its cancel notice follows it and often comes after the handler started",
-)
 def test_cancelling_a_request_that_waits_for_credit_means_it_never_runs(
     harness: HostHarness, nodes: Nodes
 ) -> None:
