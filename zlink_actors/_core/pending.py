@@ -41,6 +41,7 @@ __all__ = [
     "Request",
     "ServedRequest",
     "SyncRequest",
+    "operation_bytes",
     "settle",
     "turn_cancellation",
     "turn_deadline",
@@ -123,6 +124,12 @@ class ReplyRouteId(int):
 
 _PROCESS_HIGH: Final = secrets.randbits(63) | 1
 _low_counter = itertools.count(1)
+
+
+def operation_bytes(route: int) -> bytes:
+    """The 16 bytes of the `OperationId` of the entry registered under `route` (what
+    `PendingEntry.operation_id` would make), without making the object."""
+    return _PROCESS_HIGH.to_bytes(8, "big") + route.to_bytes(8, "big")
 
 
 class PendingEntry:

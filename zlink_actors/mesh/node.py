@@ -49,7 +49,7 @@ from .._core.errors import (
     ZlinkError,
     shutting_down,
 )
-from .._core.pending import PendingEntry, Request
+from .._core.pending import PendingEntry, Request, operation_bytes
 from .._core.state import HostState
 from .._core.validation import rule_type
 from .._engine.kernel import Runtime
@@ -183,11 +183,6 @@ class _ScannedEntry(PendingEntry):
     """A remote request on the Host's default timeout: `DeadlineScan` expires it."""
 
     __slots__ = ("expires",)
-
-
-def _op_bytes(entry: PendingEntry) -> bytes:
-    op = entry.operation_id
-    return op.high.to_bytes(8, "big") + op.low.to_bytes(8, "big")
 
 
 def _refuse_cancel() -> bool:
@@ -394,8 +389,7 @@ class MeshNode:
                 if not self.has_node_handler:
                     return failed(NotFoundError(f"node {rid!r} has no node_handler"))
                 return None
-            with self._lock:
-                peer = self._peers.by_rid.get(rid)
+            peer = self._peers.by_rid.get(rid)  # one dict read: atomic
             if peer is None:
                 return failed(NotFoundError(f"no node {rid!r} in mesh {mesh!r}"))
             if peer.state is not PeerState.READY:
@@ -410,19 +404,18 @@ class MeshNode:
     ) -> Completion[None]:
         assert isinstance(route, _Route)
         try:
-            frames = self._frames(
-                Envelope(
-                    wire.SEND,
-                    target_kind=route.kind.value,
-                    target=route.target,
-                    mesh=self.config.name,
-                    metadata=metadata,
-                ),
-                payload,
-                route.peer,
+            type_name, data = self._encode(payload, route.peer)
+            env = wire.encode_fields(
+                wire.SEND,
+                target_kind=route.kind.value,
+                target=route.target,
+                mesh=self.config.name,
+                metadata=metadata,
+                type_name=type_name,
             )
         except ProtocolError as exc:
             return failed(exc)
+        frames = [env, data]
         transport = self._transport
         assert transport is not None
         peer = route.peer
@@ -478,21 +471,21 @@ class MeshNode:
             )
             return handle
         entry.on_finish = lambda: self._request_finished(peer, route_id, cell)
-        env = Envelope(
-            wire.REQUEST,
-            op=_op_bytes(entry),
-            route=route_id,
-            target_kind=route.kind.value,
-            target=route.target,
-            mesh=self.config.name,
-            deadline=timeout,
-            metadata=metadata,
-            type_name=type_name,
-        )
         transport = self._transport
         assert transport is not None
         try:
-            frames = [wire.encode_envelope(env), data]
+            env = wire.encode_fields(
+                wire.REQUEST,
+                op=operation_bytes(route_id),
+                route=route_id,
+                target_kind=route.kind.value,
+                target=route.target,
+                mesh=self.config.name,
+                deadline=timeout,
+                metadata=metadata,
+                type_name=type_name,
+            )
+            frames = [env, data]
         except ProtocolError as exc:  # metadata msgspec cannot encode: nothing is sent
             runtime.fail_entry(entry, exc)
             return handle
@@ -569,11 +562,6 @@ class MeshNode:
         if isinstance(exc, t.Closed):
             return shutting_down()
         return UnavailableError(f"node {peer.routing_id!r} was lost while the call waited: {exc}")
-
-    def _frames(self, env: Envelope, payload: object, peer: Peer) -> list[bytes]:
-        type_name, data = self._encode(payload, peer)
-        env = msgspec.structs.replace(env, type_name=type_name)
-        return [wire.encode_envelope(env), data]
 
     def _encode(self, payload: object, peer: Peer) -> tuple[str, bytes]:
         """The payload's type name and bytes; `ProtocolError` (nothing sent) when it
@@ -891,12 +879,14 @@ class MeshNode:
         if command == wire.HELLO and rec.kind is t.InboundKind.REQUEST:
             self._receive_hello(rec, env)
             return
-        with self._lock:
-            peer = self._peers.by_conn.get(rec.peer)
-            dial = self._dials.get(rec.peer) if peer is None else None
-            if dial is not None:
-                dial.early.append(rec)
-                return
+        peer = self._peers.by_conn.get(rec.peer)  # one dict read: atomic
+        if peer is None:
+            with self._lock:
+                peer = self._peers.by_conn.get(rec.peer)
+                dial = self._dials.get(rec.peer) if peer is None else None
+                if dial is not None:
+                    dial.early.append(rec)
+                    return
         if peer is None:
             self._bad(rec, "a record before the handshake")
             return
@@ -1216,13 +1206,13 @@ class MeshNode:
         except ProtocolError as error:
             self._reply_error(conn, route, error)
             return
-        env = Envelope(wire.REPLY, type_name=type_name)
-        self._reply_frames(conn, route, [wire.encode_envelope(env), data])
+        self._reply_frames(conn, route, [wire.encode_fields(wire.REPLY, type_name=type_name), data])
 
     def _reply_error(self, conn: bytes, route: int, exc: BaseException) -> None:
         kind, message = self.codec.encode_error(exc)
-        env = Envelope(wire.REPLY, error_kind=kind, error=message)
-        self._reply_frames(conn, route, [wire.encode_envelope(env)])
+        self._reply_frames(
+            conn, route, [wire.encode_fields(wire.REPLY, error_kind=kind, error=message)]
+        )
 
     def _reply_frames(self, conn: bytes, route: int, frames: list[bytes]) -> None:
         transport = self._transport

@@ -37,12 +37,14 @@ from zlink_actors.mesh.codec import (
     REPLY,
     REQUEST,
     SEND,
+    TARGET_KINDS,
     UPDATE,
     Codec,
     Envelope,
     TypeRegistry,
     decode_envelope,
     encode_envelope,
+    encode_fields,
     type_name,
 )
 
@@ -728,3 +730,32 @@ def test_roundtrip_shows_what_the_other_side_sees_or_fails_as_the_wire_would() -
         c.roundtrip(threading.Lock())
     with pytest.raises(ProtocolError, match="expected OtherPoint"):
         c.roundtrip(Point(1, 2), OtherPoint)
+
+
+@settings(max_examples=200, derandomize=True)
+@given(
+    command=st.sampled_from(sorted(COMMANDS)),
+    op=st.sampled_from([b"", bytes(range(16))]),
+    route=st.integers(0, 2**64 - 1),
+    target_kind=st.sampled_from(sorted(TARGET_KINDS)),
+    text=st.text(max_size=20),
+    deadline=st.floats(0.0, 1e6, allow_nan=False),
+    metadata=st.none()
+    | st.dictionaries(st.text(max_size=5), st.integers(-(2**63), 2**63 - 1), max_size=3),
+    error_kind=st.integers(-1, 12),
+)
+def test_encode_fields_is_byte_for_byte_the_envelope(
+    command: int,
+    op: bytes,
+    route: int,
+    target_kind: str,
+    text: str,
+    deadline: float,
+    metadata: dict[str, Any] | None,
+    error_kind: int,
+) -> None:
+    fields = (command, op, route, target_kind, text, text, deadline, metadata, text, error_kind)
+    env = Envelope(*fields, error=text)
+    data = encode_fields(*fields, error=text)
+    assert data == encode_envelope(env)
+    assert decode_envelope(data) == env
