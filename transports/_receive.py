@@ -114,6 +114,8 @@ class Receiver:
         elif env.kind is Kind.REPLY:
             state.slots = max(0, state.slots - 1)
             batch.append(Inbound(state.name, InboundKind.REPLY, env.route_id, payload, 0))
+        elif env.kind is Kind.NOTICE:
+            batch.append(Inbound(state.name, InboundKind.NOTICE, 0, payload, 0))
         elif env.kind is Kind.FLOW:
             if env.route_id > state.flow_epoch_seen:  # an older epoch is stale
                 state.flow_epoch_seen = env.route_id

@@ -246,6 +246,25 @@ class Transport:
         admit_all(behind)
         return True
 
+    def notify(self, peer: bytes, frames: Sequence[bytes]) -> None:
+        """Send a one-way NOTICE on the completion connection: never charged, never parked,
+        read even while we or the peer are PAUSED (for words that must not wait behind
+        credit, such as "I am draining"). It takes no slot and gets no reply; the peer
+        receives it as an `Inbound` of kind NOTICE. A peer lost meanwhile takes it along.
+
+        Raises:
+            UnknownPeer: no such peer. PayloadTooLarge. Closed: the transport is closed.
+        """
+        checked = _check_frames(frames)
+        self._core.charge_of(checked)  # PayloadTooLarge for oversize
+        core = self._core
+        with core.lock:
+            if core.closed:
+                raise Closed("the transport is closed")
+            if peer not in core.peers:
+                raise UnknownPeer(f"no connection to peer {peer!r}")
+            core.post(("comp", peer, Kind.NOTICE, 0, checked))
+
     def release(self, peer: bytes, nbytes: int) -> None:
         """Return `nbytes` of credit (the `charge` of consumed records) to `peer`.
 

@@ -168,6 +168,7 @@ class InboundKind(enum.Enum):
     MESSAGE = "message"
     REQUEST = "request"
     REPLY = "reply"
+    NOTICE = "notice"
 
 
 @dataclass(frozen=True)
@@ -176,8 +177,8 @@ class Inbound:
 
     Attributes:
         peer: the sender's name.
-        kind: MESSAGE, REQUEST (reply with `Transport.reply(peer, route_id, ...)`) or
-            REPLY (on the completion connection; carries no credit).
+        kind: MESSAGE, REQUEST (reply with `Transport.reply(peer, route_id, ...)`),
+            REPLY or NOTICE (both on the completion connection; they carry no credit).
         route_id: the opaque reply-route id of a REQUEST or REPLY, else 0.
         frames: the payload frames (empty when `rejected` is set).
         charge: the credit this record holds; give it back with `Transport.release`

@@ -31,7 +31,8 @@ _U64 = 2**64 - 1
 
 class Kind(enum.IntEnum):
     """What a frame is. Application connection: HELLO, MESSAGE, REQUEST. Completion
-    connection: HELLO, HELLO_ACK, REPLY, CREDIT, FLOW, PING, PONG."""
+    connection: HELLO, HELLO_ACK, REPLY, CREDIT, FLOW, PING, PONG, NOTICE (the owner's
+    one-way word that must not wait for credit)."""
 
     HELLO = 1
     HELLO_ACK = 2
@@ -42,6 +43,7 @@ class Kind(enum.IntEnum):
     FLOW = 7
     PING = 8
     PONG = 9
+    NOTICE = 10
 
 
 _BY_VALUE: dict[int, Kind] = {int(k): k for k in Kind}

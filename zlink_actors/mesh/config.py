@@ -116,8 +116,8 @@ def split_key(text: str) -> tuple[str, bytes | None]:
         ConfigurationError: a `|` suffix that is not a 40-character Z85 key.
     """
     endpoint, bar, key = text.rpartition("|")
-    if not bar:
-        return text, None
+    if not bar or len(key) != 40:
+        return text, None  # no key suffix (an ipc path may hold a "|" of its own)
     return endpoint, _curve_key(f"endpoint {text!r}: the public key", key)
 
 

@@ -93,6 +93,10 @@ _POLL = 1.0
 _DIAL_GRACE = 3.0
 #: Seconds shutdown waits for the descriptor to be withdrawn.
 _WITHDRAW_WAIT = 2.0
+#: The longest wait between two dials of a `peers=` endpoint that keeps failing.
+_REDIAL_MAX = 30.0
+#: The longest error message a reply carries (characters; the rest is cut).
+_ERROR_TEXT = 16 * 1024
 #: Seconds between looks at the credit still in use while the node closes.
 _CLOSE_POLL = 0.002
 #: Frames above the payload the transport must accept: the envelope and a margin.
@@ -232,6 +236,8 @@ class MeshNode:
         self._pause_at = max(1, (self._permits * 8) // 10)
         self._resume_at = (self._permits * 6) // 10
         self._paused = False
+        #: Serialises flow decisions with the `set_flow` calls that apply them.
+        self._flow_lock = threading.Lock()
         self._draining = False
         self._closed = False
         self.decode_errors = 0
@@ -329,8 +335,8 @@ class MeshNode:
             self._draining = True
             peers = [p for p in self._peers.by_rid.values() if p.state is not PeerState.LOST]
         update = self._hello_bytes()
-        for peer in peers:
-            self._submit_quietly(peer.conn, Envelope(wire.UPDATE), update)
+        for peer in peers:  # a notice: it must not wait behind credit or a PAUSED peer
+            self._notify_quietly(peer.conn, wire.encode_fields(wire.UPDATE), update)
         self._discovery_stop.set()
         if self._keeper is not None:
             self._keeper.join(_WITHDRAW_WAIT)
@@ -355,7 +361,7 @@ class MeshNode:
         while transport.statistics().credit_in_use and time.monotonic() < end:
             time.sleep(_CLOSE_POLL)
         for peer in peers:
-            self._submit_quietly(peer.conn, Envelope(wire.BYE), b"")
+            self._notify_quietly(peer.conn, wire.encode_fields(wire.BYE), b"")
         transport.close()
         with self._lock:
             calls = list(self._calls)
@@ -458,8 +464,10 @@ class MeshNode:
         entry = self._register(cell, timeout, cancel)
         handle = runtime.handle(entry)
         route_id = entry.route_id
-        if route_id is None or route_id not in runtime.pending:
-            return handle  # shutdown sealed admission meanwhile
+        if route_id is None:
+            return handle
+        # Before it is entered below: whichever terminal wins from now on cleans up.
+        entry.on_finish = lambda: self._request_finished(peer, route_id, cell)
         with self._lock:
             live = peer.state is PeerState.READY and not self._closed
             if live:
@@ -470,7 +478,11 @@ class MeshNode:
                 entry, UnavailableError(f"node {peer.routing_id!r} is {peer.state.value}")
             )
             return handle
-        entry.on_finish = lambda: self._request_finished(peer, route_id, cell)
+        if route_id not in runtime.pending:
+            # It ended meanwhile (deadline, cancellation, shutdown), maybe before its
+            # `on_finish` was set: clean up here, and send nothing.
+            self._request_finished(peer, route_id, cell)
+            return handle
         transport = self._transport
         assert transport is not None
         try:
@@ -574,6 +586,13 @@ class MeshNode:
                 f"than node {peer.routing_id!r} accepts (its max_message_size, {limit})"
             )
         return type_name, data
+
+    def _notify_quietly(self, conn: bytes, env: bytes, payload: bytes) -> None:
+        transport = self._transport
+        if transport is None:
+            return
+        with contextlib.suppress(t.TransportError):
+            transport.notify(conn, [env, payload])
 
     def _submit_quietly(self, conn: bytes, env: Envelope, payload: bytes) -> None:
         transport = self._transport
@@ -810,8 +829,10 @@ class MeshNode:
                 ]
                 if len(ready) >= count:
                     return ready
+                if self._closed or self._draining:
+                    raise shutting_down()
                 left = end - time.monotonic()
-                if left <= 0 or self._closed:
+                if left <= 0:
                     raise DeadlineExceededError(
                         f"{len(ready)} of {count} peers READY after {timeout:g} s"
                     )
@@ -827,7 +848,7 @@ class MeshNode:
             return  # not started: the handshake will carry the weight
         update = self._hello_bytes()
         for peer in peers:
-            self._submit_quietly(peer.conn, Envelope(wire.UPDATE), update)
+            self._notify_quietly(peer.conn, wire.encode_fields(wire.UPDATE), update)
 
     def statistics(self) -> MeshStatistics:
         transport = self._transport
@@ -864,6 +885,9 @@ class MeshNode:
     def _receive(self, rec: t.Inbound) -> None:
         if rec.kind is t.InboundKind.REPLY:
             self._receive_reply(rec)
+            return
+        if rec.kind is t.InboundKind.NOTICE:
+            self._receive_notice(rec)
             return
         if rec.rejected is not None:
             self._bad(rec, f"refused by the transport: {rec.rejected}")
@@ -911,6 +935,26 @@ class MeshNode:
             log.info("mesh %s: peer %s left the mesh", self.routing_id, peer.routing_id)
         else:
             self._bad(rec, f"an unknown command {command}")
+
+    def _receive_notice(self, rec: t.Inbound) -> None:
+        """UPDATE (weights, draining) or BYE on the completion connection."""
+        peer = self._peers.by_conn.get(rec.peer)
+        try:
+            env = wire.decode_envelope(rec.frames[0]) if rec.frames else None
+            if env is None or env.command not in (wire.UPDATE, wire.BYE):
+                raise ProtocolError("a notice that is neither UPDATE nor BYE")
+        except ProtocolError as exc:
+            self._bad(rec, str(exc))
+            return
+        if peer is None:
+            return  # from a connection whose peer is gone: nothing to update
+        if env.command == wire.UPDATE:
+            self._receive_update(peer, rec)
+            return
+        with self._lock:
+            self._peers.mark_lost(peer)
+            self._changed.notify_all()
+        log.info("mesh %s: peer %s left the mesh", self.routing_id, peer.routing_id)
 
     def _release(self, rec: t.Inbound) -> None:
         if rec.charge:
@@ -990,11 +1034,19 @@ class MeshNode:
         if route & _HANDSHAKE_BASE:
             self._receive_admit(rec, env)
             return
-        with self._lock:
-            call = self._calls.get(route)
-        if call is None:
+        call = self._calls.get(route)  # one dict read: atomic
+        if call is None or rec.peer not in call[0].conns:
             with self._lock:
-                self.late_replies += 1
+                if call is None:
+                    self.late_replies += 1
+                else:  # another node answering our request: not its to answer
+                    self.decode_errors += 1
+            if call is not None:
+                log.warning(
+                    "mesh %s: a reply from %r to a request sent elsewhere",
+                    self.routing_id,
+                    rec.peer,
+                )
             return
         value: object = None
         exc: BaseException | None = None
@@ -1065,30 +1117,37 @@ class MeshNode:
 
     def _permit(self) -> Callable[[], None]:
         """Take an inbound permit; returns its release (PAUSED at 80%, RUNNING at 60%)."""
-        pause = False
         with self._lock:
             self._permits_in_use += 1
-            if not self._paused and self._permits_in_use >= self._pause_at:
-                self._paused = pause = True
-        if pause:
-            self._set_flow(t.FlowState.PAUSED)
+            change = not self._paused and self._permits_in_use >= self._pause_at
+        if change:
+            self._apply_flow()
         return self._release_permit
 
     def _release_permit(self) -> None:
-        resume = False
         with self._lock:
             self._permits_in_use -= 1
-            if self._paused and self._permits_in_use <= self._resume_at:
-                self._paused = False
-                resume = True
-        if resume:
-            self._set_flow(t.FlowState.RUNNING)
+            change = self._paused and self._permits_in_use <= self._resume_at
+        if change:
+            self._apply_flow()
 
-    def _set_flow(self, state: t.FlowState) -> None:
-        transport = self._transport
-        if transport is not None:
-            with contextlib.suppress(t.TransportError):
-                transport.set_flow(state)
+    def _apply_flow(self) -> None:
+        """Decide PAUSED / RUNNING from the count as it is now and tell the transport, one
+        decision at a time (the I/O thread takes permits, pool threads release them: two
+        decisions applied out of order could leave the transport paused for good)."""
+        with self._flow_lock:
+            with self._lock:
+                used = self._permits_in_use
+                if self._paused and used <= self._resume_at:
+                    self._paused = False
+                elif not self._paused and used >= self._pause_at:
+                    self._paused = True
+                paused = self._paused
+            transport = self._transport
+            if transport is not None:
+                state = t.FlowState.PAUSED if paused else t.FlowState.RUNNING
+                with contextlib.suppress(t.TransportError):
+                    transport.set_flow(state)  # a leaf call: it takes only its own lock
 
     def _receive_send(self, rec: t.Inbound, env: Envelope, peer: Peer) -> None:
         where = self._local_target(env)
@@ -1210,6 +1269,8 @@ class MeshNode:
 
     def _reply_error(self, conn: bytes, route: int, exc: BaseException) -> None:
         kind, message = self.codec.encode_error(exc)
+        if len(message) > _ERROR_TEXT:  # an error message never outgrows a reply
+            message = message[:_ERROR_TEXT] + " [...]"
         self._reply_frames(
             conn, route, [wire.encode_fields(wire.REPLY, error_kind=kind, error=message)]
         )
@@ -1218,20 +1279,35 @@ class MeshNode:
         transport = self._transport
         if transport is None:
             return
-        with contextlib.suppress(t.UnknownPeer, t.Closed):
+        try:
             transport.reply(conn, route, frames)
+        except (t.UnknownPeer, t.Closed):
+            pass  # the peer (or this node) is gone: its caller hears of the loss
+        except t.TransportError as exc:  # a reply too large: the caller must still hear
+            log.warning("mesh %s: a reply could not be sent: %s", self.routing_id, exc)
+            if len(frames) > 1:
+                self._reply_error(conn, route, ProtocolError(f"the reply could not be sent: {exc}"))
 
     def _keep_peers(self) -> None:
         """Every liveness interval, dial again each `peers=` endpoint no live peer and
         no dial in progress has (a peer restarted at a fixed address rejoins)."""
         stop = self._discovery_stop
-        while not stop.wait(self.config.liveness_interval):
+        interval = self.config.liveness_interval
+        backoff = {endpoint: (0.0, interval) for endpoint in self.config.peers}
+        while not stop.wait(interval):
+            now = time.monotonic()
             for endpoint in self.config.peers:
                 with self._lock:
-                    self._peers.purge(time.monotonic())
+                    self._peers.purge(now)
                     peer = self._dialled.get(endpoint)
                     live = peer is not None and peer.state is not PeerState.LOST
-                if not live and not stop.is_set():
+                due, delay = backoff[endpoint]
+                if live:
+                    backoff[endpoint] = (0.0, interval)
+                elif now >= due and not stop.is_set():
+                    # Again and again while it fails, each time later (up to 30 s): a
+                    # peer that refuses us is not asked five times a second.
+                    backoff[endpoint] = (now + delay, min(delay * 2, _REDIAL_MAX))
                     self._dial(endpoint, None)
 
     # -- discovery (on the I/O executor's loop) ----------------------------------------
@@ -1261,6 +1337,8 @@ class MeshNode:
                         store, self._descriptor(NodeDescriptorState.READY), lease.ttl
                     )
                     next_publish = now + lease.renew_interval
+                with self._lock:
+                    self._peers.purge(now)
                 nodes = await list_nodes(store, self.config.name)
                 for node in nodes:
                     self._discovered(node, now)
@@ -1280,7 +1358,10 @@ class MeshNode:
         with self._lock:
             for rid, peer in list(self._peers.by_rid.items()):
                 if peer.state is PeerState.CONNECTING and rid not in listed:
-                    del self._peers.by_rid[rid]
+                    if peer.lost_at:
+                        peer.state = PeerState.LOST  # it was lost: known for the retention
+                    else:
+                        del self._peers.by_rid[rid]
                     self._changed.notify_all()
 
     def _discovered(self, node: NodeDescriptor, now: float) -> None:
@@ -1294,15 +1375,14 @@ class MeshNode:
         endpoint = node.endpoints[0]
         with self._lock:
             peer = self._peers.by_rid.get(rid)
-            if (
-                peer is not None
-                and peer.state is not PeerState.CONNECTING
-                and (peer.state is not PeerState.LOST or peer.generation >= node.lease_generation)
-            ):
-                return
+            if peer is not None and peer.state in (PeerState.READY, PeerState.DRAINING):
+                return  # connected (a LOST one still listed is dialled again: a broken link)
             if any(d.endpoint == endpoint for d in self._dials.values()):
                 return
-            if peer is None or peer.state is PeerState.LOST:
+            if peer is not None and peer.state is PeerState.LOST:
+                peer.state = PeerState.CONNECTING  # dialled again; LOST again if it goes
+                self._changed.notify_all()
+            elif peer is None:
                 # Known from its descriptor, not connected yet: calls to it are
                 # UnavailableError, not NotFoundError, until it is READY.
                 self._peers.by_rid[rid] = Peer(
