@@ -12,7 +12,7 @@ import pytest
 
 import transports as t
 
-from .helpers import FAST, WAIT, Owner, pair, transport
+from .helpers import FAST, WAIT, Owner, pair, transport, wait_until
 
 
 def test_a_smaller_peer_window_parks_sooner_and_a_larger_one_admits(
@@ -82,3 +82,45 @@ def test_the_read_budget_caps_what_one_wake_reads(tmp_path: pathlib.Path) -> Non
             assert [r.frames[0] for r in got] == [b"%d" % i for i in range(10)]
     finally:
         b.close()
+
+
+def test_a_notice_goes_on_the_completion_connection_while_the_peer_is_paused(
+    tmp_path: pathlib.Path,
+) -> None:
+    with pair("tcp", tmp_path) as (a, _, b, b_owner):
+        b.set_flow(t.FlowState.PAUSED)
+        assert wait_until(lambda: a.peer_statistics(b"B").paused_by_peer)
+        parked = a.submit(b"B", [b"message"])  # a message waits for RUNNING
+        assert parked.status is t.SubmitStatus.BACKPRESSURED
+        a.notify(b"B", [b"notice"])  # a notice does not
+        assert b_owner.wait(lambda: bool(b_owner.of_kind(t.InboundKind.NOTICE)))
+        [notice] = b_owner.of_kind(t.InboundKind.NOTICE)
+        assert (notice.frames, notice.charge, notice.route_id) == ([b"notice"], 0, 0)
+        assert b_owner.of_kind(t.InboundKind.MESSAGE) == []
+        assert a.peer_statistics(b"B").slots_in_use == 0
+        with pytest.raises(t.UnknownPeer):
+            a.notify(b"nobody", [b"x"])
+
+
+def test_a_withdrawn_message_is_never_sent_and_what_waits_behind_it_goes(
+    tmp_path: pathlib.Path,
+) -> None:
+    holder = Owner(auto_release=False, replies=False)
+    with pair("tcp", tmp_path, b_owner=holder) as (a, _, _b, _bo):
+        a.set_peer_window(b"B", 1100)
+        first = [a.submit(b"B", [bytes(400)]) for _ in range(2)]  # 800 of 1,100
+        request = a.submit_request(b"B", 7, [b"r" * 400])  # does not fit: parked
+        behind = a.submit(b"B", [bytes(100)])  # parked behind it (FIFO)
+        assert [r.status for r in first] == [t.SubmitStatus.OK] * 2
+        assert request.admitted is not None
+        assert behind.admitted is not None
+        assert a.peer_statistics(b"B").slots_in_use == 1
+        assert a.withdraw(b"B", request.admitted) is True
+        with pytest.raises(t.Withdrawn):
+            request.admitted.result(1)
+        assert behind.admitted.result(WAIT) is None  # its 256 (the minimum charge) fit now
+        stats = a.peer_statistics(b"B")
+        assert (stats.slots_in_use, stats.parked_messages) == (0, 0)
+        assert a.withdraw(b"B", behind.admitted) is False  # it went already
+        assert holder.wait(lambda: len(holder.records) == 3)
+        assert all(r.kind is t.InboundKind.MESSAGE for r in holder.records)
