@@ -1340,9 +1340,9 @@ class MeshNode:
                 with self._lock:
                     self._peers.purge(now)
                 nodes = await list_nodes(store, self.config.name)
-                for node in nodes:
-                    self._discovered(node, now)
-                self._forget_connecting({node.routing_id for node in nodes})
+                # Off the loop: a dial waits for the transport's I/O thread, and this loop
+                # also runs the store's and the HTTP clients' work.
+                await asyncio.to_thread(self._discover_all, nodes, now)
             except Exception as exc:  # the store is down: keep serving, try again
                 log.warning("mesh %s: discovery: %s", self.routing_id, exc)
             await asyncio.sleep(_POLL)
@@ -1350,6 +1350,11 @@ class MeshNode:
             await asyncio.wait_for(
                 withdraw_node(store, self.config.name, self.routing_id), _WITHDRAW_WAIT
             )
+
+    def _discover_all(self, nodes: list[NodeDescriptor], now: float) -> None:
+        for node in nodes:
+            self._discovered(node, now)
+        self._forget_connecting({node.routing_id for node in nodes})
 
     def _forget_connecting(self, listed: set[str]) -> None:
         """A CONNECTING entry whose descriptor is gone (expired, withdrawn) is forgotten:
