@@ -15,7 +15,7 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,6 +41,9 @@ class Parked:
     frames: Sequence[bytes]
     charge: int
     future: Future[None]
+    #: Called (under the lock) when the frames are admitted after waiting: the frames
+    #: to send instead, of the same size (a request's envelope with its budget left).
+    refresh: Callable[[], Sequence[bytes]] | None = None
 
 
 @dataclass
@@ -142,7 +145,12 @@ class Core:
         return max(size, self.config.min_charge)
 
     def submit(
-        self, peer: bytes, kind: Kind, route_id: int, frames: Sequence[bytes]
+        self,
+        peer: bytes,
+        kind: Kind,
+        route_id: int,
+        frames: Sequence[bytes],
+        refresh: Callable[[], Sequence[bytes]] | None = None,
     ) -> SubmitResult:
         """Admit now (OK), park (BACKPRESSURED + future) or refuse a request (no slot)."""
         charge = self.charge_of(frames)
@@ -162,7 +170,7 @@ class Core:
                 return _OK
             future: Future[None] = Future()
             future.set_running_or_notify_cancel()
-            state.parked.append(Parked(kind, route_id, frames, charge, future))
+            state.parked.append(Parked(kind, route_id, frames, charge, future, refresh))
             state.parked_bytes += charge
             return SubmitResult(SubmitStatus.BACKPRESSURED, future)
 
@@ -180,7 +188,8 @@ class Core:
             item = state.parked.popleft()
             state.parked_bytes -= item.charge
             state.in_use += item.charge
-            self.post(("app", state.name, item.kind, item.route_id, item.frames, item.charge))
+            frames = item.frames if item.refresh is None else item.refresh()
+            self.post(("app", state.name, item.kind, item.route_id, frames, item.charge))
             admitted.append(item.future)
         return admitted
 

@@ -165,17 +165,29 @@ class Transport:
         """
         return self._core.submit(peer, Kind.MESSAGE, 0, _check_frames(frames))
 
-    def submit_request(self, peer: bytes, route_id: int, frames: Sequence[bytes]) -> SubmitResult:
+    def submit_request(
+        self,
+        peer: bytes,
+        route_id: int,
+        frames: Sequence[bytes],
+        *,
+        refresh: Callable[[], Sequence[bytes]] | None = None,
+    ) -> SubmitResult:
         """Submit a request that takes one of the peer's completion slots until its reply.
 
         `route_id` is opaque here: the peer's `reply` returns it, and the transport keeps
         no table of pending requests. With no free slot the result is BACKPRESSURED with
         `admitted` None (`result.no_slot`), and nothing was accepted.
 
+        `refresh`, when the request is parked, is called at the moment it is admitted (on
+        whichever thread returns the credit, under the transport's lock: it must be quick
+        and must not call the transport) and returns the frames to send instead, of the
+        same sizes: the request's envelope with the budget it has left by then.
+
         Raises: as `submit`, and TransportUsageError for a bad `route_id`.
         """
         _check_route_id(route_id)
-        return self._core.submit(peer, Kind.REQUEST, route_id, _check_frames(frames))
+        return self._core.submit(peer, Kind.REQUEST, route_id, _check_frames(frames), refresh)
 
     def reply(self, peer: bytes, route_id: int, frames: Sequence[bytes]) -> None:
         """Send a reply on the completion connection: never charged, never parked.

@@ -485,24 +485,34 @@ class MeshNode:
             return handle
         transport = self._transport
         assert transport is not None
-        try:
-            env = wire.encode_fields(
+        due = runtime.timers._now() + timeout
+        kind_name = route.kind.value
+
+        def envelope(budget: float) -> bytes:
+            return wire.encode_fields(
                 wire.REQUEST,
                 op=operation_bytes(route_id),
                 route=route_id,
-                target_kind=route.kind.value,
+                target_kind=kind_name,
                 target=route.target,
                 mesh=self.config.name,
-                deadline=timeout,
+                deadline=budget,
                 metadata=metadata,
                 type_name=type_name,
             )
-            frames = [env, data]
+
+        def refresh() -> list[bytes]:
+            # Parked, then admitted: the budget it has left now travels (never 0, which
+            # the receiver reads as "already late"; a request that ended was withdrawn).
+            return [envelope(max(due - runtime.timers._now(), 1e-6)), data]
+
+        try:
+            frames = [envelope(timeout), data]
         except ProtocolError as exc:  # metadata msgspec cannot encode: nothing is sent
             runtime.fail_entry(entry, exc)
             return handle
         try:
-            result = transport.submit_request(peer.conn, route_id, frames)
+            result = transport.submit_request(peer.conn, route_id, frames, refresh=refresh)
         except t.UnknownPeer:
             runtime.fail_entry(entry, UnavailableError(f"node {peer.routing_id!r} is lost"))
             return handle

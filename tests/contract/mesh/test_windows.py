@@ -53,7 +53,11 @@ def harness() -> Iterator[HostHarness]:
 
 
 def test_a_sender_keeps_to_the_window_the_receiver_grants(harness: HostHarness) -> None:
-    receiver = harness.host(node_handler=Slow, app_threads=1, mesh=_mesh(credit_window=8192))
+    # Its lane holds 2: with the handler held, what comes next waits for admission, and
+    # its credit stays out.
+    receiver = harness.host(
+        node_handler=Slow, app_threads=1, application_lane_items=2, mesh=_mesh(credit_window=8192)
+    )
     sender = harness.host(mesh=_mesh(peers=(receiver.node.endpoint,)))  # its own: 16 MiB
     sender.wait_for_peers(1, timeout=WAIT)
     rid = receiver.node.routing_id
@@ -74,3 +78,44 @@ def test_a_sender_keeps_to_the_window_the_receiver_grants(harness: HostHarness) 
         assert send.result(WAIT) is None
     _until(lambda: len(seen) == 40)
     assert seen == list(range(40))  # once each, in submission order
+
+
+class Budget(msgspec.Struct):
+    pass
+
+
+class Clock(z.ChannelHandler):
+    """In a lane of its own: the request finds room once the pipe lets it through."""
+
+    @z.handler
+    def budget(self, ctx: z.ChannelContext, msg: Budget) -> float:
+        return ctx.deadline.remaining()
+
+
+def test_a_request_that_waited_for_credit_carries_the_budget_it_has_left(
+    harness: HostHarness,
+) -> None:
+    receiver = harness.host(
+        node_handler=Slow,
+        channels={"clock": Clock},
+        application_lane_items=2,
+        mesh=_mesh(credit_window=4096),
+    )
+    clock = z.ManualClock()
+    sender = harness.host(clock=clock, mesh=_mesh(peers=(receiver.node.endpoint,)))
+    sender.wait_for_peers(1, timeout=WAIT)
+    rid = receiver.node.routing_id
+    for i in range(8):  # the receiver's handler holds the first; the rest fill the window
+        sender.send_to_node("w", rid, Chunk(i, bytes(1000))).submit()
+    call = sender.request_to_channel("clock", Budget(), reply=float).timeout(3.0).submit()
+
+    def parked() -> bool:
+        stats = sender.statistics().mesh
+        assert stats is not None
+        return stats.parked_sends > 0
+
+    _until(parked)
+    clock.advance(1.5)  # half its budget goes by while it waits for credit
+    release.set()
+    left = call.result(WAIT)
+    assert 1.0 < left <= 1.51, left  # what it had left when it was sent, not 3 s
