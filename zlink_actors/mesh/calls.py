@@ -1,0 +1,314 @@
+"""Calls that leave this node (the engine's remote SPI: `route`, `send`, `request`) and
+the replies that come back (docs/mesh.md "What each call waits for")."""
+
+from __future__ import annotations
+
+import math
+from concurrent.futures import Future
+from typing import Any
+
+import transports as t
+
+from .._core.cancellation import CancellationToken
+from .._core.completion import Completion, _Cell, failed, settled
+from .._core.errors import (
+    CancelledError,
+    NotFoundError,
+    ProtocolError,
+    UnavailableError,
+    shutting_down,
+)
+from .._core.pending import PendingEntry, operation_bytes
+from .._core.validation import rule_type
+from .._engine.objects import ObjectKind
+from . import codec as wire
+from .codec import Codec, Envelope
+from .config import (
+    PeerState,
+)
+from .handshake import Handshake
+from .peers import LOCAL, Peer
+from .state import (
+    _CHANNEL,
+    _HANDSHAKE_BASE,
+    _NODE,
+    _refuse_cancel,
+    _Route,
+    _ScannedEntry,
+    log,
+)
+
+__all__ = ["Calls"]
+
+
+class Calls(Handshake):
+    """Calls (see the module docstring)."""
+
+    def route(self, kind: ObjectKind, target: str) -> object:
+        if kind is _CHANNEL:
+            with self._lock:
+                local = None if self._draining else self._weights.get(target)
+                picked = self._peers.select(target, local)
+            if picked is None:
+                return failed(NotFoundError(f"no READY server of channel {target!r} in the mesh"))
+            if picked is LOCAL:
+                return None
+            assert isinstance(picked, Peer)
+            return _Route(picked, kind, target)
+        if kind is _NODE:
+            mesh, _, rid = target.partition("\x00")
+            if mesh != self.config.name:
+                return failed(
+                    NotFoundError(
+                        f"no node {rid!r} in mesh {mesh!r}: this node is in mesh "
+                        f"{self.config.name!r} (no relay between meshes)"
+                    )
+                )
+            if rid == self.routing_id:
+                if not self.has_node_handler:
+                    return failed(NotFoundError(f"node {rid!r} has no node_handler"))
+                return None
+            peer = self._peers.by_rid.get(rid)  # one dict read: atomic
+            if peer is None:
+                return failed(NotFoundError(f"no node {rid!r} in mesh {mesh!r}"))
+            if peer.state is not PeerState.READY:
+                return failed(UnavailableError(f"node {rid!r} is {peer.state.value}"))
+            if not peer.has_node_handler:
+                return failed(NotFoundError(f"node {rid!r} has no node_handler"))
+            return _Route(peer, kind, rid)
+        return None  # Spots and Actors stay local until global objects exist
+
+    def send(
+        self, route: object, payload: object, metadata: dict[str, object] | None
+    ) -> Completion[None]:
+        assert isinstance(route, _Route)
+        try:
+            type_name, data = self._encode(payload, route.peer)
+            env = wire.encode_fields(
+                wire.SEND,
+                target_kind=route.kind.value,
+                target=route.target,
+                mesh=self.config.name,
+                metadata=metadata,
+                type_name=type_name,
+            )
+        except ProtocolError as exc:
+            return failed(exc)
+        frames = [env, data]
+        transport = self._transport
+        assert transport is not None
+        peer = route.peer
+        try:
+            result = transport.submit(peer.conn, frames)
+        except t.UnknownPeer:
+            return failed(UnavailableError(f"node {peer.routing_id!r} is lost"))
+        except t.Closed:
+            return failed(shutting_down())
+        except t.PayloadTooLarge as exc:
+            return failed(ProtocolError(str(exc)))
+        if result.status is t.SubmitStatus.OK:
+            return settled(None)
+        admitted = result.admitted
+        assert admitted is not None
+        cell: _Cell[None] = _Cell()
+        admitted.add_done_callback(
+            lambda done: cell.try_set(None, self._submit_failure(done, peer))
+        )
+        # SC §5/§7: a waiting send has no timeout and refuses caller cancellation.
+        return Completion(cell, _refuse_cancel)
+
+    def request(
+        self,
+        route: object,
+        payload: object,
+        metadata: dict[str, object] | None,
+        reply: type | None,
+        timeout: float,
+        cancel: CancellationToken | None,
+    ) -> Completion[Any]:
+        assert isinstance(route, _Route)
+        peer = route.peer
+        try:
+            type_name, data = self._encode(payload, peer)
+        except ProtocolError as exc:
+            return failed(exc)
+        runtime = self.runtime
+        cell: _Cell[Any] = _Cell()
+        entry = self._register(cell, timeout, cancel)
+        handle = runtime.handle(entry)
+        route_id = entry.route_id
+        if route_id is None:
+            return handle
+        # Before it is entered below: whichever terminal wins from now on cleans up.
+        entry.on_finish = lambda: self._request_finished(peer, route_id, cell)
+        with self._lock:
+            live = peer.state is PeerState.READY and not self._closed
+            if live:
+                peer.inflight.add(route_id)
+                self._calls[route_id] = (peer, reply)
+        if not live:
+            runtime.fail_entry(
+                entry, UnavailableError(f"node {peer.routing_id!r} is {peer.state.value}")
+            )
+            return handle
+        if route_id not in runtime.pending:
+            # It ended meanwhile (deadline, cancellation, shutdown), maybe before its
+            # `on_finish` was set: clean up here, and send nothing.
+            self._request_finished(peer, route_id, cell)
+            return handle
+        transport = self._transport
+        assert transport is not None
+        due = runtime.timers._now() + timeout
+        kind_name = route.kind.value
+
+        def envelope(budget: float) -> bytes:
+            return wire.encode_fields(
+                wire.REQUEST,
+                op=operation_bytes(route_id),
+                route=route_id,
+                target_kind=kind_name,
+                target=route.target,
+                mesh=self.config.name,
+                deadline=budget,
+                metadata=metadata,
+                type_name=type_name,
+            )
+
+        def refresh() -> list[bytes]:
+            # Parked, then admitted: the budget it has left now travels (never 0, which
+            # the receiver reads as "already late"; a request that ended was withdrawn).
+            return [envelope(max(due - runtime.timers._now(), 1e-6)), data]
+
+        try:
+            frames = [envelope(timeout), data]
+        except ProtocolError as exc:  # metadata msgspec cannot encode: nothing is sent
+            runtime.fail_entry(entry, exc)
+            return handle
+        try:
+            result = transport.submit_request(peer.conn, route_id, frames, refresh=refresh)
+        except t.UnknownPeer:
+            runtime.fail_entry(entry, UnavailableError(f"node {peer.routing_id!r} is lost"))
+            return handle
+        except t.Closed:
+            runtime.fail_entry(entry, shutting_down())
+            return handle
+        except t.PayloadTooLarge as exc:
+            runtime.fail_entry(entry, ProtocolError(str(exc)))
+            return handle
+        if result.no_slot:
+            runtime.fail_entry(
+                entry,
+                UnavailableError(f"all completion slots towards {peer.routing_id!r} are in use"),
+            )
+        elif result.admitted is not None:
+            parked = result.admitted
+
+            def admitted(done: Future[None]) -> None:
+                exc = self._submit_failure(done, peer)
+                if exc is not None:
+                    runtime.fail_entry(entry, exc)
+
+            parked.add_done_callback(admitted)
+            with self._lock:
+                self._parked[route_id] = parked
+            if route_id not in runtime.pending:  # it ended while we parked it
+                self._withdraw(peer, route_id)
+        return handle
+
+    def _register(
+        self, cell: _Cell[Any], timeout: float, cancel: CancellationToken | None
+    ) -> PendingEntry:
+        """The request's pending entry, registered (SC §10) with its deadline. On the
+        Host's default timeout it joins the one deadline scan the local requests use (no
+        timer entry, and no timer-thread wake, per request)."""
+        runtime = self.runtime
+        if timeout != runtime.default_request_timeout:
+            return runtime.begin(cell, timeout, cancel)
+        entry = _ScannedEntry(cell)
+        entry.expires = expires = runtime.timers._now() + timeout
+        if runtime.register(entry, cancel) and runtime.deadlines.at == math.inf:
+            runtime.deadlines.arm(expires)  # read after registering: the scan's invariant
+        return entry
+
+    def _withdraw(self, peer: Peer, route_id: int) -> bool:
+        """Take a request that ended (timeout, cancellation) back from the transport if
+        it still waits for credit: then it is never sent. True if it was."""
+        with self._lock:
+            parked = self._parked.pop(route_id, None)
+        transport = self._transport
+        if parked is None or parked.done() or transport is None:
+            return False
+        return transport.withdraw(peer.conn, parked)
+
+    def _request_finished(self, peer: Peer, route_id: int, cell: _Cell[Any]) -> None:
+        with self._lock:
+            peer.inflight.discard(route_id)
+            self._calls.pop(route_id, None)
+        if self._withdraw(peer, route_id):
+            return  # never sent: nothing to tell the peer
+        if isinstance(cell._exc, CancelledError) and peer.state is PeerState.READY:
+            # Best effort: the receiver skips the request if its handler has not started.
+            self._submit_quietly(peer.conn, Envelope(wire.CANCEL, route=route_id), b"")
+
+    def _submit_failure(self, done: Future[None], peer: Peer) -> BaseException | None:
+        exc = done.exception()
+        if exc is None:
+            return None
+        if isinstance(exc, t.Closed):
+            return shutting_down()
+        return UnavailableError(f"node {peer.routing_id!r} was lost while the call waited: {exc}")
+
+    def _receive_reply(self, rec: t.Inbound) -> None:
+        route = rec.route_id
+        try:
+            env = wire.decode_envelope(rec.frames[0]) if rec.frames else None
+            if env is None:
+                raise ProtocolError("a reply with no envelope")
+        except ProtocolError as bad:
+            with self._lock:
+                self.decode_errors += 1
+                call = self._calls.get(route)
+            log.warning("mesh %s: a bad reply from %r: %s", self.routing_id, rec.peer, bad)
+            if call is not None:
+                self.runtime.pending.finish(
+                    route, exc=ProtocolError(f"an undecodable reply: {bad}")
+                )
+            return
+        if route & _HANDSHAKE_BASE:
+            self._receive_admit(rec, env)
+            return
+        call = self._calls.get(route)  # one dict read: atomic
+        if call is None or rec.peer not in call[0].conns:
+            with self._lock:
+                if call is None:
+                    self.late_replies += 1
+                else:  # another node answering our request: not its to answer
+                    self.decode_errors += 1
+            if call is not None:
+                log.warning(
+                    "mesh %s: a reply from %r to a request sent elsewhere",
+                    self.routing_id,
+                    rec.peer,
+                )
+            return
+        value: object = None
+        exc: BaseException | None = None
+        if env.error_kind >= 0:
+            exc = Codec.decode_error(env.error_kind, env.error)
+        else:
+            reply = call[1]
+            try:
+                data = rec.frames[1] if len(rec.frames) > 1 else b""
+                name = env.type_name
+                if reply is None and name and name not in self.codec.registry:
+                    name = ""  # no reply= and a type this Host does not know: plain values
+                value = self.codec.decode_payload(
+                    name, data, None if reply is None else rule_type(reply)
+                )
+                if reply is not None and not isinstance(value, reply):
+                    raise ProtocolError(f"the reply is a {type(value).__name__}, not of reply=")
+            except ProtocolError as error:
+                exc = error
+        if not self.runtime.pending.finish(route, value, exc):
+            with self._lock:
+                self.late_replies += 1

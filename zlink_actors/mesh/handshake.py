@@ -1,0 +1,294 @@
+"""The handshake and the life of peers: dialling, HELLO / ADMIT / REJECT, a peer's
+second connection, UPDATE and BYE, and a lost connection (docs/mesh.md "Topology")."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+import msgspec
+
+import transports as t
+
+from .._core.completion import Completion, CompletionSource
+from .._core.errors import (
+    InvalidOperationError,
+    ProtocolError,
+    UnavailableError,
+    shutting_down,
+)
+from .._core.state import HostState
+from . import codec as wire
+from .codec import Envelope
+from .config import (
+    PeerInfo,
+    PeerState,
+    completion_endpoint,
+    parse_endpoint,
+    split_key,
+)
+from .peers import Peer
+from .state import (
+    _HANDSHAKE_BASE,
+    NodeState,
+    _decode_hello,
+    _Dial,
+    _Hello,
+    log,
+)
+
+__all__ = ["Handshake"]
+
+
+class Handshake(NodeState):
+    """Handshake (see the module docstring)."""
+
+    def _dial(
+        self,
+        endpoint: str,
+        source: CompletionSource[PeerInfo] | None,
+        *,
+        expect: str | None = None,
+    ) -> None:
+        transport = self._transport
+        if transport is None:
+            raise InvalidOperationError("the node is not started")
+        with self._lock:
+            known = self._peers.by_endpoint(endpoint)
+            info = known.info() if known is not None else None
+        if info is not None:  # already a peer: one connection per pair is enough
+            if source is not None:
+                source.set_result(info)
+            return
+        with self._lock:
+            for pending in self._dials.values():
+                if pending.endpoint == endpoint:  # join the dial in progress
+                    if source is not None:
+                        pending.sources.append(source)
+                    return
+            alias = b"\x01dial-%d|" % next(self._dial_numbers) + endpoint.encode()
+            route = _HANDSHAKE_BASE | next(self._handshakes)
+            self._dials[alias] = _Dial(
+                endpoint, route, [] if source is None else [source], expect=expect
+            )
+        try:
+            address, key = split_key(endpoint)
+            if (key is None) != (self.config.curve is None):
+                raise InvalidOperationError(
+                    "with MeshConfig(curve=...) a peer endpoint carries the peer's public "
+                    "key, tcp://host:port|<Z85 key> (its host.node.endpoint); without "
+                    "CURVE it carries none"
+                )
+            ends = t.Endpoints(address, completion_endpoint(address), key)
+            transport.connect(alias, ends)
+        except Exception as exc:
+            with self._lock:
+                self._dials.pop(alias, None)
+            log.warning("mesh %s: cannot dial %s: %s", self.routing_id, endpoint, exc)
+            if source is not None:
+                source.set_exception(UnavailableError(f"cannot connect to {endpoint}: {exc}"))
+
+    def connect_peer(self, endpoint: str) -> Completion[PeerInfo]:
+        parse_endpoint(endpoint, allow_any_port=False)
+        source: CompletionSource[PeerInfo] = CompletionSource()
+        if self.runtime.state is not HostState.SERVING:
+            source.set_exception(
+                shutting_down()
+                if self.runtime.state is not HostState.PREPARING
+                else InvalidOperationError("the Host is not started")
+            )
+            return source.completion
+        self._dial(endpoint, source)
+        return source.completion
+
+    def _on_event(self, event: t.PeerEvent) -> None:
+        if event.kind is t.PeerEventKind.READY:
+            with self._lock:
+                dial = self._dials.get(event.peer)
+            if dial is not None:
+                self._send_hello(event.peer, dial)
+        elif event.kind is t.PeerEventKind.LOST:
+            self._conn_lost(event.peer, event.reason)
+
+    def _send_hello(self, alias: bytes, dial: _Dial) -> None:
+        transport = self._transport
+        assert transport is not None
+        env = Envelope(wire.HELLO, mesh=self.config.name, target=self.routing_id)
+        try:
+            transport.submit_request(
+                alias, dial.route, [wire.encode_envelope(env), self._hello_bytes()]
+            )
+        except t.TransportError as exc:
+            self._dial_failed(alias, f"the handshake could not be sent: {exc}")
+
+    def _dial_failed(self, alias: bytes, why: str) -> None:
+        with self._lock:
+            dial = self._dials.pop(alias, None)
+        if dial is None:
+            return
+        log.warning("mesh %s: connection to %s failed: %s", self.routing_id, dial.endpoint, why)
+        for record in dial.early:
+            self._bad(record, f"the connection's handshake failed: {why}")
+        transport = self._transport
+        if transport is not None:
+            with contextlib.suppress(t.TransportError):
+                transport.disconnect(alias)
+        for source in dial.sources:
+            source.set_exception(UnavailableError(f"cannot join {dial.endpoint}: {why}"))
+
+    def _check_hello(self, env: Envelope, hello: _Hello) -> str | None:
+        """Why a peer's hello is refused, or None."""
+        if env.mesh != self.config.name:
+            return f"mesh name {env.mesh!r} is not {self.config.name!r}"
+        if hello.routing_id == self.routing_id:
+            return f"duplicate routing id {hello.routing_id!r} (it is this node's own)"
+        with self._lock:
+            old = self._peers.by_rid.get(hello.routing_id)
+        if old is not None and old.generation > hello.generation:
+            return f"duplicate routing id {hello.routing_id!r} (a newer node holds it)"
+        return None
+
+    def _admit(self, conn: bytes, hello: _Hello) -> Peer:
+        """Enter the peer (or another connection of it) as READY; a higher generation
+        replaces an older run of the same routing id."""
+        replaced: Peer | None = None
+        self._use_window(conn, hello.credit_window)  # before anything can be sent on it
+        with self._lock:
+            peer = self._peers.by_rid.get(hello.routing_id)
+            if (
+                peer is not None
+                and peer.generation == hello.generation
+                and peer.state is not PeerState.LOST
+                and peer.state is not PeerState.CONNECTING
+            ):
+                self._peers.add_conn(peer, conn)
+                self._update_locked(peer, hello)
+                self._changed.notify_all()
+                return peer
+            if peer is not None and peer.state is not PeerState.CONNECTING:
+                replaced = peer
+                self._peers.mark_lost(peer)
+                self._peers.drop_conns(peer)
+            peer = Peer(hello.routing_id, hello.endpoint, hello.generation, conn)
+            self._update_locked(peer, hello)
+            self._peers.add(peer)
+            self._changed.notify_all()
+        if replaced is not None:
+            self._fail_inflight(replaced, "restarted (a higher lifecycle generation)")
+        log.info("mesh %s: peer %s READY (%s)", self.routing_id, peer.routing_id, peer.endpoint)
+        return peer
+
+    def _conn_lost(self, conn: bytes, reason: str) -> None:
+        with self._lock:
+            dial = self._dials.get(conn)
+            peer = self._peers.by_conn.pop(conn, None)
+            primary = peer is not None and peer.conn == conn
+            was_lost = peer is not None and peer.state is PeerState.LOST  # it said BYE
+            others: set[bytes] = set()
+            if peer is not None:
+                peer.conns.discard(conn)
+                if primary:
+                    self._peers.mark_lost(peer)
+                    others = self._peers.drop_conns(peer)
+                self._changed.notify_all()
+        if dial is not None:
+            self._dial_failed(conn, reason)
+        if peer is None or not primary:
+            return
+        level = logging.INFO if self._closed or was_lost else logging.WARNING
+        log.log(level, "mesh %s: peer %s LOST: %s", self.routing_id, peer.routing_id, reason)
+        transport = self._transport
+        for other in others:
+            if transport is not None:
+                with contextlib.suppress(t.TransportError):
+                    transport.disconnect(other)
+        self._fail_inflight(peer, f"lost: {reason}")
+
+    def _receive_hello(self, rec: t.Inbound, env: Envelope) -> None:
+        self._release(rec)
+        try:
+            hello = _decode_hello(rec.frames[1])
+        except (msgspec.DecodeError, IndexError) as exc:
+            self._bad_hello(rec, f"an undecodable hello: {exc}")
+            return
+        why = self._check_hello(env, hello)
+        if why is None and hello.routing_id.encode() != rec.peer:
+            why = "the routing id in the hello is not the connection's"
+        if why is not None:
+            self._bad_hello(rec, why)
+            return
+        self._admit(rec.peer, hello)
+        self._reply_frames(
+            rec.peer,
+            rec.route_id,
+            [
+                wire.encode_envelope(Envelope(wire.ADMIT, mesh=self.config.name)),
+                self._hello_bytes(),
+            ],
+        )
+
+    def _bad_hello(self, rec: t.Inbound, why: str) -> None:
+        with self._lock:
+            self.decode_errors += 1
+        log.warning("mesh %s: refused a handshake from %r: %s", self.routing_id, rec.peer, why)
+        env = Envelope(wire.REJECT, mesh=self.config.name, error=why)
+        self._reply_frames(rec.peer, rec.route_id, [wire.encode_envelope(env)])
+
+    def _receive_update(self, peer: Peer, rec: t.Inbound) -> None:
+        try:
+            hello = _decode_hello(rec.frames[1])
+        except (msgspec.DecodeError, IndexError) as exc:
+            with self._lock:
+                self.decode_errors += 1
+            log.warning("mesh %s: a bad update from %s: %s", self.routing_id, peer.routing_id, exc)
+            return
+        with self._lock:
+            self._update_locked(peer, hello)
+            self._changed.notify_all()
+
+    def _receive_notice(self, rec: t.Inbound) -> None:
+        """UPDATE (weights, draining) or BYE on the completion connection."""
+        peer = self._peers.by_conn.get(rec.peer)
+        try:
+            env = wire.decode_envelope(rec.frames[0]) if rec.frames else None
+            if env is None or env.command not in (wire.UPDATE, wire.BYE):
+                raise ProtocolError("a notice that is neither UPDATE nor BYE")
+        except ProtocolError as exc:
+            self._bad(rec, str(exc))
+            return
+        if peer is None:
+            return  # from a connection whose peer is gone: nothing to update
+        if env.command == wire.UPDATE:
+            self._receive_update(peer, rec)
+            return
+        with self._lock:
+            self._peers.mark_lost(peer)
+            self._changed.notify_all()
+        log.info("mesh %s: peer %s left the mesh", self.routing_id, peer.routing_id)
+
+    def _receive_admit(self, rec: t.Inbound, env: Envelope) -> None:
+        with self._lock:
+            dial = self._dials.get(rec.peer)
+        if dial is None or dial.route != rec.route_id:
+            return
+        if env.command != wire.ADMIT:
+            self._dial_failed(rec.peer, f"rejected: {env.error}")
+            return
+        try:
+            hello = _decode_hello(rec.frames[1])
+        except (msgspec.DecodeError, IndexError) as exc:
+            self._dial_failed(rec.peer, f"an undecodable admit: {exc}")
+            return
+        why = self._check_hello(env, hello)
+        if why is not None:
+            self._dial_failed(rec.peer, why)
+            return
+        peer = self._admit(rec.peer, hello)
+        with self._lock:
+            self._dials.pop(rec.peer, None)
+            self._dialled[dial.endpoint] = peer
+            early, dial.early = dial.early, []
+        for record in early:
+            self._receive(record)
+        for source in dial.sources:
+            source.set_result(peer.info())

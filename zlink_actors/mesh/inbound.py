@@ -1,0 +1,294 @@
+"""Records other nodes send here: each becomes a local call by the local admission rules
+(`deliver_send` / `deliver_request`), under the inbound permits and the flow state they
+drive (docs/mesh.md "Backpressure and inbound flow control")."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import threading
+from collections.abc import Callable, Sequence
+
+import transports as t
+
+from .._calls.messaging import deliver_request, deliver_send
+from .._core.completion import Completion
+from .._core.errors import (
+    CapacityExceededError,
+    DeadlineExceededError,
+    NotFoundError,
+    ProtocolError,
+    ShuttingDownError,
+    UnavailableError,
+    ZlinkError,
+)
+from .._engine.objects import ObjectKind
+from .._engine.remote import RemoteMetadata
+from . import codec as wire
+from .calls import Calls
+from .codec import Envelope
+from .peers import Peer
+from .state import (
+    _KINDS,
+    _NODE,
+    log,
+)
+
+__all__ = ["Inbound"]
+
+
+class Inbound(Calls):
+    """Inbound (see the module docstring)."""
+
+    def _on_receive(self, batch: Sequence[t.Inbound]) -> None:
+        for rec in batch:
+            try:
+                self._receive(rec)
+            except Exception:
+                log.exception(
+                    "mesh %s: handling a record from %r failed", self.routing_id, rec.peer
+                )
+
+    def _receive(self, rec: t.Inbound) -> None:
+        if rec.kind is t.InboundKind.REPLY:
+            self._receive_reply(rec)
+            return
+        if rec.kind is t.InboundKind.NOTICE:
+            self._receive_notice(rec)
+            return
+        if rec.rejected is not None:
+            self._bad(rec, f"refused by the transport: {rec.rejected}")
+            return
+        try:
+            env = wire.decode_envelope(rec.frames[0]) if rec.frames else None
+            if env is None:
+                raise ProtocolError("a record with no envelope")
+        except ProtocolError as exc:
+            self._bad(rec, str(exc))
+            return
+        command = env.command
+        if command == wire.HELLO and rec.kind is t.InboundKind.REQUEST:
+            self._receive_hello(rec, env)
+            return
+        peer = self._peers.by_conn.get(rec.peer)  # one dict read: atomic
+        if peer is None:
+            with self._lock:
+                peer = self._peers.by_conn.get(rec.peer)
+                dial = self._dials.get(rec.peer) if peer is None else None
+                if dial is not None:
+                    dial.early.append(rec)
+                    return
+        if peer is None:
+            self._bad(rec, "a record before the handshake")
+            return
+        if command == wire.SEND:
+            self._receive_send(rec, env, peer)
+        elif command == wire.REQUEST and rec.kind is t.InboundKind.REQUEST:
+            self._receive_request(rec, env, peer)
+        elif command == wire.CANCEL:
+            self._release(rec)
+            with self._lock:
+                serving = self._serving.get((peer.routing_id, env.route))
+            if serving is not None:
+                serving.cancel()
+        elif command == wire.UPDATE:
+            self._release(rec)
+            self._receive_update(peer, rec)
+        elif command == wire.BYE:
+            self._release(rec)
+            with self._lock:
+                self._peers.mark_lost(peer)
+                self._changed.notify_all()
+            log.info("mesh %s: peer %s left the mesh", self.routing_id, peer.routing_id)
+        else:
+            self._bad(rec, f"an unknown command {command}")
+
+    def _local_target(self, env: Envelope) -> tuple[ObjectKind, str] | ZlinkError:
+        kind = _KINDS.get(env.target_kind)
+        if kind is None:
+            return ProtocolError(f"an unknown target kind {env.target_kind!r}")
+        if kind is _NODE:
+            if env.mesh != self.config.name or env.target != self.routing_id:
+                return NotFoundError(f"no node {env.target!r} in mesh {env.mesh!r} here")
+            if not self.has_node_handler:
+                return NotFoundError(f"node {self.routing_id!r} has no node_handler")
+            return kind, self.node_key
+        return kind, env.target
+
+    def _free_permits(self) -> int:
+        """How many more records the transport may read now (never more than M held)."""
+        return self._permits - self._permits_in_use
+
+    def _permit(self) -> Callable[[], None]:
+        """Take an inbound permit; returns its release (PAUSED at 80%, RUNNING at 60%)."""
+        with self._lock:
+            self._permits_in_use += 1
+            change = not self._paused and self._permits_in_use >= self._pause_at
+        if change:
+            self._apply_flow()
+        return self._release_permit
+
+    def _release_permit(self) -> None:
+        with self._lock:
+            self._permits_in_use -= 1
+            change = self._paused and self._permits_in_use <= self._resume_at
+        if change:
+            self._apply_flow()
+
+    def _apply_flow(self) -> None:
+        """Decide PAUSED / RUNNING from the count as it is now and tell the transport, one
+        decision at a time (the I/O thread takes permits, pool threads release them: two
+        decisions applied out of order could leave the transport paused for good)."""
+        with self._flow_lock:
+            with self._lock:
+                used = self._permits_in_use
+                if self._paused and used <= self._resume_at:
+                    self._paused = False
+                elif not self._paused and used >= self._pause_at:
+                    self._paused = True
+                paused = self._paused
+            transport = self._transport
+            if transport is not None:
+                state = t.FlowState.PAUSED if paused else t.FlowState.RUNNING
+                with contextlib.suppress(t.TransportError):
+                    transport.set_flow(state)  # a leaf call: it takes only its own lock
+
+    def _receive_send(self, rec: t.Inbound, env: Envelope, peer: Peer) -> None:
+        where = self._local_target(env)
+        try:
+            if isinstance(where, ZlinkError):
+                raise where
+            payload = self.codec.decode_payload(
+                env.type_name, rec.frames[1] if len(rec.frames) > 1 else b""
+            )
+        except ZlinkError as exc:
+            self._drop_message(rec, peer, str(exc), decode=isinstance(exc, ProtocolError))
+            return
+        meta = RemoteMetadata(env.metadata or {}, peer.routing_id, self._permit())
+        done = deliver_send(self.runtime, where[0], where[1], payload, meta)
+        if done.done():
+            self._sent(rec, peer, meta, done)
+        else:
+            done.add_done_callback(lambda c: self._sent(rec, peer, meta, c))
+
+    def _sent(
+        self, rec: t.Inbound, peer: Peer, meta: RemoteMetadata, done: Completion[None]
+    ) -> None:
+        """A received one-way message was admitted here (or refused): its credit goes
+        back now, so a full queue here makes its sender wait."""
+        self._release(rec)
+        exc = done.exception()
+        if exc is not None:
+            meta.started()
+            if not isinstance(exc, ShuttingDownError):
+                with self._lock:
+                    self.dropped_messages += 1
+                log.warning(
+                    "mesh %s: a message from %s reached no handler: %s",
+                    self.routing_id,
+                    peer.routing_id,
+                    exc,
+                )
+
+    def _drop_message(self, rec: t.Inbound, peer: Peer, why: str, *, decode: bool) -> None:
+        with self._lock:
+            if decode:
+                self.decode_errors += 1
+            else:
+                self.dropped_messages += 1
+        log.warning("mesh %s: dropped a message from %s: %s", self.routing_id, peer.routing_id, why)
+        self._release(rec)
+
+    def _receive_request(self, rec: t.Inbound, env: Envelope, peer: Peer) -> None:
+        route = rec.route_id
+        where = self._local_target(env)
+        try:
+            if isinstance(where, ZlinkError):
+                raise where
+            payload = self.codec.decode_payload(
+                env.type_name, rec.frames[1] if len(rec.frames) > 1 else b""
+            )
+        except ZlinkError as exc:
+            self._release(rec)
+            if isinstance(exc, ProtocolError):
+                with self._lock:
+                    self.decode_errors += 1
+                log.warning(
+                    "mesh %s: a bad request from %s: %s", self.routing_id, peer.routing_id, exc
+                )
+            self._reply_error(rec.peer, route, exc)
+            return
+        remaining = env.deadline
+        if not remaining > 0:
+            self._release(rec)
+            self._reply_error(
+                rec.peer,
+                route,
+                DeadlineExceededError("the request's deadline passed before it arrived"),
+            )
+            return
+        key = (peer.routing_id, route)
+        meta = RemoteMetadata(env.metadata or {}, peer.routing_id, self._permit())
+        served = _Served(self, rec.peer, key, meta)
+        # On a 10 ms grid, rounded up: never before the caller's deadline, and requests
+        # with about the same budget share one timer FIFO (no timer entry of their own).
+        timeout = min(math.ceil(remaining * 100.0) / 100.0, threading.TIMEOUT_MAX)
+        queued = deliver_request(self.runtime, where[0], where[1], payload, meta, timeout, served)
+        self._release(rec)  # admitted into the target's queue, or refused: decided now
+        if isinstance(queued, Completion):  # ended before it was queued
+            if queued.done():
+                failure = queued.exception()
+                served(None if failure is not None else queued.result(), failure)
+            return
+        # A CANCEL notice cancels the request itself (`ctx.cancellation` follows).
+        with self._lock:
+            if not served.sent:  # else it settled meanwhile, and nothing is left to cancel
+                self._serving[key] = queued
+
+    def _served(
+        self,
+        conn: bytes,
+        key: tuple[str, int],
+        meta: RemoteMetadata,
+        value: object,
+        exc: BaseException | None,
+    ) -> None:
+        """Answer a request we served (on the thread that settled it)."""
+        never_ran = meta._on_start is not None
+        meta.started()
+        with self._lock:
+            self._serving.pop(key, None)
+        route = key[1]
+        if exc is not None:
+            if never_ran and isinstance(exc, CapacityExceededError):
+                exc = UnavailableError(f"the target's queue on node {self.routing_id!r} is full")
+            self._reply_error(conn, route, exc)
+            return
+        try:
+            type_name, data = self.codec.encode_payload(value)
+        except ProtocolError as error:
+            self._reply_error(conn, route, error)
+            return
+        self._reply_frames(conn, route, [wire.encode_fields(wire.REPLY, type_name=type_name), data])
+
+
+class _Served:
+    """The one answer to a request we serve: whichever of the settle hook and the
+    refusal path comes first sends it."""
+
+    __slots__ = ("conn", "key", "meta", "node", "sent")
+
+    def __init__(
+        self, node: Inbound, conn: bytes, key: tuple[str, int], meta: RemoteMetadata
+    ) -> None:
+        self.node = node
+        self.conn = conn
+        self.key = key
+        self.meta = meta
+        self.sent = False
+
+    def __call__(self, value: object, exc: BaseException | None) -> None:
+        if self.sent:
+            return
+        self.sent = True
+        self.node._served(self.conn, self.key, self.meta, value, exc)

@@ -1,0 +1,363 @@
+"""The state of one MeshNode and what every part of it uses: the peer table's lock,
+the handshake payload, sending a reply or a notice, counting a bad record
+(docs/mesh.md). The parts build on it in one line, each module importing the one
+before: `state` -> `handshake` -> `calls` -> `inbound` -> `node`.
+
+Threads: the transport's I/O thread runs the receiving side; application threads and
+handler turns run the calls; the I/O executor's loop runs discovery. `_lock` guards the
+peer table and the counters; it is never held while a completion or a callback runs, and
+the only transport method called under a lock is `set_flow` (`inbound.py`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Final
+
+import msgspec
+
+import transports as t
+
+from .._core.completion import CompletionSource
+from .._core.errors import (
+    ProtocolError,
+    UnavailableError,
+)
+from .._core.pending import PendingEntry, Request
+from .._engine.kernel import Runtime
+from .._engine.objects import ObjectKind
+from .._engine.remote import node_key
+from ..location.spi import LocationStore
+from . import codec as wire
+from .codec import Codec, Envelope
+from .config import (
+    MeshConfig,
+    NodeInfo,
+    PeerInfo,
+    PeerState,
+)
+from .peers import Peer, PeerTable, Role
+
+__all__ = [
+    "MeshStatistics",
+    "NodeState",
+    "_CHANNEL",
+    "_CLOSE_POLL",
+    "_DIAL_GRACE",
+    "_Dial",
+    "_ENVELOPE_ROOM",
+    "_HANDSHAKE_BASE",
+    "_Hello",
+    "_KINDS",
+    "_NODE",
+    "_POLL",
+    "_REDIAL_MAX",
+    "_Route",
+    "_ScannedEntry",
+    "_WITHDRAW_WAIT",
+    "_decode_hello",
+    "_refuse_cancel",
+    "log",
+]
+
+log = logging.getLogger("zlink_actors.mesh")
+
+_CHANNEL: Final = ObjectKind.CHANNEL
+_NODE: Final = ObjectKind.NODE
+_KINDS: Final = {kind.value: kind for kind in ObjectKind}
+#: Handshake route ids live above every pending-table route id.
+_HANDSHAKE_BASE: Final = 1 << 63
+#: How often discovery polls the Location Store (mesh.md: "about once a second").
+_POLL = 1.0
+#: A discovered node with a lower routing id dials us; we dial it ourselves only if it
+#: has not after this long (so two nodes rarely dial each other at once).
+_DIAL_GRACE = 3.0
+#: Seconds shutdown waits for the descriptor to be withdrawn.
+_WITHDRAW_WAIT = 2.0
+#: The longest wait between two dials of a `peers=` endpoint that keeps failing.
+_REDIAL_MAX = 30.0
+#: The longest error message a reply carries (characters; the rest is cut).
+_ERROR_TEXT = 16 * 1024
+#: Seconds between looks at the credit still in use while the node closes.
+_CLOSE_POLL = 0.002
+#: Frames above the payload the transport must accept: the envelope and a margin.
+_ENVELOPE_ROOM = 64 * 1024
+
+
+class _Hello(msgspec.Struct, array_like=True, frozen=True):
+    """What a node tells a peer about itself in HELLO / ADMIT and UPDATE."""
+
+    routing_id: str
+    generation: int
+    endpoint: str
+    channels: dict[str, int]
+    role: str
+    types: list[str]
+    node_handler: bool
+    draining: bool = False
+    #: The credit this node grants each sender (0: unknown, an older peer).
+    credit_window: int = 0
+    #: The largest payload this node accepts (0: unknown).
+    max_message_size: int = 0
+
+
+_encode_hello = msgspec.msgpack.Encoder().encode
+_decode_hello = msgspec.msgpack.Decoder(_Hello).decode
+
+
+@dataclass(frozen=True, slots=True)
+class MeshStatistics:
+    """The mesh section of `HostStatistics` (a snapshot; do not construct it).
+
+    Attributes:
+        routing_id: this node's routing id.
+        peers: peers known now, by `PeerState` value (`"ready"`, ...).
+        lost_peers: peers lost since the node started.
+        credit_in_use: bytes we have in flight to peers, under their credit.
+        parked_sends: messages waiting for credit (or for a PAUSED peer).
+        paused: True while this node tells its senders PAUSED.
+        permits_in_use: inbound records received whose handler has not started.
+        permits: the inbound permits (`MeshConfig.inbound_permits`).
+        frames_in / frames_out: transport frames received / sent.
+        decode_errors: received records that could not be decoded (logged, counted).
+        dropped_messages: received one-way messages that reached no handler (logged).
+        late_replies: replies that found their request already finished (dropped).
+    """
+
+    routing_id: str
+    peers: dict[str, int]
+    lost_peers: int
+    credit_in_use: int
+    parked_sends: int
+    paused: bool
+    permits_in_use: int
+    permits: int
+    frames_in: int
+    frames_out: int
+    decode_errors: int
+    dropped_messages: int
+    late_replies: int
+
+
+@dataclass(slots=True)
+class _Dial:
+    """A connection we opened whose handshake has not finished."""
+
+    endpoint: str
+    route: int
+    #: The `connect_peer` calls waiting for this dial.
+    sources: list[CompletionSource[PeerInfo]]
+    #: The routing id a descriptor named for this endpoint (its CONNECTING entry).
+    expect: str | None = None
+    #: Records the peer sent on this connection before its ADMIT was read (the ADMIT
+    #: travels on the completion connection, which is read after the application one):
+    #: handled, in order, once it is.
+    early: list[t.Inbound] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class _Route:
+    """A call's remote target: the peer, and the kind and target it names there."""
+
+    peer: Peer
+    kind: ObjectKind
+    target: str
+
+
+class _ScannedEntry(PendingEntry):
+    """A remote request on the Host's default timeout: `DeadlineScan` expires it."""
+
+    __slots__ = ("expires",)
+
+
+def _refuse_cancel() -> bool:
+    return False
+
+
+class NodeState:
+    """What every part of a MeshNode shares (see the module docstring)."""
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        config: MeshConfig,
+        routing_id: str,
+        codec: Codec,
+        *,
+        channels: dict[str, int],
+        node_handler: bool,
+        object_types: Sequence[str],
+        location: LocationStore | None,
+    ) -> None:
+        self.config = config
+        self.runtime = runtime
+        self.routing_id = routing_id
+        self.codec = codec
+        self.location = location
+        self.first = frozenset({_CHANNEL, _NODE})
+        self.node_key = node_key(config.name, routing_id)
+        self.generation = time.time_ns()
+        self.has_node_handler = node_handler
+        self.object_types = tuple(object_types)
+        self._weights = dict(channels)
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._peers = PeerTable()
+        self._dials: dict[bytes, _Dial] = {}
+        self._dial_numbers = itertools.count(1)
+        self._handshakes = itertools.count(1)
+        #: Our requests in flight: route id -> (peer, reply rule).
+        self._calls: dict[int, tuple[Peer, type | None]] = {}
+        #: Those of them still parked for credit: route id -> their `admitted` future.
+        self._parked: dict[int, Future[None]] = {}
+        #: Requests we serve: (sender routing id, route id) -> the local request.
+        self._serving: dict[tuple[str, int], Request] = {}
+        self._permits = config.permits()
+        self._permits_in_use = 0
+        self._pause_at = max(1, (self._permits * 8) // 10)
+        self._resume_at = (self._permits * 6) // 10
+        self._paused = False
+        #: Serialises flow decisions with the `set_flow` calls that apply them.
+        self._flow_lock = threading.Lock()
+        self._draining = False
+        self._closed = False
+        self.decode_errors = 0
+        self.dropped_messages = 0
+        self.late_replies = 0
+        self._first_seen: dict[str, float] = {}
+        self._discovery_stop = threading.Event()
+        self._discovery: Future[None] | None = None
+        self._keeper: threading.Thread | None = None
+        #: The peer each endpoint we dialled led to (its advertised endpoint may be
+        #: spelt otherwise): the keeper dials an endpoint again only once that peer is lost.
+        self._dialled: dict[str, Peer] = {}
+        self._info: NodeInfo | None = None
+        self._transport: t.Transport | None = None
+
+    @property
+    def info(self) -> NodeInfo | None:
+        return self._info
+
+    def _encode(self, payload: object, peer: Peer) -> tuple[str, bytes]:
+        """The payload's type name and bytes; `ProtocolError` (nothing sent) when it
+        cannot be encoded or is larger than this node or the peer accepts."""
+        type_name, data = self.codec.encode_payload(payload)
+        limit = peer.max_message_size
+        if limit and len(data) > limit:
+            raise ProtocolError(
+                f"a {type(payload).__qualname__} payload is {len(data)} bytes encoded, more "
+                f"than node {peer.routing_id!r} accepts (its max_message_size, {limit})"
+            )
+        return type_name, data
+
+    def _notify_quietly(self, conn: bytes, env: bytes, payload: bytes) -> None:
+        transport = self._transport
+        if transport is None:
+            return
+        with contextlib.suppress(t.TransportError):
+            transport.notify(conn, [env, payload])
+
+    def _submit_quietly(self, conn: bytes, env: Envelope, payload: bytes) -> None:
+        transport = self._transport
+        if transport is None:
+            return
+        with contextlib.suppress(t.TransportError):
+            transport.submit(conn, [wire.encode_envelope(env), payload])
+
+    def _hello_bytes(self) -> bytes:
+        assert self._info is not None
+        with self._lock:
+            channels = dict(self._weights)
+            draining = self._draining
+        return _encode_hello(
+            _Hello(
+                self.routing_id,
+                self.generation,
+                self._info.endpoint,
+                channels,
+                Role.OBJECT_SERVER if self.object_types else Role.OBJECT_CLIENT,
+                list(self.object_types),
+                self.has_node_handler,
+                draining,
+                self.config.credit_window,
+                self.config.max_message_size,
+            )
+        )
+
+    def _use_window(self, conn: bytes, granted: int) -> None:
+        """The receiver's credit window bounds what we send it (ours bounds it too: the
+        transport's libzmq backstop is sized by our own window)."""
+        transport = self._transport
+        own = self.config.credit_window
+        if transport is None or not 0 < granted < own:
+            return
+        with contextlib.suppress(t.TransportError):
+            transport.set_peer_window(conn, max(granted, transport.config.min_charge))
+
+    @staticmethod
+    def _update_locked(peer: Peer, hello: _Hello) -> None:
+        peer.channels = dict(hello.channels)
+        peer.role = hello.role
+        peer.types = tuple(hello.types)
+        peer.has_node_handler = hello.node_handler
+        peer.max_message_size = hello.max_message_size
+        if peer.state is not PeerState.LOST:
+            peer.state = PeerState.DRAINING if hello.draining else PeerState.READY
+
+    def _fail_inflight(self, peer: Peer, why: str) -> None:
+        with self._lock:
+            routes = list(peer.inflight)
+            peer.inflight.clear()
+        for route in routes:
+            self.runtime.pending.finish(
+                route, exc=UnavailableError(f"node {peer.routing_id!r} {why}")
+            )
+
+    def _release(self, rec: t.Inbound) -> None:
+        if rec.charge:
+            transport = self._transport
+            if transport is not None:
+                with contextlib.suppress(t.TransportError):
+                    transport.release(rec.peer, rec.charge)
+
+    def _bad(self, rec: t.Inbound, why: str) -> None:
+        """A record we cannot use: logged, counted, answered with ProtocolError when it
+        was a request; its credit goes back."""
+        with self._lock:
+            self.decode_errors += 1
+        log.warning("mesh %s: a bad record from %r: %s", self.routing_id, rec.peer, why)
+        self._release(rec)
+        if rec.kind is t.InboundKind.REQUEST:
+            self._reply_error(rec.peer, rec.route_id, ProtocolError(why))
+
+    def _reply_error(self, conn: bytes, route: int, exc: BaseException) -> None:
+        kind, message = self.codec.encode_error(exc)
+        if len(message) > _ERROR_TEXT:  # an error message never outgrows a reply
+            message = message[:_ERROR_TEXT] + " [...]"
+        self._reply_frames(
+            conn, route, [wire.encode_fields(wire.REPLY, error_kind=kind, error=message)]
+        )
+
+    def _reply_frames(self, conn: bytes, route: int, frames: list[bytes]) -> None:
+        transport = self._transport
+        if transport is None:
+            return
+        try:
+            transport.reply(conn, route, frames)
+        except (t.UnknownPeer, t.Closed):
+            pass  # the peer (or this node) is gone: its caller hears of the loss
+        except t.TransportError as exc:  # a reply too large: the caller must still hear
+            log.warning("mesh %s: a reply could not be sent: %s", self.routing_id, exc)
+            if len(frames) > 1:
+                self._reply_error(conn, route, ProtocolError(f"the reply could not be sent: {exc}"))
+
+    def _receive(self, rec: t.Inbound) -> None:
+        """Handle one received record (`inbound.py`)."""
+        raise NotImplementedError
