@@ -96,6 +96,11 @@ class Core:
         # to return released credit, so a release need not wake it for small amounts
         self.credit_held = 0
         self.wake_credit = max(config.min_charge, config.credit_window // 8)
+        # read on every submit: plain attributes, not a walk through the config
+        self._max_message_size = config.max_message_size
+        self._min_charge = config.min_charge
+        self._slots = config.slots
+        self._credit_window = config.credit_window
         self.flow = FlowState.RUNNING
         self.flow_epoch = 0
         self.closed = False
@@ -138,11 +143,11 @@ class Core:
         size = 0
         for frame in frames:
             size += len(frame)
-        if size > self.config.max_message_size:
+        if size > self._max_message_size:
             raise PayloadTooLarge(
                 f"{size} bytes of frames, above max_message_size {self.config.max_message_size}"
             )
-        return max(size, self.config.min_charge)
+        return size if size > self._min_charge else self._min_charge
 
     def submit(
         self,
@@ -161,7 +166,7 @@ class Core:
             if state is None or not (state.outbound or state.ready):
                 raise UnknownPeer(f"no connection to peer {peer!r}")
             if kind is Kind.REQUEST:
-                if state.slots >= self.config.slots:
+                if state.slots >= self._slots:
                     return SubmitResult(SubmitStatus.BACKPRESSURED, None)
                 state.slots += 1
             if not state.parked and self._fits(state, charge):
@@ -178,7 +183,7 @@ class Core:
         if state.paused_by_peer:
             return False
         # a message larger than the window goes alone, when nothing else is in flight
-        window = state.window or self.config.credit_window
+        window = state.window or self._credit_window
         return state.in_use + charge <= window or state.in_use == 0
 
     def admit_parked_locked(self, state: PeerState) -> list[Future[None]]:

@@ -28,16 +28,22 @@ _SETUP_TIMEOUT = 10.0
 _U64 = 2**64 - 1
 
 
-def _check_frames(frames: Sequence[bytes]) -> Sequence[bytes]:
-    if isinstance(frames, bytes | bytearray | memoryview | str):
+_ONE_FRAME = (bytes, bytearray, memoryview, str)  # built once, not per call
+
+
+def _check_frames(frames: Sequence[bytes]) -> tuple[bytes, ...]:
+    if isinstance(frames, _ONE_FRAME):
         raise TransportUsageError("frames must be a sequence of bytes frames, not one frame")
-    for frame in frames:
+    checked = tuple(frames)
+    for frame in checked:
         if not isinstance(frame, bytes):
             raise TransportUsageError(f"a frame must be bytes, got {type(frame).__name__}")
-    return tuple(frames)
+    return checked
 
 
 def _check_route_id(route_id: int) -> None:
+    if route_id.__class__ is int and 0 <= route_id <= _U64:
+        return  # the common case, without the isinstance calls below
     if not isinstance(route_id, int) or isinstance(route_id, bool) or not 0 <= route_id <= _U64:
         raise TransportUsageError(f"route_id must be an int in 0..2**64-1, got {route_id!r}")
 
