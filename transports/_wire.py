@@ -58,9 +58,15 @@ class Envelope(NamedTuple):
     credit: int = 0
 
 
+_pack = _STRUCT.pack
+_unpack = _STRUCT.unpack
+_FLOW = int(Kind.FLOW)
+_new_tuple = tuple.__new__  # an Envelope without NamedTuple.__new__'s Python frame
+
+
 def encode(kind: Kind, aux: int = 0, route_id: int = 0, credit: int = 0) -> bytes:
     """The envelope frame; the fields must fit their widths (checked by struct)."""
-    return _STRUCT.pack(VERSION, kind, 0, aux, route_id, credit)
+    return _pack(VERSION, kind, 0, aux, route_id, credit)
 
 
 def decode(frame: bytes) -> Envelope:
@@ -69,16 +75,23 @@ def decode(frame: bytes) -> Envelope:
     Raises:
         MalformedFrame: wrong length, version, kind, flags or flow state.
     """
+    if len(frame) == ENVELOPE_SIZE:
+        version, kind, flags, aux, route_id, credit = _unpack(frame)
+        known = _BY_VALUE.get(kind)
+        # one test for the valid frame; the slow path below says what is wrong
+        if version == VERSION and known is not None and not flags and (kind != _FLOW or aux < 2):
+            return _new_tuple(Envelope, (known, aux, route_id, credit))
+    return _malformed(frame)
+
+
+def _malformed(frame: bytes) -> Envelope:
     if len(frame) != ENVELOPE_SIZE:
         raise MalformedFrame(f"envelope of {len(frame)} bytes, expected {ENVELOPE_SIZE}")
-    version, kind, flags, aux, route_id, credit = _STRUCT.unpack(frame)
+    version, kind, flags, aux, _, _ = _unpack(frame)
     if version != VERSION:
         raise MalformedFrame(f"envelope version {version}, this side speaks {VERSION}")
-    known = _BY_VALUE.get(kind)
-    if known is None:
+    if kind not in _BY_VALUE:
         raise MalformedFrame(f"unknown frame kind {kind}")
     if flags:
         raise MalformedFrame(f"unknown flags {flags:#x}")
-    if kind == Kind.FLOW and aux not in (0, 1):
-        raise MalformedFrame(f"flow state {aux} is neither RUNNING (0) nor PAUSED (1)")
-    return Envelope(known, aux, route_id, credit)
+    raise MalformedFrame(f"flow state {aux} is neither RUNNING (0) nor PAUSED (1)")
