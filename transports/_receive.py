@@ -12,7 +12,7 @@ from concurrent.futures import Future
 
 from ._errors import MalformedFrame, PayloadTooLarge
 from ._state import Command, Core, PeerState
-from ._types import FlowState, Inbound, InboundKind, PeerEvent, PeerEventKind
+from ._types import FlowState, Inbound, InboundKind, PeerEvent, PeerEventKind, make_inbound
 from ._wire import Envelope, Kind, decode
 
 __all__ = ["Receiver"]
@@ -87,11 +87,11 @@ class Receiver:
             self.core.credit_held += charge
             self.core.credit_dirty.add(state.name)
             error = PayloadTooLarge(f"{size} bytes of payload refused")
-            batch.append(Inbound(state.name, kind, env.route_id, (), 0, error))
+            batch.append(make_inbound(state.name, kind, env.route_id, (), 0, error))
             return
         state.unreleased += charge
         self.core.credit_held += charge
-        batch.append(Inbound(state.name, kind, env.route_id, payload, charge))
+        batch.append(make_inbound(state.name, kind, env.route_id, payload, charge))
 
     def completion_locked(
         self,
@@ -113,9 +113,9 @@ class Receiver:
                 self.events.append(PeerEvent(state.name, PeerEventKind.READY))
         elif env.kind is Kind.REPLY:
             state.slots = max(0, state.slots - 1)
-            batch.append(Inbound(state.name, InboundKind.REPLY, env.route_id, payload, 0))
+            batch.append(make_inbound(state.name, InboundKind.REPLY, env.route_id, payload, 0))
         elif env.kind is Kind.NOTICE:
-            batch.append(Inbound(state.name, InboundKind.NOTICE, 0, payload, 0))
+            batch.append(make_inbound(state.name, InboundKind.NOTICE, 0, payload, 0))
         elif env.kind is Kind.FLOW:
             if env.route_id > state.flow_epoch_seen:  # an older epoch is stale
                 state.flow_epoch_seen = env.route_id

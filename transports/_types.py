@@ -195,6 +195,31 @@ class Inbound:
     rejected: TransportError | None = None
 
 
+_new = object.__new__
+
+
+def make_inbound(
+    peer: bytes,
+    kind: InboundKind,
+    route_id: int,
+    frames: Sequence[bytes],
+    charge: int,
+    rejected: TransportError | None = None,
+) -> Inbound:
+    """The receiver's constructor of an `Inbound`: the same frozen record, its fields
+    written straight into its `__dict__` (a frozen dataclass's `__init__` goes through
+    `object.__setattr__` once per field, four times the cost, once per message)."""
+    record: Inbound = _new(Inbound)
+    fields = record.__dict__
+    fields["peer"] = peer
+    fields["kind"] = kind
+    fields["route_id"] = route_id
+    fields["frames"] = frames
+    fields["charge"] = charge
+    fields["rejected"] = rejected
+    return record
+
+
 class PeerEventKind(enum.Enum):
     """CONNECTED: a connection to the peer is up. READY: both connections are open and
     the hello exchange is done. LOST: the peer is gone; its parked frames failed."""
