@@ -33,6 +33,7 @@ log = logging.getLogger("transports")
 _MORE = int(zmq.SNDMORE | zmq.NOBLOCK)
 _LAST = int(zmq.NOBLOCK)
 _NOBLOCK = int(zmq.NOBLOCK)
+_raw_send = zmq.backend.Socket.send  # what zmq.Socket.send calls when given no routing_id
 _CREDIT_DELAY = 0.001  # seconds a small credit return may wait for a reply to carry it
 
 ReceiveCallback = Callable[[Sequence[Inbound]], None]
@@ -219,16 +220,16 @@ class IoThread(threading.Thread):
     ) -> bool:
         try:
             # frame by frame with plain int flags: send_multipart's enum arithmetic
-            # costs more than the sends of a small message
-            send = sock.send
-            send(peer, _MORE)
+            # costs more than the sends of a small message; and the backend's send
+            # itself, past the Python wrapper of zmq.Socket.send (routing_id, group)
+            _raw_send(sock, peer, _MORE)
             if frames:
-                send(env, _MORE)
+                _raw_send(sock, env, _MORE)
                 last = len(frames) - 1
                 for i, frame in enumerate(frames):
-                    send(frame, _LAST if i == last else _MORE)
+                    _raw_send(sock, frame, _LAST if i == last else _MORE)
             else:
-                send(env, _LAST)
+                _raw_send(sock, env, _LAST)
         except zmq.ZMQError as exc:
             if exc.errno == errno.EHOSTUNREACH:
                 self.lose(peer, "no route to the peer (ROUTER_MANDATORY)")
