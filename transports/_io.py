@@ -122,6 +122,7 @@ class IoThread(threading.Thread):
     def run(self) -> None:
         core = self.core
         tick = core.config.heartbeat_interval / 2
+        waker = core.waker
         next_tick = time.monotonic() + tick
         try:
             credit_wait = 1  # ms; see below
@@ -134,9 +135,12 @@ class IoThread(threading.Thread):
                     timeout_ms = min(timeout_ms, credit_wait)
                 ready = dict(self.poller.poll(timeout_ms))
                 credit_wait = 1 if ready else min(credit_wait * 2, 64)
-                for command in core.take_commands():
-                    if not self._run_command(command):
-                        return
+                # nothing queued and no wake: skip the lock (a wake written after the
+                # poll returned is seen by the next poll)
+                if core.commands or waker in ready:
+                    for command in core.take_commands():
+                        if not self._run_command(command):
+                            return
                 if ready.get(self.app) and self.app_polled:
                     self._read(self.app, completion=False)
                 if ready.get(self.comp):
