@@ -17,11 +17,12 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from ._errors import Closed, MalformedFrame, PeerLost, TransportUsageError
+from ._errors import Closed, PeerLost, TransportUsageError
 from ._receive import Receiver
 from ._state import Command, Core, PeerState, admit_all, fail_all
 from ._types import Endpoints, FlowState, Inbound, PeerEvent, PeerEventKind
@@ -396,14 +397,13 @@ class IoThread(threading.Thread):
     # -- receiving --------------------------------------------------------------------
 
     def _read(self, sock: zmq.Socket[bytes], completion: bool) -> None:
-        batch: list[Inbound] = []
-        now = time.monotonic()
         recv = sock.recv
         count = self.core.config.batch
         if not completion and self.read_budget is not None:
             # The owner admits at most this many more records now (its inbound permits);
             # at 0 it has paused us, so the socket leaves the poll set next wake.
             count = min(count, max(0, self.read_budget()))
+        msgs: list[list[bytes]] = []
         for _ in range(count):
             try:
                 # frame by frame: Frame.more is cheaper than recv_multipart's getsockopt
@@ -414,24 +414,32 @@ class IoThread(threading.Thread):
                     msg.append(frame.bytes)
             except zmq.Again:
                 break
-            try:
-                flush, admitted, restarted = self.receiver.handle(msg, completion, batch, now)
-            except MalformedFrame as exc:
-                self._drop(msg[0] if msg else b"", str(exc))
-                continue
-            self._run_all(flush)
-            admit_all(admitted)
-            fail_all(restarted, PeerLost, f"peer {msg[0]!r} restarted")
+            msgs.append(msg)
+        if not msgs:
+            return
+        batch: list[Inbound] = []
+        dropped = self.receiver.handle_batch(
+            msgs, completion, batch, time.monotonic(), self._after_handle
+        )
+        for peer, why in dropped:
+            log.warning("transports %r dropped a frame from %r: %s", self.core.name, peer, why)
         if batch:
             try:
                 self.on_receive(batch)
             except Exception:
                 log.exception("on_receive callback failed on a batch of %d", len(batch))
 
-    def _drop(self, peer: bytes, why: str) -> None:
-        with self.core.lock:
-            self.core.dropped_frames += 1
-        log.warning("transports %r dropped a frame from %r: %s", self.core.name, peer, why)
+    def _after_handle(
+        self,
+        peer: bytes,
+        flush: list[Command],
+        admitted: list[Future[None]],
+        restarted: list[Future[None]],
+    ) -> None:
+        """What a received message left to do outside the lock, before the next one."""
+        self._run_all(flush)
+        admit_all(admitted)
+        fail_all(restarted, PeerLost, f"peer {peer!r} restarted")
 
     def _run_all(self, commands: list[Command]) -> None:
         for command in commands:

@@ -1,13 +1,14 @@
 """The receiving half of the protocol: what each received frame does to the peer table.
 
-No socket lives here. The I/O thread (`_io.py`) reads a message and hands it to
-`Receiver.handle`, which decodes the envelope, runs the hello exchange, counts credit,
+No socket lives here. The I/O thread (`_io.py`) reads a batch of messages and hands it
+to `Receiver.handle_batch`, which decodes each envelope, runs the hello exchange, counts credit,
 slots and flow state under the `Core` lock, and appends what the owner gets to the batch;
 it returns what must happen after the lock is released (sends, futures to complete).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import Future
 
 from ._errors import MalformedFrame, PayloadTooLarge
@@ -25,16 +26,62 @@ class Receiver:
         self.core = core
         self.events = events  # shared with the I/O thread, which emits them
         self._restarted: list[Future[None]] = []  # parked for a restarted peer, to fail
+        self._heartbeat_timeout = core.config.heartbeat_timeout
 
-    def handle(
-        self, msg: list[bytes], completion: bool, batch: list[Inbound], now: float
-    ) -> tuple[list[Command], list[Future[None]], list[Future[None]]]:
-        """Apply one received message; append what the owner gets to `batch`.
+    def handle_batch(
+        self,
+        msgs: list[list[bytes]],
+        completion: bool,
+        batch: list[Inbound],
+        now: float,
+        run: Callable[[bytes, list[Command], list[Future[None]], list[Future[None]]], None],
+    ) -> list[tuple[bytes, str]]:
+        """Apply received messages in order; append what the owner gets to `batch`.
+
+        The messages are applied under one acquisition of the lock, until one of them
+        leaves something to do outside it: commands to run (what a hello released),
+        futures now admitted, futures to fail (a restarted peer's parked ones). Then
+        `run(peer, commands, admitted, restarted)` is called with the lock released (a send
+        may lose a peer) before the next message is applied, as if each message had
+        been handled alone.
 
         Returns:
-            The commands to run now, in order (what a hello released), the futures now
-            admitted, and the futures to fail (a restarted peer's parked ones); the
-            caller runs them after the lock is released, since a send may lose a peer.
+            The dropped messages, as (peer, why), in order: the caller counts and logs
+            them (each a MalformedFrame, already counted in `dropped_frames`).
+        """
+        core = self.core
+        dropped: list[tuple[bytes, str]] = []
+        count = len(msgs)
+        i = 0
+        while i < count:
+            flush: list[Command] = []
+            admitted: list[Future[None]] = []
+            with core.lock:
+                while i < count:
+                    msg = msgs[i]
+                    i += 1
+                    try:
+                        self._handle_locked(msg, completion, batch, now, flush, admitted)
+                    except MalformedFrame as exc:
+                        core.dropped_frames += 1
+                        dropped.append((msg[0] if msg else b"", str(exc)))
+                    if flush or admitted or self._restarted:
+                        break
+            restarted, self._restarted = self._restarted, []
+            if flush or admitted or restarted:
+                run(msg[0] if msg else b"", flush, admitted, restarted)
+        return dropped
+
+    def _handle_locked(
+        self,
+        msg: list[bytes],
+        completion: bool,
+        batch: list[Inbound],
+        now: float,
+        flush: list[Command],
+        admitted: list[Future[None]],
+    ) -> None:
+        """Apply one message (the lock is held).
 
         Raises:
             MalformedFrame: the message is dropped (the caller counts it).
@@ -48,28 +95,25 @@ class Receiver:
         for frame in payload:
             payload_size += len(frame)
         size = len(env_frame) + payload_size
-        admitted: list[Future[None]] = []
-        flush: list[Command] = []  # sent after the lock is released (a send may lose)
-        with core.lock:
-            core.received_frames += 1
-            core.received_bytes += size
-            state = core.peers.get(peer)
-            if env.kind is Kind.HELLO:
-                state = self.hello_locked(peer, state, completion, now, flush)
-            if state is None:
-                raise MalformedFrame(f"a {env.kind.name} frame from a peer without a hello")
-            state.received_frames += 1
-            state.received_bytes += size
-            state.deadline = now + core.config.heartbeat_timeout
-            if env.kind is Kind.HELLO:
-                pass
-            elif not completion:
-                self.inbound_locked(state, env, payload, payload_size, batch)
-            else:
-                self.completion_locked(state, env, payload, batch, now)
-                admitted = core.admit_parked_locked(state)
-        restarted, self._restarted = self._restarted, []
-        return flush, admitted, restarted
+        core.received_frames += 1
+        core.received_bytes += size
+        state = core.peers.get(peer)
+        kind = env.kind
+        if kind is Kind.HELLO:
+            state = self.hello_locked(peer, state, completion, now, flush)
+        if state is None:
+            raise MalformedFrame(f"a {kind.name} frame from a peer without a hello")
+        state.received_frames += 1
+        state.received_bytes += size
+        state.deadline = now + self._heartbeat_timeout
+        if kind is Kind.HELLO:
+            pass
+        elif not completion:
+            self.inbound_locked(state, env, payload, payload_size, batch)
+        else:
+            self.completion_locked(state, env, payload, batch, now)
+            if state.parked:
+                admitted.extend(core.admit_parked_locked(state))
 
     def inbound_locked(
         self, state: PeerState, env: Envelope, payload: list[bytes], size: int, batch: list[Inbound]
