@@ -203,10 +203,14 @@ class IoThread(threading.Thread):
                     # paused and not reading it): keep the order, send on its hello
                     state.app_backlog.append(command)
                 return True
-            self._send(self.app, peer, encode(kind, 0, route_id, charge), frames)
+            self._send(self.app, peer, encode(kind, 0, route_id, charge), frames, state)
         elif op == "comp":
-            _, peer, kind, route_id, frames, *aux = command
-            self._send_comp(peer, kind, route_id, frames, *aux)
+            if len(command) == 5:  # no aux: unpacked without a starred list
+                _, peer, kind, route_id, frames = command
+                self._send_comp(peer, kind, route_id, frames)
+            else:
+                _, peer, kind, route_id, frames, aux = command
+                self._send_comp(peer, kind, route_id, frames, aux)
         elif op == "flow":
             self._send_flow()
         elif op == "call":
@@ -221,8 +225,15 @@ class IoThread(threading.Thread):
         return True
 
     def _send(
-        self, sock: zmq.Socket[bytes], peer: bytes, env: bytes, frames: Sequence[bytes]
+        self,
+        sock: zmq.Socket[bytes],
+        peer: bytes,
+        env: bytes,
+        frames: Sequence[bytes],
+        state: PeerState | None = None,
     ) -> bool:
+        """Send one message; `state` is the peer's, when the caller has looked it up
+        (this thread alone adds and drops peers, so it cannot change meanwhile)."""
         try:
             # frame by frame with plain int flags: send_multipart's enum arithmetic
             # costs more than the sends of a small message; and the backend's send
@@ -250,7 +261,8 @@ class IoThread(threading.Thread):
         core = self.core
         core.sent_frames += 1
         core.sent_bytes += size
-        state = core.peers.get(peer)
+        if state is None:
+            state = core.peers.get(peer)
         if state is not None:
             state.sent_frames += 1
             state.sent_bytes += size
@@ -272,7 +284,7 @@ class IoThread(threading.Thread):
             credit, state.owed = state.owed, 0
             core.credit_held -= credit
             core.credit_dirty.discard(peer)
-        self._send(self.comp, peer, encode(kind, aux, route_id, credit), frames)
+        self._send(self.comp, peer, encode(kind, aux, route_id, credit), frames, state)
 
     def _send_flow(self) -> None:
         core = self.core

@@ -27,6 +27,7 @@ class Receiver:
         self.events = events  # shared with the I/O thread, which emits them
         self._restarted: list[Future[None]] = []  # parked for a restarted peer, to fail
         self._heartbeat_timeout = core.config.heartbeat_timeout
+        self._max_message_size = core.config.max_message_size
 
     def handle_batch(
         self,
@@ -126,7 +127,7 @@ class Receiver:
         else:
             raise MalformedFrame(f"a {env.kind.name} frame on the application connection")
         charge = max(env.credit, 1)
-        if size > self.core.config.max_message_size:
+        if size > self._max_message_size:
             state.owed += charge  # rejected: its credit goes straight back
             self.core.credit_held += charge
             self.core.credit_dirty.add(state.name)
