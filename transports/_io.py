@@ -421,10 +421,11 @@ class IoThread(threading.Thread):
         msgs: list[list[bytes]] = []
         events = cast(Callable[[int], int], sock.getsockopt)  # EVENTS is an int option
         for i in range(count):
-            # The poll said readable, so the first read finds a message; after it, ask
-            # the socket (a getsockopt) instead of reading until libzmq raises Again:
-            # raising costs more than the read of a small message.
-            if i and not events(_EVENTS) & _POLLIN:
+            # The poll said readable, so the first read finds a message. Before the
+            # second, ask the socket (a getsockopt): a wake that brought one message (a
+            # request/reply) then ends without libzmq raising Again, which costs more
+            # than a small read; a batch reads on until Again, as before.
+            if i == 1 and not events(_EVENTS) & _POLLIN:
                 break
             try:
                 # frame by frame: Frame.more is cheaper than recv_multipart's getsockopt
