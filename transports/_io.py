@@ -162,9 +162,16 @@ class IoThread(threading.Thread):
                 self._emit()
         except Exception:  # a bug here must not leave futures hanging silently
             log.exception("transports I/O thread of %r failed", core.name)
+            # Nothing more can be done through this transport: it is closed. What is
+            # parked fails with Closed, and a setup call queued behind the failure hears
+            # it now instead of waiting out its timeout.
             with core.lock:
                 futures = core.close_locked()
-            fail_all(futures, PeerLost, "the transport's I/O thread failed")
+            queued = core.take_commands()  # nothing is queued from now on: closed
+            fail_all(futures, Closed, "the transport's I/O thread failed")
+            for command in queued:
+                if command[0] == "call" and not command[2].done():
+                    command[2].set_exception(Closed("the transport's I/O thread failed"))
         finally:
             self._emit()
             for sock in (self.app, self.comp):
