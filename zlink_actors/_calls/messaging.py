@@ -307,6 +307,13 @@ def _refuse_cancel() -> bool:
     return False
 
 
+def _refusal(kind: ObjectKind, target: str, status: int) -> BaseException:
+    """Why a lane did not admit a request (`pool.enqueue` gave `status`)."""
+    if status == CLOSED:
+        return NotFoundError(f"{kind} {target!r} closed")
+    return CapacityExceededError(f"{kind} {target!r} queue is full")
+
+
 def _codec_reply(
     done: Completion[Any], check: Callable[[object, object], object], reply: type | None
 ) -> Completion[Any]:
@@ -426,9 +433,7 @@ class RequestCall(_MessageCall[T], Generic[T]):
         )
 
     def _refusal(self, status: int) -> BaseException:
-        if status == CLOSED:
-            return NotFoundError(f"{self._kind} {self._target!r} closed")
-        return CapacityExceededError(f"{self._kind} {self._target!r} queue is full")
+        return _refusal(self._kind, self._target, status)
 
     def yield_(self, cancel: CancellationToken | None = None) -> YieldAwaitable[T]:
         """Send the request; `await` the result releases the Spot gate meanwhile.
@@ -627,12 +632,7 @@ def deliver_request(
     req.on_settled = done
     status = runtime.pool.enqueue(act.box, req)
     if status != ADMITTED:
-        refusal = (
-            NotFoundError(f"{kind} {target!r} closed")
-            if status == CLOSED
-            else CapacityExceededError(f"{kind} {target!r} queue is full")
-        )
-        pending.finish(req.route_id, exc=refusal)
+        pending.finish(req.route_id, exc=_refusal(kind, target, status))
         return Completion(req)
     req.arm(runtime.timers, timeout)
     return req

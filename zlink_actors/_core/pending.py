@@ -39,6 +39,7 @@ __all__ = [
     "PendingTable",
     "ReplyRouteId",
     "Request",
+    "ScannedEntry",
     "ServedRequest",
     "SyncRequest",
     "operation_bytes",
@@ -182,6 +183,13 @@ class PendingEntry:
         self.cell.try_set(value, exc)
         if self.on_finish is not None:
             self.on_finish()
+
+
+class ScannedEntry(PendingEntry):
+    """A pending entry on the Host's default timeout: `DeadlineScan` expires it, so it
+    needs no timer entry of its own."""
+
+    __slots__ = ("expires",)
 
 
 def _reply(

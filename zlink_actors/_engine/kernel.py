@@ -10,6 +10,7 @@ the Host's state from PREPARING to STOPPED (the shutdown sequence itself is
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -18,7 +19,7 @@ from .._core.cancellation import CancellationToken
 from .._core.clock import Clock, SystemClock, TimerService
 from .._core.completion import Completion, _Cell, failed
 from .._core.errors import InvalidOperationError, shutting_down
-from .._core.pending import DeadlineScan, PendingEntry, PendingTable
+from .._core.pending import DeadlineScan, PendingEntry, PendingTable, ScannedEntry
 from .._core.pool import AppPool, Runner
 from .._core.state import HostState, ShutdownResult
 from .._core.workers import CpuPool, IoExecutor
@@ -95,7 +96,16 @@ class Runtime:
         self, cell: _Cell[Any], timeout: float | None, cancel: CancellationToken | None
     ) -> PendingEntry:
         """Register a pending entry for `cell` before anything is submitted (SC §10),
-        with its caller's cancellation and its deadline; all race for the entry."""
+        with its caller's cancellation and its deadline; all race for the entry.
+
+        On the Host's default timeout the entry joins the one deadline scan the local
+        requests use (`DeadlineScan`): no timer entry, and no timer-thread wake, each."""
+        if timeout is not None and timeout == self.default_request_timeout:
+            scanned = ScannedEntry(cell)
+            scanned.expires = expires = self.timers._now() + timeout
+            if self.register(scanned, cancel) and self.deadlines.at == math.inf:
+                self.deadlines.arm(expires)  # read after registering: the scan's invariant
+            return scanned
         entry = PendingEntry(cell)
         if self.register(entry, cancel) and timeout is not None:
             self.arm_deadline(entry, timeout)

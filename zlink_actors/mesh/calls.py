@@ -3,7 +3,6 @@ the replies that come back (docs/mesh.md "What each call waits for")."""
 
 from __future__ import annotations
 
-import math
 from concurrent.futures import Future
 from typing import Any
 
@@ -18,7 +17,7 @@ from .._core.errors import (
     UnavailableError,
     shutting_down,
 )
-from .._core.pending import PendingEntry, operation_bytes
+from .._core.pending import operation_bytes
 from .._core.validation import rule_type
 from .._engine.objects import ObjectKind
 from . import codec as wire
@@ -34,7 +33,6 @@ from .state import (
     _NODE,
     _refuse_cancel,
     _Route,
-    _ScannedEntry,
     log,
 )
 
@@ -134,7 +132,7 @@ class Calls(Handshake):
             return failed(exc)
         runtime = self.runtime
         cell: _Cell[Any] = _Cell()
-        entry = self._register(cell, timeout, cancel)
+        entry = runtime.begin(cell, timeout, cancel)
         handle = runtime.handle(entry)
         route_id = entry.route_id
         if route_id is None:
@@ -214,21 +212,6 @@ class Calls(Handshake):
             if route_id not in runtime.pending:  # it ended while we parked it
                 self._withdraw(peer, route_id)
         return handle
-
-    def _register(
-        self, cell: _Cell[Any], timeout: float, cancel: CancellationToken | None
-    ) -> PendingEntry:
-        """The request's pending entry, registered (SC §10) with its deadline. On the
-        Host's default timeout it joins the one deadline scan the local requests use (no
-        timer entry, and no timer-thread wake, per request)."""
-        runtime = self.runtime
-        if timeout != runtime.default_request_timeout:
-            return runtime.begin(cell, timeout, cancel)
-        entry = _ScannedEntry(cell)
-        entry.expires = expires = runtime.timers._now() + timeout
-        if runtime.register(entry, cancel) and runtime.deadlines.at == math.inf:
-            runtime.deadlines.arm(expires)  # read after registering: the scan's invariant
-        return entry
 
     def _withdraw(self, peer: Peer, route_id: int) -> bool:
         """Take a request that ended (timeout, cancellation) back from the transport if

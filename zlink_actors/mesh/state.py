@@ -30,7 +30,7 @@ from .._core.errors import (
     ProtocolError,
     UnavailableError,
 )
-from .._core.pending import PendingEntry, Request
+from .._core.pending import Request
 from .._engine.kernel import Runtime
 from .._engine.objects import ObjectKind
 from .._engine.remote import node_key
@@ -60,7 +60,6 @@ __all__ = [
     "_POLL",
     "_REDIAL_MAX",
     "_Route",
-    "_ScannedEntry",
     "_WITHDRAW_WAIT",
     "_decode_hello",
     "_refuse_cancel",
@@ -169,12 +168,6 @@ class _Route:
     peer: Peer
     kind: ObjectKind
     target: str
-
-
-class _ScannedEntry(PendingEntry):
-    """A remote request on the Host's default timeout: `DeadlineScan` expires it."""
-
-    __slots__ = ("expires",)
 
 
 def _refuse_cancel() -> bool:
