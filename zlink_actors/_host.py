@@ -306,6 +306,7 @@ class Host(CallSurface):
         routing_id = ""
         if mesh is not None:
             routing_id = mesh.routing_id or f"{mesh.routing_id_prefix}-{uuid.uuid4()}"
+            engine.routing_id = routing_id
             if node_handler is not None:
                 engine.add_node_handler(node_key(mesh.name, routing_id), node_handler)
         codec: Codec | None = None
@@ -330,6 +331,8 @@ class Host(CallSurface):
                 location=location,
             )
             runtime.remote = self._mesh
+            if location is not None:
+                runtime.objects = self._mesh  # Spots and Actors are global (mesh.md §2)
             runtime.services.provide(MESH_NODE, self._mesh)
         runtime.services.provide(SPOT_MANAGER, SpotManager(runtime))
         runtime.services.provide(ACTOR_MANAGER, ActorManager(runtime))

@@ -37,12 +37,21 @@ from .._engine.lifecycle import (
     request_close,
     start_attempt,
 )
-from .._engine.objects import CloseReason, Existing, InstanceSpot, ObjectKind, check_id
+from .._engine.objects import (
+    Actor,
+    CloseReason,
+    Existing,
+    InstanceSpot,
+    ObjectKind,
+    Spot,
+    check_id,
+    spot_type_name,
+)
 from .._engine.registry import Activation, Attempt, TypeInfo
 from .._engine.turn import current_turn
 from .call import Call, YieldableCall
 
-__all__ = ["ActorManager", "CloseCall", "CreateCall", "SpotManager"]
+__all__ = ["ActorManager", "CloseCall", "CreateCall", "SpotManager", "close_here", "create_here"]
 
 #: `request()` was not called (None is a valid request payload).
 _UNSET: Final = object()
@@ -52,10 +61,16 @@ class CreateCall(YieldableCall[Any]):
     """A create or get-or-create call. Created by `spots` / `actors`; not constructed by
     users. Completes with `Created(ref, reply)`, `Existing(ref)` or `Rejected(reply)`."""
 
-    __slots__ = ("_exclusive", "_id", "_info", "_kind", "_request")
+    __slots__ = ("_exclusive", "_generation", "_id", "_info", "_kind", "_request", "_type_name")
 
     def __init__(
-        self, runtime: Runtime, kind: ObjectKind, obj_id: str, info: TypeInfo, exclusive: bool
+        self,
+        runtime: Runtime,
+        kind: ObjectKind,
+        obj_id: str,
+        info: TypeInfo | None,
+        exclusive: bool,
+        type_name: str = "",
     ) -> None:
         # Flat on purpose (one per create): `Call.__init__`'s fields, then our own.
         self._runtime = runtime
@@ -67,6 +82,12 @@ class CreateCall(YieldableCall[Any]):
         self._info = info
         self._exclusive = exclusive
         self._request: object = _UNSET
+        #: The type's name across a mesh (`info` is None on a Host that does not
+        #: register it: global objects place it on a node that does).
+        self._type_name = type_name or (info.name if info is not None else "")
+        #: Set by the global objects (`mesh/objects.py`) for the attempt it reserved: the
+        #: object generation its authority record issued; 0 for an application's call.
+        self._generation = 0
 
     def request(self, payload: object) -> Self:
         """Pass `payload` to the creation hook `on_create(ctx, request)`.
@@ -107,7 +128,24 @@ class CreateCall(YieldableCall[Any]):
             early = self._refused(cancel)
             if early is not None:
                 return early
+        objects = runtime.objects
+        if objects is not None and not self._generation:
+            timeout = self._timeout
+            if timeout is None:
+                timeout = runtime.default_request_timeout
+            request = None if self._request is _UNSET else self._request
+            return objects.create(
+                self._kind,
+                self._id,
+                self._type_name,
+                self._info,
+                self._exclusive,
+                request,
+                timeout,
+                cancel,
+            )
         kind, obj_id, info = self._kind, self._id, self._info
+        assert info is not None  # only global objects create types registered elsewhere
         engine = runtime.engine
         table = engine.tables[kind]
         key = (kind, obj_id)
@@ -126,7 +164,9 @@ class CreateCall(YieldableCall[Any]):
                         # Shutdown began after the admission check: it may already have
                         # waited for the attempts in progress, so none may start now.
                         return failed(shutting_down())
-                    attempt = owner = Attempt(kind, obj_id, info, runtime.pending.cell_lock)
+                    attempt = owner = Attempt(
+                        kind, obj_id, info, runtime.pending.cell_lock, self._generation
+                    )
                     engine.creating[key] = attempt
         if act is not None:
             if closing:
@@ -164,6 +204,7 @@ class CreateCall(YieldableCall[Any]):
         return runtime.handle(entry)
 
     def _existing(self, act: Activation) -> Completion[Any]:
+        assert self._info is not None
         if self._exclusive:
             return failed(AlreadyExistsError(f"{self._kind} {self._id!r} already exists"))
         if act.type is not self._info:
@@ -172,7 +213,7 @@ class CreateCall(YieldableCall[Any]):
 
     def _mismatch(self, other: TypeInfo) -> TypeMismatchError:
         return TypeMismatchError(
-            f"{self._kind} {self._id!r} is a {other.name}, not a {self._info.name}"
+            f"{self._kind} {self._id!r} is a {other.name}, not a {self._type_name}"
         )
 
 
@@ -190,18 +231,28 @@ class CloseCall(Call[bool]):
     `on_closing` runs after the current turn ends, so awaiting it never deadlocks.
     """
 
-    __slots__ = ("_id", "_kind")
+    __slots__ = ("_here", "_id", "_kind")
 
-    def __init__(self, runtime: Runtime, kind: ObjectKind, obj_id: str) -> None:
+    def __init__(
+        self, runtime: Runtime, kind: ObjectKind, obj_id: str, *, here: bool = False
+    ) -> None:
         super().__init__(runtime)
         self._kind = kind
         self._id = obj_id
+        #: Close the object on this Host (the global objects decided it lives here).
+        self._here = here
 
     def _start(self, cancel: CancellationToken | None) -> Completion[bool]:
         runtime = self._runtime
         early = self._refused(cancel)
         if early is not None:
             return early
+        objects = runtime.objects
+        if objects is not None and not self._here:
+            timeout = self._timeout
+            if timeout is None:
+                timeout = runtime.default_request_timeout
+            return objects.close_object(self._kind, self._id, timeout, cancel)
         engine = runtime.engine
         turn = current_turn()
         with engine.lock:
@@ -261,8 +312,17 @@ class _CloseWait(PendingEntry):
         return table.finish(route, exc=exc)
 
 
-def _type_info(runtime: Runtime, cls: object, kind: ObjectKind) -> TypeInfo:
+def _type_info(runtime: Runtime, cls: object, kind: ObjectKind) -> TypeInfo | None:
+    """This Host's registration of `cls`; None for a class of the right kind that only
+    other nodes register (global objects place it there)."""
     info = runtime.engine.by_class.get(cls) if isinstance(cls, type) else None
+    if (
+        info is None
+        and runtime.objects is not None
+        and isinstance(cls, type)
+        and issubclass(cls, Spot if kind is ObjectKind.SPOT else Actor)
+    ):
+        return None
     if info is None or info.kind is not kind:
         name = getattr(cls, "__qualname__", repr(cls))
         option = kind.name.lower()
@@ -286,27 +346,35 @@ class SpotManager:
     def create(self, spot_type: type) -> CreateCall:
         """Create a new Spot of `spot_type` under a fresh id."""
         info = self._user_spot(spot_type)
+        name = info.name if info is not None else spot_type_name(spot_type)
         # 48 characters of the type name at most: the id stays within 255 UTF-8 bytes.
-        spot_id = f"{info.name[:48]}-{uuid.uuid4().hex}"
-        return CreateCall(self._runtime, ObjectKind.SPOT, spot_id, info, True)
+        spot_id = f"{name[:48]}-{uuid.uuid4().hex}"
+        return CreateCall(self._runtime, ObjectKind.SPOT, spot_id, info, True, name)
 
     def get_or_create(self, spot_id: str, spot_type: type) -> CreateCall:
         """Get Spot `spot_id`, creating it as a `spot_type` if it does not exist."""
         check_id("spot_id", spot_id)
-        return CreateCall(
-            self._runtime, ObjectKind.SPOT, spot_id, self._user_spot(spot_type), False
-        )
+        info = self._user_spot(spot_type)
+        name = info.name if info is not None else spot_type_name(spot_type)
+        return CreateCall(self._runtime, ObjectKind.SPOT, spot_id, info, False, name)
 
     def close(self, spot_id: str) -> CloseCall:
         """Close Spot `spot_id`: True once closed, False while it still has members."""
         return CloseCall(self._runtime, ObjectKind.SPOT, check_id("spot_id", spot_id))
 
-    def _user_spot(self, spot_type: type) -> TypeInfo:
+    def _user_spot(self, spot_type: type) -> TypeInfo | None:
         if isinstance(spot_type, type):
             info = self._user_spots.get(spot_type)
             if info is not None:
                 return info
         info = _type_info(self._runtime, spot_type, ObjectKind.SPOT)
+        if info is None:
+            if issubclass(spot_type, InstanceSpot):
+                raise InvalidOperationError(
+                    f"{spot_type.__qualname__} is an InstanceSpot: it is activated by a "
+                    "message with instance intent (send_to_spot(...).activate()), not created"
+                )
+            return None
         if issubclass(info.cls, InstanceSpot):
             raise InvalidOperationError(
                 f"{info.name} is an InstanceSpot: it is activated by a message with "
@@ -328,14 +396,49 @@ class ActorManager:
         """Create Actor `actor_id` (in the Entry Spot); `AlreadyExistsError` if it exists."""
         check_id("actor_id", actor_id)
         info = _type_info(self._runtime, actor_type, ObjectKind.ACTOR)
-        return CreateCall(self._runtime, ObjectKind.ACTOR, actor_id, info, True)
+        name = info.name if info is not None else spot_type_name(actor_type)
+        return CreateCall(self._runtime, ObjectKind.ACTOR, actor_id, info, True, name)
 
     def get_or_create(self, actor_id: str, actor_type: type) -> CreateCall:
         """Get Actor `actor_id`, creating it as an `actor_type` (in the Entry Spot)."""
         check_id("actor_id", actor_id)
         info = _type_info(self._runtime, actor_type, ObjectKind.ACTOR)
-        return CreateCall(self._runtime, ObjectKind.ACTOR, actor_id, info, False)
+        name = info.name if info is not None else spot_type_name(actor_type)
+        return CreateCall(self._runtime, ObjectKind.ACTOR, actor_id, info, False, name)
 
     def close(self, actor_id: str) -> CloseCall:
         """Close Actor `actor_id`: True once closed."""
         return CloseCall(self._runtime, ObjectKind.ACTOR, check_id("actor_id", actor_id))
+
+
+def create_here(
+    runtime: Runtime,
+    kind: ObjectKind,
+    obj_id: str,
+    info: TypeInfo,
+    request: object,
+    timeout: float,
+    generation: int,
+) -> Completion[Any]:
+    """The global objects' attempt on this Host, for the id they reserved under
+    `generation`: the factory and the creation hooks run here (a get-or-create, so a
+    local object of that id is `Existing`)."""
+    call = CreateCall(runtime, kind, obj_id, info, False)
+    call._generation = generation
+    call._timeout = timeout
+    if request is not None:
+        call._request = request
+    return call.submit()
+
+
+def close_here(
+    runtime: Runtime,
+    kind: ObjectKind,
+    obj_id: str,
+    timeout: float,
+    cancel: CancellationToken | None,
+) -> Completion[bool]:
+    """Close `obj_id` on this Host (the global objects found it here)."""
+    call = CloseCall(runtime, kind, obj_id, here=True)
+    call._timeout = timeout
+    return call.submit(cancel)

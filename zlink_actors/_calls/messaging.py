@@ -32,6 +32,7 @@ from .._core.errors import (
     NotFoundError,
     ProtocolError,
     TypeMismatchError,
+    UnavailableError,
     shutting_down,
 )
 from .._core.pending import Request, ServedRequest, SyncRequest
@@ -43,18 +44,26 @@ from .._engine.driver import YieldAwaitable
 from .._engine.handlers import HandlerInfo
 from .._engine.instance import activate_instance
 from .._engine.kernel import Runtime
-from .._engine.objects import InstanceSpot, ObjectKind
+from .._engine.objects import InstanceSpot, ObjectKind, spot_type_name
 from .._engine.registry import Activation
 from .._engine.turn import TurnContext, current_turn, require_yield_turn
 from .call import Call
 
 _SERVING = HostState.SERVING
+_GLOBAL_KINDS: Final = frozenset({ObjectKind.SPOT, ObjectKind.ACTOR})
 _NEVER = math.inf
 #: The longest timed lock wait the platform accepts; a longer deadline takes the timer.
 _WAIT_MAX = threading.TIMEOUT_MAX
 
 
-__all__ = ["RequestCall", "SendCall", "deliver_request", "deliver_send"]
+__all__ = [
+    "RequestCall",
+    "SendCall",
+    "activate_here",
+    "deliver_request",
+    "deliver_send",
+    "local_request",
+]
 
 T = TypeVar("T")
 
@@ -123,13 +132,30 @@ class _MessageCall(Call[T]):
             raise InvalidOperationError("activate() was already set on this call")
         if spot_type is not None:
             info = self._runtime.engine.by_class.get(spot_type)
-            if info is None or not issubclass(info.cls, InstanceSpot):
+            if info is None and self._runtime.objects is not None:
+                # Global objects: a type registered on another node of the mesh.
+                if not (isinstance(spot_type, type) and issubclass(spot_type, InstanceSpot)):
+                    raise NotConfiguredError(f"{spot_type!r} is not an InstanceSpot type")
+            elif info is None or not issubclass(info.cls, InstanceSpot):
                 raise NotConfiguredError(f"{spot_type!r} is not a registered InstanceSpot type")
         self._intent = spot_type if spot_type is not None else _ANY_INSTANCE
         return self
 
-    def _cold(self, admit: Callable[[Activation, HandlerInfo], Completion[Any]]) -> Completion[Any]:
+    def _cold(
+        self,
+        admit: Callable[[Activation, HandlerInfo], Completion[Any]],
+        timeout: float | None,
+        cancel: CancellationToken | None,
+    ) -> Completion[Any]:
+        """No Spot `_target` here and the call has instance intent: activate it here, or,
+        with global objects, wherever the mesh decides (`timeout` None: a one-way)."""
         explicit = None if self._intent is _ANY_INSTANCE else self._intent
+        objects = self._runtime.objects
+        if objects is not None:
+            name = None if explicit is None else spot_type_name(explicit)
+            return objects.activate(
+                self._target, name, self._payload, self._metadata, self._reply, timeout, cancel
+            )
         return activate_instance(self._runtime, self._target, explicit, self._payload, admit)
 
     def _routed(self) -> Completion[Any] | _Elsewhere | None:
@@ -150,6 +176,13 @@ class _MessageCall(Call[T]):
             if routed is not None:
                 return routed
         act = self._table.get(self._target)
+        if act is not None and self._runtime.fenced and self._kind in _GLOBAL_KINDS:
+            return failed(
+                UnavailableError(
+                    f"{self._kind} {self._target!r}: this node's owner lease lapsed, it "
+                    "admits no new messages"
+                )
+            )
         if act is None or act.closed:
             if self._intent is not None and self._runtime.state is HostState.SERVING:
                 return _COLD
@@ -187,7 +220,7 @@ class _MessageCall(Call[T]):
         """The common case, decided cheaply: a serving Host, an application thread, a live
         target with a handler. None when any of that fails (the full path decides)."""
         runtime = self._runtime
-        if runtime.state is not _SERVING or runtime_var.get() is not None:
+        if runtime.state is not _SERVING or runtime.fenced or runtime_var.get() is not None:
             return None
         if self._route is not _LOCAL and self._kind in runtime.remote.first:
             return None
@@ -268,7 +301,7 @@ class SendCall(_MessageCall[None]):
             return early
         found = self._target_handler()
         if found is _COLD:
-            return self._cold(self._admit_here)
+            return self._cold(self._admit_here, None, None)
         if found is _REMOTE:
             return self._runtime.remote.send(self._route, self._payload, self._metadata)
         if isinstance(found, Completion):
@@ -494,7 +527,10 @@ class RequestCall(_MessageCall[T], Generic[T]):
         cancel: CancellationToken | None,
     ) -> Completion[T]:
         if found is _COLD:
-            return self._cold(lambda act, info: self._admit(act, info, cancel))
+            timeout = self._timeout
+            if timeout is None:
+                timeout = self._runtime.default_request_timeout
+            return self._cold(lambda act, info: self._admit(act, info, cancel), timeout, cancel)
         if found is _REMOTE:
             return self._remote(cancel)
         if isinstance(found, Completion):
@@ -612,7 +648,7 @@ def deliver_request(
     """
     act = runtime.engine.tables[kind].get(target)
     info = None if act is None or act.closed else act.type.table.find(type(payload))
-    if info is None or act is None or runtime.state is not _SERVING:
+    if info is None or act is None or runtime.state is not _SERVING or runtime.fenced:
         call = _ServedCall(runtime, kind, target, payload, done)
         call._route = _LOCAL
         call._metadata = metadata
@@ -636,3 +672,75 @@ def deliver_request(
         return Completion(req)
     req.arm(runtime.timers, timeout)
     return req
+
+
+def local_request(
+    runtime: Runtime,
+    kind: ObjectKind,
+    target: str,
+    payload: object,
+    metadata: dict[str, object] | None,
+    reply: type | None,
+    timeout: float,
+    cancel: CancellationToken | None,
+) -> Completion[Any]:
+    """A request that the mesh resolved to this Host: it is never routed again."""
+    call: RequestCall[Any] = RequestCall(runtime, kind, target, payload, reply)
+    call._route = _LOCAL
+    call._metadata = metadata
+    call._timeout = timeout
+    return call.submit(cancel)
+
+
+class _HereSend(SendCall):
+    """A send with instance intent that activates its Spot on this Host, under the
+    generation its authority record issued (`activate_here`)."""
+
+    __slots__ = ("_generation",)
+    _generation: int
+
+    def _cold(
+        self,
+        admit: Callable[[Activation, HandlerInfo], Completion[Any]],
+        timeout: float | None,
+        cancel: CancellationToken | None,
+    ) -> Completion[Any]:
+        explicit = None if self._intent is _ANY_INSTANCE else self._intent
+        return activate_instance(
+            self._runtime, self._target, explicit, self._payload, admit, self._generation
+        )
+
+
+class _HereRequest(RequestCall[Any]):
+    """A request with instance intent that activates its Spot here (see `_HereSend`)."""
+
+    __slots__ = ("_generation",)
+    _generation: int
+
+    _cold = _HereSend._cold
+
+
+def activate_here(
+    runtime: Runtime,
+    spot_id: str,
+    spot_type: type | None,
+    payload: object,
+    metadata: dict[str, object] | None,
+    reply: type | None,
+    timeout: float | None,
+    cancel: CancellationToken | None,
+    generation: int,
+) -> Completion[Any]:
+    """Deliver a message with instance intent on this Host, activating Spot `spot_id`
+    here if it is missing (`timeout` None: a one-way send)."""
+    call: _HereSend | _HereRequest
+    if timeout is None:
+        call = _HereSend(runtime, ObjectKind.SPOT, spot_id, payload)
+    else:
+        call = _HereRequest(runtime, ObjectKind.SPOT, spot_id, payload, reply)
+        call._timeout = timeout
+    call._generation = generation
+    call._route = _LOCAL
+    call._metadata = metadata
+    call._intent = spot_type if spot_type is not None else _ANY_INSTANCE
+    return call.submit(cancel)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Self
 
 from .._core.cancellation import CancellationToken, check_token
-from .._core.completion import Completion, settled
+from .._core.completion import Completion, _Cell, settled
 from .._core.errors import InvalidOperationError
 from .._engine.kernel import Runtime
 from .._engine.multicast import Transaction
@@ -21,9 +21,11 @@ class PublishCall(Call[None]):
     """`publish(channel, topic, payload)`. Created by the runtime; not constructed by
     users. Terminators `submit()` and `submit_sync()`; no `yield_()`, no `timeout()`."""
 
-    __slots__ = ("_channel", "_payload", "_topic")
+    __slots__ = ("_channel", "_here", "_payload", "_topic")
 
-    def __init__(self, runtime: Runtime, channel: str, topic: str, payload: object) -> None:
+    def __init__(
+        self, runtime: Runtime, channel: str, topic: str, payload: object, *, here: bool = False
+    ) -> None:
         for name, value in (("channel", channel), ("topic", topic)):
             if not isinstance(value, str):
                 raise TypeError(f"{name} must be a str, got {type(value).__name__}")
@@ -33,6 +35,8 @@ class PublishCall(Call[None]):
         self._channel = channel
         self._topic = topic
         self._payload = payload
+        #: A publish another node routed here: its Spots only, never routed again.
+        self._here = here
 
     def timeout(self, seconds: float) -> Self:
         """Not offered: a publish waits for a slot with no time limit (docs/object-model.md)."""
@@ -62,11 +66,34 @@ class PublishCall(Call[None]):
         with engine.lock:  # the target snapshot, taken when the operation starts
             ids = engine.subscribers.get((self._channel, self._topic), ())
             targets = [engine.spots[i] for i in ids if i in engine.spots]
+        objects = None if self._here else runtime.objects
         if not targets:
-            return settled(None)
+            if objects is None:
+                return settled(None)
+            return objects.publish(self._channel, self._topic, self._payload, self._metadata)
         tx = Transaction(targets, self._payload, self._metadata)
         publisher = runtime.publisher
         if cancel is not None:
             tx.registration = cancel._register_internal(lambda: publisher.cancel(tx))
         publisher.submit(tx)
-        return Completion(tx.cell, lambda: publisher.cancel(tx))
+        if objects is None:
+            return Completion(tx.cell, lambda: publisher.cancel(tx))
+        # Global objects: after the local commit, one routed message per remote node.
+        cell: _Cell[None] = _Cell()
+        channel, topic, payload, metadata = (
+            self._channel,
+            self._topic,
+            self._payload,
+            self._metadata,
+        )
+
+        def committed(local: Completion[None]) -> None:
+            exc = local._cell._exc
+            if exc is not None:
+                cell.try_set(None, exc)
+                return
+            sent = objects.publish(channel, topic, payload, metadata)
+            sent._add_inline(lambda done: cell.try_set(None, done._cell._exc))
+
+        Completion(tx.cell)._add_inline(committed)
+        return Completion(cell, lambda: publisher.cancel(tx))

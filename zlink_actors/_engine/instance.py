@@ -35,7 +35,12 @@ Admit = Callable[[Activation, HandlerInfo], Completion[Any]]
 
 
 def activate_instance(
-    runtime: Runtime, spot_id: str, explicit: type | None, payload: object, admit: Admit
+    runtime: Runtime,
+    spot_id: str,
+    explicit: type | None,
+    payload: object,
+    admit: Admit,
+    generation: int = 0,
 ) -> Completion[Any]:
     """Deliver with instance intent to `spot_id`, activating it if it is missing."""
     engine = runtime.engine
@@ -93,7 +98,7 @@ def activate_instance(
             with engine.lock:
                 engine.end_attempt(key)
             return failed(internal_failure(f"{type_info.name}()", exc))
-        act = engine.new_spot(spot_id, type_info, instance)
+        act = engine.new_spot(spot_id, type_info, instance, generation)
         act.subscriptions = subscriptions
         act.init_pending = True
         # Hold the new Spot's queue until it is registered: its first record is ours.

@@ -25,7 +25,7 @@ from .._core.state import HostState, ShutdownResult
 from .._core.workers import CpuPool, IoExecutor
 from .multicast import Publisher
 from .registry import Engine
-from .remote import RemoteRoutes
+from .remote import GlobalObjects, RemoteRoutes
 from .services import Services
 
 __all__ = ["Runtime"]
@@ -70,6 +70,11 @@ class Runtime:
         self.services = services
         #: Where calls to targets this Host does not hold go (`remote.py`).
         self.remote = remote
+        #: Global Spots and Actors (a Host with `location=`); None: they are local.
+        self.objects: GlobalObjects | None = None
+        #: The owner lease's admission deadline passed (`mesh/objects.py`): the objects
+        #: this Host owns admit no new messages, timer ticks or creations.
+        self.fenced = False
         #: `Host(check_codec=True)`: `check(value, into)` returns `value` as it would
         #: cross the wire (or raises `ProtocolError`); None: local values are not checked.
         self.codec_check: Callable[[object, object], object] | None = None

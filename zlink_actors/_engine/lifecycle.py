@@ -90,9 +90,9 @@ def start_attempt(runtime: Runtime, attempt: Attempt, request: object, *, hooks:
         _abort(runtime, attempt, internal_failure(f"{info.name}()", exc))
         return
     act = (
-        engine.new_spot(obj_id, info, instance)
+        engine.new_spot(obj_id, info, instance, attempt.generation)
         if kind is ObjectKind.SPOT
-        else engine.new_actor(obj_id, info, instance)
+        else engine.new_actor(obj_id, info, instance, attempt.generation)
     )
     act.subscriptions = subscriptions
     ref = act.ref()
@@ -279,6 +279,11 @@ def remove_activation(runtime: Runtime, act: Activation) -> None:
         act.timers.cancel_all()
     if left is not None:
         tell_left(runtime, act.spot, left)
+    if runtime.objects is not None and act.kind in _GLOBAL_KINDS:
+        runtime.objects.removed(act)
+
+
+_GLOBAL_KINDS = frozenset({ObjectKind.SPOT, ObjectKind.ACTOR})
 
 
 def drop_record(runtime: Runtime, box: Mailbox, rec: Record, exc: BaseException) -> None:

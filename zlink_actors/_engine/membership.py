@@ -51,7 +51,7 @@ def start_move(runtime: Runtime, act: Activation, spot_id: str | None) -> None:
     if target is engine.entry:
         _finish(runtime, act, JoinResult(wanted, _move(runtime, act, target)))
         return
-    ref = ActorRef(act.id, act.generation)
+    ref = ActorRef(act.id, act.generation, act.routing_id)
 
     asked = False
 
@@ -88,7 +88,7 @@ def _move(runtime: Runtime, act: Activation, target: Activation) -> bool:
         left = old.drop_member(act.id)
         act.spot = target
         if target is not engine.entry:  # the Entry Spot keeps no member list
-            target.add_member(ActorRef(act.id, act.generation))
+            target.add_member(ActorRef(act.id, act.generation, act.routing_id))
     gate: Gate[Mailbox] = target.box.gate if target.box.gate.spotwide else Gate()
     runtime.pool.move(act.box, gate)
     if left is not None:

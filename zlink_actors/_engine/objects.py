@@ -31,6 +31,7 @@ __all__ = [
     "SpotRef",
     "check_id",
     "configure_spot",
+    "spot_type_name",
     "_Lifecycle",
 ]
 
@@ -83,6 +84,13 @@ class SpotConfig:
                 raise ValueError(f"{name} must not be empty")
         if (channel, topic) not in self.subscriptions:
             self.subscriptions.append((channel, topic))
+
+
+def spot_type_name(cls: type) -> str:
+    """The name a Spot or Actor class is registered and known under across a mesh: its
+    class attribute `type_name` when set, else its `__qualname__`."""
+    name = getattr(cls, "type_name", None)
+    return name if isinstance(name, str) and name else cls.__qualname__
 
 
 def configure_spot(instance: Spot) -> list[tuple[str, str]] | tuple[()]:
@@ -192,18 +200,24 @@ class NodeHandler:
 
 @dataclass(frozen=True, slots=True)
 class SpotRef:
-    """An immutable snapshot of a Spot's identity; never a message target."""
+    """An immutable snapshot of a Spot's identity; never a message target.
+
+    `routing_id` is the owner node's routing id (None on a Host without a mesh)."""
 
     spot_id: str
     generation: int
+    routing_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class ActorRef:
-    """An immutable snapshot of an Actor's identity; never a message target."""
+    """An immutable snapshot of an Actor's identity; never a message target.
+
+    `routing_id` is the owner node's routing id (None on a Host without a mesh)."""
 
     actor_id: str
     generation: int
+    routing_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

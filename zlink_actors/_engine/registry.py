@@ -76,6 +76,7 @@ class Activation:
         "member_refs",
         "members",
         "parked",
+        "routing_id",
         "spare",
         "spare_context",
         "spot",
@@ -122,6 +123,8 @@ class Activation:
         self.init_pending = False
         #: Handler coroutines parked in `yield_()` (discarded if the object closes).
         self.parked: set[Frame] | None = None
+        #: The owner node's routing id its refs carry (None without a mesh).
+        self.routing_id: str | None = None
 
     @property
     def resume_box(self) -> Mailbox:
@@ -155,8 +158,8 @@ class Activation:
 
     def ref(self) -> SpotRef | ActorRef:
         if self.kind is ACTOR:
-            return ActorRef(self.id, self.generation)
-        return SpotRef(self.id, self.generation)
+            return ActorRef(self.id, self.generation, self.routing_id)
+        return SpotRef(self.id, self.generation, self.routing_id)
 
     def __repr__(self) -> str:
         return f"<{self.kind} {self.id!r} {self.type.name}>"
@@ -171,10 +174,15 @@ class Attempt(_Cell[object]):
     attempt costs no lock object of its own.
     """
 
-    __slots__ = ("info", "kind", "obj_id")
+    __slots__ = ("generation", "info", "kind", "obj_id")
 
     def __init__(
-        self, kind: ObjectKind, obj_id: str, info: TypeInfo, lock: threading.RLock
+        self,
+        kind: ObjectKind,
+        obj_id: str,
+        info: TypeInfo,
+        lock: threading.RLock,
+        generation: int = 0,
     ) -> None:
         # Flat on purpose (one per create): what `_Cell.__init__` sets, then our own.
         self._lock = lock
@@ -187,6 +195,8 @@ class Attempt(_Cell[object]):
         self.kind = kind
         self.obj_id = obj_id
         self.info = info
+        #: The object generation its authority record issued (0: the Host's own counter).
+        self.generation = generation
 
     @property
     def key(self) -> tuple[ObjectKind, str]:
@@ -214,6 +224,8 @@ class Engine:
             NODE: self.nodes,
         }
         self.generations = 0
+        #: This node's routing id, carried by every ref (None on a Host without a mesh).
+        self.routing_id: str | None = None
         self.handler_failures = 0
         self.dropped_records = 0
         #: (channel, topic) -> ids of the Ready Spots subscribed to it.
@@ -304,21 +316,32 @@ class Engine:
         info: TypeInfo,
         instance: object,
         spot: Activation | None = None,
+        generation: int = 0,
     ) -> Activation:
-        self.generations += 1
+        if not generation:
+            self.generations += 1
+            generation = self.generations
         if spot is not None:
             # SpotWide: the Spot's gate covers its members; Entry / PerActor: own gate.
             gate: Gate[Mailbox] = spot.box.gate if spot.box.gate.spotwide else Gate()
         else:
             spotwide = kind is SPOT and getattr(info.cls, "mode", None) is SpotMode.SPOT_WIDE
             gate = Gate(spotwide=spotwide and info.cls is not _EntrySpot)
-        return Activation(kind, obj_id, info, instance, self.generations, gate, spot)
+        act = Activation(kind, obj_id, info, instance, generation, gate, spot)
+        act.routing_id = self.routing_id
+        return act
 
-    def new_spot(self, spot_id: str, info: TypeInfo, instance: object) -> Activation:
-        return self._activate(SPOT, spot_id, info, instance)
+    def new_spot(
+        self, spot_id: str, info: TypeInfo, instance: object, generation: int = 0
+    ) -> Activation:
+        return self._activate(SPOT, spot_id, info, instance, generation=generation)
 
-    def new_actor(self, actor_id: str, info: TypeInfo, instance: object) -> Activation:
-        return self._activate(ACTOR, actor_id, info, instance, spot=self.entry)
+    def new_actor(
+        self, actor_id: str, info: TypeInfo, instance: object, generation: int = 0
+    ) -> Activation:
+        return self._activate(
+            ACTOR, actor_id, info, instance, spot=self.entry, generation=generation
+        )
 
     def make_ready(self, act: Activation, attempt_key: tuple[ObjectKind, str] | None) -> None:
         """Register `act` (it becomes reachable) and apply its subscriptions."""

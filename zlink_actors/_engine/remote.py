@@ -26,8 +26,10 @@ from .._core.cancellation import CancellationToken
 from .._core.completion import Completion, failed
 from .._core.errors import NotFoundError
 from .objects import ObjectKind
+from .registry import Activation, TypeInfo
 
 __all__ = [
+    "GlobalObjects",
     "LOCAL_ONLY",
     "LocalChannels",
     "LocalOnly",
@@ -69,6 +71,60 @@ class RemoteRoutes(Protocol):
         cancel: CancellationToken | None,
     ) -> Completion[Any]:
         """A request along `route`, with its whole deadline `timeout`."""
+        ...
+
+
+class GlobalObjects(Protocol):
+    """Spots and Actors that are global across a mesh (a Host with `location=`): the
+    calls the engine hands over instead of deciding them in this process alone.
+
+    The mesh tier implements it (`mesh/objects.py`); a Host without `location=` has none.
+    Sends and requests to objects held elsewhere go through `RemoteRoutes`."""
+
+    def create(
+        self,
+        kind: ObjectKind,
+        obj_id: str,
+        type_name: str,
+        info: TypeInfo | None,
+        exclusive: bool,
+        request: object,
+        timeout: float,
+        cancel: CancellationToken | None,
+    ) -> Completion[Any]:
+        """A create (`exclusive`) or get-or-create of `obj_id` somewhere in the mesh;
+        `info` is this Host's registration of the type (None: it has none)."""
+        ...
+
+    def close_object(
+        self, kind: ObjectKind, obj_id: str, timeout: float, cancel: CancellationToken | None
+    ) -> Completion[bool]:
+        """Close `obj_id` wherever it lives; completes once its record is deleted."""
+        ...
+
+    def activate(
+        self,
+        spot_id: str,
+        type_name: str | None,
+        payload: object,
+        metadata: dict[str, object] | None,
+        reply: type | None,
+        timeout: float | None,
+        cancel: CancellationToken | None,
+    ) -> Completion[Any]:
+        """A message with instance intent to a Spot this Host does not hold (`timeout`
+        None: a one-way send)."""
+        ...
+
+    def publish(
+        self, channel: str, topic: str, payload: object, metadata: dict[str, object] | None
+    ) -> Completion[None]:
+        """The remote part of a publish that committed here: one routed message per
+        eligible remote node; completes once each was admitted by the transport."""
+        ...
+
+    def removed(self, act: Activation) -> None:
+        """`act` left this Host (closed, deactivated, or shut down): its record goes."""
         ...
 
 

@@ -109,6 +109,11 @@ class _Timer:
         runtime = self.owner.runtime
         if self.cancelled or runtime.state is not HostState.SERVING:
             return
+        if runtime.fenced:
+            # The owner lease lapsed (docs/mesh.md "Owner leases"): no tick is admitted;
+            # the next one is armed, and the skipped ones are counted when one runs.
+            self.arm(index + 1)
+            return
         tick = TimerTick(self.key, self.delivered + 1, index, index - self.scheduled - 1)
         self.scheduled = index
         self.delivered += 1

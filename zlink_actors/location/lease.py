@@ -234,8 +234,15 @@ class OwnerLease:
         self.grant = None
         raise UnavailableError(f"the lease of {self.owner!r} was lost (expired or replaced)")
 
-    async def release(self) -> None:
-        """End the host run's lease (a lease already lost is no error)."""
+    async def release(self, *, forget: bool = False) -> None:
+        """End the host run's lease (a lease already lost is no error).
+
+        `forget`: also delete the owner's generation counter, for an owner id that is
+        never used again (a mesh node's routing id is new at every start); a later run of
+        the same id would start again at generation 1.
+        """
         grant, self.grant = self.grant, None
-        if grant is not None:
-            await self.store.write([IfVersion(self._key, grant.version)], [Delete(self._key)])
+        if grant is None:
+            return
+        mutations = [Delete(self._key), *([Delete(self._counter)] if forget else [])]
+        await self.store.write([IfVersion(self._key, grant.version)], mutations)

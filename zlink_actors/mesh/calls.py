@@ -80,15 +80,26 @@ class Calls(Handshake):
         self, route: object, payload: object, metadata: dict[str, object] | None
     ) -> Completion[None]:
         assert isinstance(route, _Route)
+        return self._send(route, payload, metadata, None)
+
+    def _send(
+        self,
+        route: _Route,
+        payload: object,
+        metadata: dict[str, object] | None,
+        intent: str | None,
+    ) -> Completion[None]:
+        """`send`, with the instance intent of a Spot message (None: none)."""
         try:
             type_name, data = self._encode(payload, route.peer)
             env = wire.encode_fields(
                 wire.SEND,
-                target_kind=route.kind.value,
+                target_kind=wire.OBJECTS if route.kind is None else route.kind.value,
                 target=route.target,
                 mesh=self.config.name,
                 metadata=metadata,
                 type_name=type_name,
+                intent=intent,
             )
         except ProtocolError as exc:
             return failed(exc)
@@ -125,6 +136,21 @@ class Calls(Handshake):
         cancel: CancellationToken | None,
     ) -> Completion[Any]:
         assert isinstance(route, _Route)
+        return self._request(route, payload, metadata, reply, timeout, cancel, None, None)
+
+    def _request(
+        self,
+        route: _Route,
+        payload: object,
+        metadata: dict[str, object] | None,
+        reply: type | None,
+        timeout: float,
+        cancel: CancellationToken | None,
+        intent: str | None,
+        cache_key: object,
+    ) -> Completion[Any]:
+        """`request`, with the instance intent of a Spot message (None: none) and the
+        route-cache entry an `UnavailableError` reply invalidates (None: none)."""
         peer = route.peer
         try:
             type_name, data = self._encode(payload, peer)
@@ -143,7 +169,7 @@ class Calls(Handshake):
             live = peer.state is PeerState.READY and not self._closed
             if live:
                 peer.inflight.add(route_id)
-                self._calls[route_id] = (peer, reply)
+                self._calls[route_id] = (peer, reply, cache_key)
         if not live:
             runtime.fail_entry(
                 entry, UnavailableError(f"node {peer.routing_id!r} is {peer.state.value}")
@@ -157,7 +183,7 @@ class Calls(Handshake):
         transport = self._transport
         assert transport is not None
         due = runtime.timers._now() + timeout
-        kind_name = route.kind.value
+        kind_name = wire.OBJECTS if route.kind is None else route.kind.value
 
         def envelope(budget: float) -> bytes:
             return wire.encode_fields(
@@ -170,6 +196,7 @@ class Calls(Handshake):
                 deadline=budget,
                 metadata=metadata,
                 type_name=type_name,
+                intent=intent,
             )
 
         def refresh() -> list[bytes]:
@@ -278,6 +305,8 @@ class Calls(Handshake):
         exc: BaseException | None = None
         if env.error_kind >= 0:
             exc = Codec.decode_error(env.error_kind, env.error)
+            if call[2] is not None and isinstance(exc, UnavailableError):
+                self._routes.pop(call[2], None)  # a stale owner: resolve again next call
         else:
             reply = call[1]
             try:

@@ -39,6 +39,7 @@ __all__ = [
     "CANCEL",
     "COMMANDS",
     "HELLO",
+    "OBJECTS",
     "REJECT",
     "REPLY",
     "REQUEST",
@@ -66,8 +67,11 @@ UPDATE: Final = 8
 BYE: Final = 9
 #: Every command an envelope may carry.
 COMMANDS: Final = frozenset({SEND, REQUEST, REPLY, CANCEL, HELLO, ADMIT, REJECT, UPDATE, BYE})
+#: The target kind of the global objects' own requests between nodes (create, close,
+#: publish: `mesh/objects.py`).
+OBJECTS: Final = "objects"
 #: Every `Envelope.target_kind` ("" = no target: handshake, replies, flow).
-TARGET_KINDS: Final = frozenset({"Spot", "Actor", "channel", "node", ""})
+TARGET_KINDS: Final = frozenset({"Spot", "Actor", "channel", "node", OBJECTS, ""})
 
 _OP_BYTES: Final = 16  # an OperationId is 128 bits
 _MAX_ROUTE: Final = 2**64 - 1  # a ReplyRouteId is 64 bits
@@ -95,6 +99,9 @@ class Envelope(msgspec.Struct, array_like=True, frozen=True):
     type_name: str = ""  # the payload's type name ("" = none, or a plain value)
     error_kind: int = _NO_ERROR  # replies: -1 success, else an ErrorKind value
     error: str = ""  # replies: the error message
+    #: Instance intent of a Spot message (None: none; "": the receiver's only
+    #: InstanceSpot type; else that type's name).
+    intent: str | None = None
 
     def __post_init__(self) -> None:
         # On decode msgspec has checked the types and turns these into ValidationError.
@@ -128,6 +135,7 @@ def encode_fields(
     type_name: str = "",
     error_kind: int = _NO_ERROR,
     error: str = "",
+    intent: str | None = None,
 ) -> bytes:
     """The bytes `encode_envelope(Envelope(...))` gives for these fields (an array-like
     Struct is a MessagePack array), without making and checking an `Envelope`: for the
@@ -138,7 +146,7 @@ def encode_fields(
     """
     fields = (command, op, route, target_kind, target, mesh, deadline, metadata, type_name)
     try:
-        return _ENCODER.encode((*fields, error_kind, error))
+        return _ENCODER.encode((*fields, error_kind, error, intent))
     except Exception as exc:  # TypeError, OverflowError, RecursionError from msgspec
         raise ProtocolError(f"the envelope cannot be encoded: {_why(exc)}") from None
 

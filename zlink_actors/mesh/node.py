@@ -41,7 +41,7 @@ from .config import (
     completion_endpoint,
     parse_endpoint,
 )
-from .inbound import Inbound
+from .objects import GlobalObjects
 from .peers import Peer
 from .state import (
     _CLOSE_POLL,
@@ -57,7 +57,7 @@ from .state import (
 __all__ = ["MeshNode", "MeshStatistics"]
 
 
-class MeshNode(Inbound):
+class MeshNode(GlobalObjects):
     """One Host's node of a RouteMesh; built by `Host(mesh=...)`."""
 
     def start(self) -> None:
@@ -123,8 +123,10 @@ class MeshNode(Inbound):
             )
             self._keeper.start()
         if self.location is not None:
-            self._discovery = asyncio.run_coroutine_threadsafe(
-                self._discover(self.location), self.runtime.io.loop
+            loop = self.runtime.io.loop
+            self._discovery = asyncio.run_coroutine_threadsafe(self._discover(self.location), loop)
+            self._leasing = asyncio.run_coroutine_threadsafe(
+                self.keep_lease(self._discovery_stop.is_set), loop
             )
 
     def begin_drain(self) -> None:
@@ -141,9 +143,10 @@ class MeshNode(Inbound):
         self._discovery_stop.set()
         if self._keeper is not None:
             self._keeper.join(_WITHDRAW_WAIT)
-        if self._discovery is not None:
-            with contextlib.suppress(Exception):
-                self._discovery.result(_WITHDRAW_WAIT)
+        for running in (self._discovery, self._leasing):
+            if running is not None:
+                with contextlib.suppress(Exception):
+                    running.result(_WITHDRAW_WAIT * 2)
 
     def close(self, seconds: float) -> None:
         """The runtime stopped: wait (at most `seconds`) until every peer has admitted
@@ -224,6 +227,10 @@ class MeshNode(Inbound):
                 decode_errors=self.decode_errors + (stats.dropped_frames if stats else 0),
                 dropped_messages=self.dropped_messages,
                 late_replies=self.late_replies,
+                lease_admitting=not self.runtime.fenced and self._admitting(),
+                owned_objects=len(self._owned),
+                route_cache_hits=self.route_cache_hits,
+                route_cache_misses=self.route_cache_misses,
             )
 
     def _keep_peers(self) -> None:

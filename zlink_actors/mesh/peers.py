@@ -44,6 +44,8 @@ class Peer:
     has_node_handler: bool = False
     #: The largest payload it accepts (0: unknown): larger ones fail here, unsent.
     max_message_size: int = 0
+    #: Its placement weight for global objects (0: never a placement target).
+    placement_weight: int = 100
     #: Every connection of this peer (`conn` first).
     conns: set[bytes] = field(default_factory=set)
     #: Route ids of our requests in flight to it.
@@ -130,11 +132,30 @@ class PeerTable:
             weight = peer.channels.get(channel, 0)
             if weight > 0 and peer.state is PeerState.READY:
                 candidates.append((peer, weight))
+        return self.pick(channel, candidates)
+
+    def place(self, type_name: str) -> Peer | None:
+        """Pick a READY Object Server peer that registers `type_name` with placement
+        weight > 0, by smooth weighted round robin (global objects); None if none."""
+        candidates: list[tuple[object, int]] = [
+            (peer, peer.placement_weight)
+            for peer in self.by_rid.values()
+            if peer.state is PeerState.READY
+            and peer.placement_weight > 0
+            and type_name in peer.types
+        ]
+        picked = self.pick("\x00place\x00" + type_name, candidates)
+        assert picked is None or isinstance(picked, Peer)
+        return picked
+
+    def pick(self, name: str, candidates: list[tuple[object, int]]) -> Peer | _Local | None:
+        """Smooth weighted round robin over `candidates` ((candidate, weight > 0)), with
+        the running weights kept under `name`; None when there is no candidate."""
         if not candidates:
             return None
         if len(candidates) == 1:
             return candidates[0][0]  # type: ignore[return-value]
-        current = self._current.setdefault(channel, {})
+        current = self._current.setdefault(name, {})
         keys = {key for key, _ in candidates}
         for key in [k for k in current if k not in keys]:
             del current[key]  # a server that left starts again from zero if it returns

@@ -105,6 +105,8 @@ class _Hello(msgspec.Struct, array_like=True, frozen=True):
     credit_window: int = 0
     #: The largest payload this node accepts (0: unknown).
     max_message_size: int = 0
+    #: Its `MeshConfig.placement_weight` (-1: unknown, an older peer: the default).
+    placement_weight: int = -1
 
 
 _encode_hello = msgspec.msgpack.Encoder().encode
@@ -128,6 +130,11 @@ class MeshStatistics:
         decode_errors: received records that could not be decoded (logged, counted).
         dropped_messages: received one-way messages that reached no handler (logged).
         late_replies: replies that found their request already finished (dropped).
+        lease_admitting: with `location=`, True while this node's owner lease admits
+            work (False before it is acquired and once its admission deadline passed).
+        owned_objects: global Spots and Actors whose Ready record names this node.
+        route_cache_hits / route_cache_misses: calls to global objects held elsewhere
+            that found a fresh route in the cache / had to read the Location Store.
     """
 
     routing_id: str
@@ -143,6 +150,10 @@ class MeshStatistics:
     decode_errors: int
     dropped_messages: int
     late_replies: int
+    lease_admitting: bool = False
+    owned_objects: int = 0
+    route_cache_hits: int = 0
+    route_cache_misses: int = 0
 
 
 @dataclass(slots=True)
@@ -166,7 +177,7 @@ class _Route:
     """A call's remote target: the peer, and the kind and target it names there."""
 
     peer: Peer
-    kind: ObjectKind
+    kind: ObjectKind | None  # None: the global objects' own request (`wire.OBJECTS`)
     target: str
 
 
@@ -206,8 +217,11 @@ class NodeState:
         self._dials: dict[bytes, _Dial] = {}
         self._dial_numbers = itertools.count(1)
         self._handshakes = itertools.count(1)
-        #: Our requests in flight: route id -> (peer, reply rule).
-        self._calls: dict[int, tuple[Peer, type | None]] = {}
+        #: Our requests in flight: route id -> (peer, reply rule, the route-cache key of
+        #: a global object's request: an `UnavailableError` reply drops that entry).
+        self._calls: dict[int, tuple[Peer, type | None, object]] = {}
+        #: The route cache of global objects ((kind, id) -> entry; `objects.py`).
+        self._routes: dict[object, object] = {}
         #: Those of them still parked for credit: route id -> their `admitted` future.
         self._parked: dict[int, Future[None]] = {}
         #: Requests we serve: (sender routing id, route id) -> the local request.
@@ -227,6 +241,7 @@ class NodeState:
         self._first_seen: dict[str, float] = {}
         self._discovery_stop = threading.Event()
         self._discovery: Future[None] | None = None
+        self._leasing: Future[None] | None = None
         self._keeper: threading.Thread | None = None
         #: The peer each endpoint we dialled led to (its advertised endpoint may be
         #: spelt otherwise): the keeper dials an endpoint again only once that peer is lost.
@@ -281,6 +296,7 @@ class NodeState:
                 draining,
                 self.config.credit_window,
                 self.config.max_message_size,
+                self.config.placement_weight,
             )
         )
 
@@ -301,6 +317,7 @@ class NodeState:
         peer.types = tuple(hello.types)
         peer.has_node_handler = hello.node_handler
         peer.max_message_size = hello.max_message_size
+        peer.placement_weight = 100 if hello.placement_weight < 0 else hello.placement_weight
         if peer.state is not PeerState.LOST:
             peer.state = PeerState.DRAINING if hello.draining else PeerState.READY
 
