@@ -61,7 +61,16 @@ class CreateCall(YieldableCall[Any]):
     """A create or get-or-create call. Created by `spots` / `actors`; not constructed by
     users. Completes with `Created(ref, reply)`, `Existing(ref)` or `Rejected(reply)`."""
 
-    __slots__ = ("_exclusive", "_generation", "_id", "_info", "_kind", "_request", "_type_name")
+    __slots__ = (
+        "_exclusive",
+        "_fresh",
+        "_generation",
+        "_id",
+        "_info",
+        "_kind",
+        "_request",
+        "_type_name",
+    )
 
     def __init__(
         self,
@@ -88,6 +97,8 @@ class CreateCall(YieldableCall[Any]):
         #: Set by the global objects (`mesh/objects.py`) for the attempt it reserved: the
         #: object generation its authority record issued; 0 for an application's call.
         self._generation = 0
+        #: `spots.create`: the id was made unique for this call.
+        self._fresh = False
 
     def request(self, payload: object) -> Self:
         """Pass `payload` to the creation hook `on_create(ctx, request)`.
@@ -140,6 +151,7 @@ class CreateCall(YieldableCall[Any]):
                 self._type_name,
                 self._info,
                 self._exclusive,
+                self._fresh,
                 request,
                 timeout,
                 cancel,
@@ -349,7 +361,9 @@ class SpotManager:
         name = info.name if info is not None else spot_type_name(spot_type)
         # 48 characters of the type name at most: the id stays within 255 UTF-8 bytes.
         spot_id = f"{name[:48]}-{uuid.uuid4().hex}"
-        return CreateCall(self._runtime, ObjectKind.SPOT, spot_id, info, True, name)
+        call = CreateCall(self._runtime, ObjectKind.SPOT, spot_id, info, True, name)
+        call._fresh = True
+        return call
 
     def get_or_create(self, spot_id: str, spot_type: type) -> CreateCall:
         """Get Spot `spot_id`, creating it as a `spot_type` if it does not exist."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 
+from .._core.completion import Completion
 from .._core.errors import InvalidOperationError, NotFoundError
 from .._core.gate import Gate
 from .._core.mailbox import Mailbox
@@ -21,12 +22,28 @@ from .._core.pool import ADMITTED
 from .._core.record import Job
 from .kernel import Runtime
 from .lifecycle import maybe_await, tell_left
-from .objects import Actor, ActorRef, InstanceSpot, JoinResult, Spot
+from .objects import Actor, ActorRef, InstanceSpot, JoinResult, ObjectKind, Spot
 from .registry import Activation
 
 __all__ = ["start_move"]
 
 log = logging.getLogger("zlink_actors")
+
+
+def _remote_join(spot_id: str, found: Completion[str | None]) -> JoinResult:
+    owner = found._cell._value if found._cell._exc is None else None
+    if found._cell._exc is not None:
+        return JoinResult(spot_id, False, found._cell._exc)
+    if owner is None:
+        return JoinResult(spot_id, False, NotFoundError(f"no Spot {spot_id!r}"))
+    return JoinResult(
+        spot_id,
+        False,
+        InvalidOperationError(
+            f"Spot {spot_id!r} is on node {owner!r}: a Join to a Spot on another node would "
+            "move the Actor there, which this version does not do"
+        ),
+    )
 
 
 def start_move(runtime: Runtime, act: Activation, spot_id: str | None) -> None:
@@ -37,7 +54,15 @@ def start_move(runtime: Runtime, act: Activation, spot_id: str | None) -> None:
     target = engine.entry if spot_id is None else engine.spots.get(spot_id)
     wanted = engine.entry.id if spot_id is None else spot_id
     if target is None or target.closed:
-        _finish(runtime, act, JoinResult(wanted, False, NotFoundError(f"no Spot {wanted!r}")))
+        objects = runtime.objects
+        if objects is None or spot_id is None:
+            _finish(runtime, act, JoinResult(wanted, False, NotFoundError(f"no Spot {wanted!r}")))
+            return
+        # Global objects: the Spot may live on another node. A Join there would move the
+        # Actor across nodes, which is not supported (docs/mesh.md "Global objects").
+        objects.owner_of(ObjectKind.SPOT, wanted)._add_inline(
+            lambda found: _finish(runtime, act, _remote_join(wanted, found))
+        )
         return
     if (target is engine.entry and spot_id is not None) or issubclass(
         target.type.cls, InstanceSpot

@@ -88,12 +88,14 @@ class GlobalObjects(Protocol):
         type_name: str,
         info: TypeInfo | None,
         exclusive: bool,
+        fresh: bool,
         request: object,
         timeout: float,
         cancel: CancellationToken | None,
     ) -> Completion[Any]:
         """A create (`exclusive`) or get-or-create of `obj_id` somewhere in the mesh;
-        `info` is this Host's registration of the type (None: it has none)."""
+        `info` is this Host's registration of the type (None: it has none); `fresh`: the
+        id was made unique for this call (`spots.create`)."""
         ...
 
     def close_object(
@@ -121,6 +123,10 @@ class GlobalObjects(Protocol):
     ) -> Completion[None]:
         """The remote part of a publish that committed here: one routed message per
         eligible remote node; completes once each was admitted by the transport."""
+        ...
+
+    def owner_of(self, kind: ObjectKind, obj_id: str) -> Completion[str | None]:
+        """The routing id of the node whose Ready record holds `obj_id` (None: none)."""
         ...
 
     def removed(self, act: Activation) -> None:

@@ -132,9 +132,18 @@ class Authority:
         return _parse(kind, object_id, found) if isinstance(found, Found) else None
 
     async def reserve(
-        self, kind: AuthorityKind, object_id: str, type_name: str, owner: OwnerFence
+        self,
+        kind: AuthorityKind,
+        object_id: str,
+        type_name: str,
+        owner: OwnerFence,
+        *,
+        fresh: bool = False,
     ) -> AuthorityRecord | Conflict:
         """Missing -> Reserved, with the next object generation for this id.
+
+        `fresh`: the id was made unique for this object (`spots.create`'s random id), so
+        it can never be created again: generation 1, and no counter is kept for it.
 
         Returns `Conflict` when a record exists (or another reserve won the race).
 
@@ -142,22 +151,26 @@ class Authority:
             GenerationExhaustedError: this id's generations are used up.
         """
         check_id("object_id", object_id)
-        counter_key = generation_key(kind.value, object_id)
-        counter = await self.store.read(counter_key)
-        if isinstance(counter, Found):
-            current = int(counter.value)
-            guard: IfMissing | IfVersion = IfVersion(counter_key, counter.version)
-        else:
-            current, guard = 0, IfMissing(counter_key)
-        generation = next_generation(current, "object")
         key = authority_key(kind.value, object_id)
+        conditions: list[IfMissing | IfVersion] = [IfMissing(key)]
+        mutations: list[Put] = []
+        if fresh:
+            generation = 1
+        else:
+            counter_key = generation_key(kind.value, object_id)
+            counter = await self.store.read(counter_key)
+            if isinstance(counter, Found):
+                current = int(counter.value)
+                conditions.append(IfVersion(counter_key, counter.version))
+            else:
+                current = 0
+                conditions.append(IfMissing(counter_key))
+            generation = next_generation(current, "object")
+            mutations.append(Put(counter_key, b"%d" % generation))
         record = AuthorityRecord(
             kind, object_id, type_name, generation, owner, 1, AuthorityState.RESERVED, ""
         )
-        done = await self.store.write(
-            [IfMissing(key), guard],
-            [Put(key, _value(record)), Put(counter_key, b"%d" % generation)],
-        )
+        done = await self.store.write(conditions, [Put(key, _value(record)), *mutations])
         if isinstance(done, Conflict):
             return done
         return replace(record, version=done.versions[key])

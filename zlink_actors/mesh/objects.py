@@ -117,6 +117,7 @@ class CreateOp(msgspec.Struct, array_like=True, frozen=True):
     object_id: str
     object_type: str
     exclusive: bool
+    fresh: bool
     request_type: str
     request: bytes
 
@@ -157,6 +158,17 @@ class _Cached:
     generation: int
     owner_generation: int
     expires: float  # local monotonic
+
+
+@dataclass(frozen=True, slots=True)
+class _Spec:
+    """What a create or get-or-create asks for."""
+
+    kind: ObjectKind
+    obj_id: str
+    type_name: str
+    exclusive: bool
+    fresh: bool  # `spots.create`'s unique id: no generation counter is kept for it
 
 
 @dataclass(slots=True)
@@ -310,12 +322,15 @@ class GlobalObjects(Inbound):
         type_name: str,
         info: TypeInfo | None,
         exclusive: bool,
+        fresh: bool,
         request: object,
         timeout: float,
         cancel: CancellationToken | None,
     ) -> Completion[Any]:
+        spec = _Spec(kind, obj_id, type_name, exclusive, fresh)
+
         def run(due: float, token: CancellationToken | None) -> Awaitable[object]:
-            return self._create(kind, obj_id, type_name, info, exclusive, request, due, False)
+            return self._create(spec, info, request, due, False)
 
         return self._call(run, timeout, cancel)
 
@@ -385,6 +400,26 @@ class GlobalObjects(Inbound):
             self._send(_Route(peer, None, ""), op, metadata, None)._add_inline(sent)
         return Completion(cell, _refuse_cancel)
 
+    def owner_of(self, kind: ObjectKind, obj_id: str) -> Completion[str | None]:
+        async def read() -> str | None:
+            assert self.authority is not None
+            record = await self.authority.read(_AUTHORITY_KIND[kind], obj_id)
+            ready = record is not None and record.state is AuthorityState.READY
+            return record.owner.node if record is not None and ready else None
+
+        cell: _Cell[str | None] = _Cell()
+        try:
+            running = self._spawn(read())
+        except RuntimeError:
+            return failed(shutting_down())
+        running.add_done_callback(
+            lambda done: cell.try_set(
+                None if isinstance(_outcome(done), BaseException) else done.result(),
+                _failure(_outcome(done)),
+            )
+        )
+        return Completion(cell)
+
     def removed(self, act: Activation) -> None:
         key = (act.kind, act.id)
         with self._lock:
@@ -405,18 +440,28 @@ class GlobalObjects(Inbound):
         assert lease is not None
         config = self.config.lease
         next_renewal = 0.0
+        acquired = False
         while not stop():
             now = time.monotonic()
             try:
-                if lease.grant is None:
+                if lease.grant is None and not acquired:
                     await lease.acquire()
+                    acquired = True
                     next_renewal = time.monotonic() + config.renew_interval
-                elif now >= next_renewal:
+                elif lease.grant is not None and now >= next_renewal:
                     await lease.renew()
                     next_renewal = time.monotonic() + config.renew_interval
-            except ZlinkError as exc:  # the store is down or the lease was lost
+            except ZlinkError as exc:  # the store is down, or the lease was lost
                 log.warning("mesh %s: owner lease: %s", self.routing_id, exc)
                 next_renewal = time.monotonic() + min(config.renew_interval, 0.5)
+                if acquired and lease.grant is None:
+                    # Lost for good: its records may be taken over. A new lease would be
+                    # a new run, and this run's objects must not serve again: restart.
+                    log.error(
+                        "mesh %s: the owner lease was lost; this node's objects admit no "
+                        "new work until it restarts",
+                        self.routing_id,
+                    )
             fenced = not lease.admitting()
             if fenced is not self.runtime.fenced:
                 self.runtime.fenced = fenced
@@ -515,23 +560,18 @@ class GlobalObjects(Inbound):
     # -- create ------------------------------------------------------------------------
 
     async def _create(
-        self,
-        kind: ObjectKind,
-        obj_id: str,
-        type_name: str,
-        info: TypeInfo | None,
-        exclusive: bool,
-        request: object,
-        due: float,
-        forwarded: bool,
+        self, spec: _Spec, info: TypeInfo | None, request: object, due: float, forwarded: bool
     ) -> object:
+        """Create or get-or-create `spec` in the mesh (`forwarded`: another node placed
+        it here, or asks us because we hold its reservation)."""
         authority = self.authority
         assert authority is not None
+        kind, obj_id, type_name = spec.kind, spec.obj_id, spec.type_name
         key = (kind, obj_id)
         for _ in range(_ATTEMPTS):
             joined = self._inflight.get(key)
             if joined is not None:
-                if exclusive:
+                if spec.exclusive:
                     raise AlreadyExistsError(f"{kind} {obj_id!r} is being created")
                 if joined.type_name != type_name:
                     raise _mismatch(kind, obj_id, joined.type_name, type_name)
@@ -541,7 +581,7 @@ class GlobalObjects(Inbound):
                 return result
             held = self._held(kind, obj_id)
             if held is not None and key in self._owned:
-                return _existing(held, kind, obj_id, type_name, exclusive)
+                return _existing(held, kind, obj_id, type_name, spec.exclusive)
             record = await authority.read(_AUTHORITY_KIND[kind], obj_id)
             if record is not None:
                 if record.type_name != type_name:
@@ -555,27 +595,25 @@ class GlobalObjects(Inbound):
                     await authority.abort(record)  # a leftover of an attempt of ours
                     continue
                 if record.state is AuthorityState.READY:
-                    if exclusive:
+                    if spec.exclusive:
                         raise AlreadyExistsError(f"{kind} {obj_id!r} already exists")
                     if not await self._owner_alive(record.owner):
                         raise UnavailableError(
-                            f"the owner {owner!r} of {kind} {obj_id!r} is gone; close({obj_id!r}) "
-                            "removes its record once its lease expired"
+                            f"the owner {owner!r} of {kind} {obj_id!r} is gone; "
+                            f"close({obj_id!r}) removes its record once its lease expired"
                         )
                     return Existing(_ref(record))
                 if not await self._lease_live(record.owner):
                     await authority.take_over_stale(record)  # a dead creator's reservation
                     continue
-                if exclusive:
+                if spec.exclusive:
                     raise AlreadyExistsError(f"{kind} {obj_id!r} is being created")
                 if forwarded:
                     raise UnavailableError(f"{kind} {obj_id!r} is being created on {owner!r}")
-                peer = self._ready_peer(owner)
-                return await self._forward_create(
-                    peer, kind, obj_id, type_name, exclusive, request, due
-                )
+                # The creator joins us to its attempt: one result for every caller.
+                return await self._forward_create(self._ready_peer(owner), spec, request, due)
             if info is not None and (forwarded or self.config.placement_weight > 0):
-                result = await self._attempt(kind, obj_id, type_name, info, request)
+                result = await self._attempt(spec, info, request)
                 if result is _RETRY:
                     continue
                 return result
@@ -588,26 +626,25 @@ class GlobalObjects(Inbound):
                     f"no READY node of mesh {self.config.name!r} registers {kind} type "
                     f"{type_name} with a placement weight above 0"
                 )
-            return await self._forward_create(
-                placed, kind, obj_id, type_name, exclusive, request, due
-            )
+            return await self._forward_create(placed, spec, request, due)
         raise UnavailableError(f"{kind} {obj_id!r}: the record kept changing; try again")
 
-    async def _attempt(
-        self, kind: ObjectKind, obj_id: str, type_name: str, info: TypeInfo, request: object
-    ) -> object:
-        """Reserve `obj_id` for this node, create it here, commit Ready: the result, or
+    async def _attempt(self, spec: _Spec, info: TypeInfo, request: object) -> object:
+        """Reserve the id for this node, create it here, commit Ready: the result, or
         `_RETRY` when another reservation won."""
         authority = self.authority
         assert authority is not None
+        kind, obj_id = spec.kind, spec.obj_id
         key = (kind, obj_id)
         fence = self._fence(f"creating {kind} {obj_id!r}")
         done: asyncio.Future[object] = asyncio.get_running_loop().create_future()
-        self._inflight[key] = _Inflight(type_name, done)
+        self._inflight[key] = _Inflight(spec.type_name, done)
         result: object = _RETRY
         error: BaseException | None = None
         try:
-            reserved = await authority.reserve(_AUTHORITY_KIND[kind], obj_id, type_name, fence)
+            reserved = await authority.reserve(
+                _AUTHORITY_KIND[kind], obj_id, spec.type_name, fence, fresh=spec.fresh
+            )
             if isinstance(reserved, Conflict):
                 return _RETRY
             result = await self._create_reserved(reserved, info, request)
@@ -683,18 +720,10 @@ class GlobalObjects(Inbound):
             raise UnavailableError(f"node {rid!r} is {state}")
         return peer
 
-    async def _forward_create(
-        self,
-        peer: Peer,
-        kind: ObjectKind,
-        obj_id: str,
-        type_name: str,
-        exclusive: bool,
-        request: object,
-        due: float,
-    ) -> object:
+    async def _forward_create(self, peer: Peer, spec: _Spec, request: object, due: float) -> object:
+        kind, obj_id = spec.kind, spec.obj_id
         name, data = self._encode(request, peer)
-        op = CreateOp(kind.value, obj_id, type_name, exclusive, name, data)
+        op = CreateOp(kind.value, obj_id, spec.type_name, spec.exclusive, spec.fresh, name, data)
         answer = await self._ask(peer, op, CreateReply, due)
         assert isinstance(answer, CreateReply)
         reply = self._decode_plain(answer.reply_type, answer.reply)
@@ -1060,9 +1089,8 @@ class GlobalObjects(Inbound):
             except ProtocolError as exc:
                 self._reply_error(rec.peer, route, exc)
                 return
-            work = self._served_create(
-                kind, op.object_id, op.object_type, info, op.exclusive, request_value, due
-            )
+            spec = _Spec(kind, op.object_id, op.object_type, op.exclusive, op.fresh)
+            work = self._served_create(spec, info, request_value, due)
         elif isinstance(op, CloseOp) and op.kind in _KIND_OF:
             work = self._close(_KIND_OF[op.kind], op.object_id, due, True)
         else:
@@ -1072,16 +1100,9 @@ class GlobalObjects(Inbound):
         done.add_done_callback(lambda f: self._answer_future(rec.peer, route, f))
 
     async def _served_create(
-        self,
-        kind: ObjectKind,
-        obj_id: str,
-        type_name: str,
-        info: TypeInfo | None,
-        exclusive: bool,
-        request: object,
-        due: float,
+        self, spec: _Spec, info: TypeInfo | None, request: object, due: float
     ) -> object:
-        result = await self._create(kind, obj_id, type_name, info, exclusive, request, due, True)
+        result = await self._create(spec, info, request, due, True)
         if isinstance(result, Created | Existing):
             ref = result.ref
             generation = ref.generation

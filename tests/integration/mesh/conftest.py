@@ -13,6 +13,8 @@ from collections.abc import Iterator
 
 import pytest
 
+import zlink_actors as z
+from tests.contract.location._redis_server import RedisServer
 from tests.contract.location.conftest import redis_server  # noqa: F401 - the shared fixture
 
 from .nodes import NodeProcesses
@@ -26,6 +28,19 @@ def nodes() -> Iterator[NodeProcesses]:
     finally:
         left = started.close()
         assert not left, f"node processes still running: {[n.pid for n in left]}"
+
+
+@pytest.fixture
+def redis_store(
+    redis_server: RedisServer,  # noqa: F811 - the shared fixture, imported above
+) -> Iterator[tuple[z.RedisLocationStore, dict[str, str]]]:
+    """A Redis store under a namespace of this test's own, and its node_main config."""
+    prefix = f"zlm-{uuid.uuid4().hex}"
+    store = z.RedisLocationStore(redis_server.url, key_prefix=prefix)
+    try:
+        yield store, {"url": redis_server.url, "key_prefix": prefix}
+    finally:
+        store.close()
 
 
 @pytest.fixture

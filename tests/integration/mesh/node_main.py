@@ -7,7 +7,9 @@ Run as `python -m tests.integration.mesh.node_main '<json config>'`. The config 
 - `channels`: ChannelName -> weight, each served by `Worker`;
 - `lane_items`: `Host(application_lane_items=...)` (optional);
 - `redis`: `{"url": ..., "key_prefix": ...}` for a `RedisLocationStore` (discovery);
-- `expect_peers`: how many peers to wait for (default: as many as `peers`).
+- `expect_peers`: how many peers to wait for (default: as many as `peers`);
+- `rooms`: true to register the global `Room` Spot (rooms.py; needs `redis`), with
+  `lease`: `LeaseConfig` keywords (optional) and `placement_weight` (optional).
 
 The node handler (`Control`) answers `Ping`, echoes a `Blob` with its SHA-256, relays a
 `Blob` to another node, naps, reports the channel handler's count and the Host's
@@ -49,6 +51,7 @@ from .messages import (
     Stats,
     StatsReply,
 )
+from .rooms import ROOM_TYPES, CreateRooms, Made, Room, RoomCounts, Rooms, counts
 
 #: Set when the node is asked to stop; every nap ends at once then.
 _stopping = threading.Event()
@@ -121,6 +124,20 @@ class Control(z.NodeHandler):
         return msg.weight
 
     @z.handler
+    def room_counts(self, ctx: z.NodeContext, msg: RoomCounts) -> Rooms:
+        constructed, handled = counts()
+        return Rooms(constructed, handled, _rid(ctx))
+
+    @z.handler
+    async def create_rooms(self, ctx: z.NodeContext, msg: CreateRooms) -> list[Made]:
+        made = []
+        for spot_id in msg.ids:
+            result = await ctx.spots.get_or_create(spot_id, Room).timeout(8.0).submit()
+            ref = result.ref
+            made.append(Made(type(result).__name__, ref.spot_id, ref.generation, ref.routing_id))
+        return made
+
+    @z.handler
     def stats(self, ctx: z.NodeContext, msg: Stats) -> StatsReply:
         host = _host[0]
         stats = host.statistics()
@@ -156,6 +173,10 @@ def _build(config: dict[str, Any]) -> tuple[z.Host, z.RedisLocationStore | None]
     }
     if "credit_window" in config:
         mesh_options["credit_window"] = config["credit_window"]
+    if "lease" in config:
+        mesh_options["lease"] = z.LeaseConfig(**config["lease"])
+    if "placement_weight" in config:
+        mesh_options["placement_weight"] = config["placement_weight"]
     store = None
     if "redis" in config:
         store = z.RedisLocationStore(
@@ -166,11 +187,12 @@ def _build(config: dict[str, Any]) -> tuple[z.Host, z.RedisLocationStore | None]
         for name, weight in config.get("channels", {}).items()
     }
     host = z.Host(
+        spots=[Room] if config.get("rooms") else [],
         channels=channels,
         node_handler=Control,
         mesh=z.MeshConfig(config.get("mesh", "game"), **mesh_options),
         location=store,
-        message_types=ALL_TYPES,
+        message_types=(*ALL_TYPES, *ROOM_TYPES),
         application_lane_items=config.get("lane_items", 1024),
     )
     return host, store

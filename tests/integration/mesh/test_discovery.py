@@ -6,14 +6,9 @@ processes on a real Redis."""
 from __future__ import annotations
 
 import asyncio
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
-
 import zlink_actors as z
-from tests.contract.location._redis_server import RedisServer
 from zlink_actors.location import LocationStore, list_nodes
 from zlink_actors.testing import WAIT, HostHarness
 
@@ -76,17 +71,6 @@ def test_three_hosts_on_one_memory_store_find_each_other_without_peers(
             )
     finally:
         harness.close()
-        store.close()
-
-
-@pytest.fixture
-def redis_store(redis_server: RedisServer) -> Iterator[tuple[z.RedisLocationStore, dict[str, str]]]:
-    """A Redis store under a namespace of this test's own, and its node_main config."""
-    prefix = f"zlm-{uuid.uuid4().hex}"
-    store = z.RedisLocationStore(redis_server.url, key_prefix=prefix)
-    try:
-        yield store, {"url": redis_server.url, "key_prefix": prefix}
-    finally:
         store.close()
 
 
