@@ -124,6 +124,7 @@ class MeshNode(GlobalObjects):
             self._keeper.start()
         if self.location is not None:
             loop = self.runtime.io.loop
+            self.acquire_lease(loop)
             self._discovery = asyncio.run_coroutine_threadsafe(self._discover(self.location), loop)
             self._leasing = asyncio.run_coroutine_threadsafe(
                 self.keep_lease(self._discovery_stop.is_set), loop
@@ -140,7 +141,7 @@ class MeshNode(GlobalObjects):
         update = self._hello_bytes()
         for peer in peers:  # a notice: it must not wait behind credit or a PAUSED peer
             self._notify_quietly(peer.conn, wire.encode_fields(wire.UPDATE), update)
-        self._discovery_stop.set()
+        self._stop_polling()
         if self._keeper is not None:
             self._keeper.join(_WITHDRAW_WAIT)
         for running in (self._discovery, self._leasing):
@@ -288,7 +289,7 @@ class MeshNode(GlobalObjects):
                 await asyncio.to_thread(self._discover_all, nodes, now)
             except Exception as exc:  # the store is down: keep serving, try again
                 log.warning("mesh %s: discovery: %s", self.routing_id, exc)
-            await asyncio.sleep(_POLL)
+            await self._pause(_POLL)
         with contextlib.suppress(Exception):
             await asyncio.wait_for(
                 withdraw_node(store, self.config.name, self.routing_id), _WITHDRAW_WAIT

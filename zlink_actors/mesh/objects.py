@@ -433,14 +433,27 @@ class GlobalObjects(Inbound):
 
     # -- the owner lease -------------------------------------------------------------------
 
+    def acquire_lease(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Acquire this run's owner lease before the node serves creations (bounded by
+        `renew_timeout`; if the store does not answer, `keep_lease` goes on trying)."""
+        lease = self.lease
+        assert lease is not None
+        try:
+            asyncio.run_coroutine_threadsafe(lease.acquire(), loop).result(
+                self.config.lease.renew_timeout
+            )
+            self.runtime.fenced = False
+        except Exception as exc:  # the store is down: keep_lease goes on trying
+            log.warning("mesh %s: acquiring the owner lease: %r", self.routing_id, exc)
+
     async def keep_lease(self, stop: Callable[[], bool]) -> None:
         """Acquire this run's owner lease, renew it, fence the node while its admission
         deadline has passed; at the end (`stop()`), delete our records and release it."""
         lease = self.lease
         assert lease is not None
         config = self.config.lease
-        next_renewal = 0.0
-        acquired = False
+        next_renewal = time.monotonic() + config.renew_interval
+        acquired = lease.grant is not None
         while not stop():
             now = time.monotonic()
             try:
@@ -471,7 +484,7 @@ class GlobalObjects(Inbound):
             wake = next_renewal
             if lease.grant is not None and lease.remaining() > 0:
                 wake = min(wake, time.monotonic() + lease.remaining())
-            await asyncio.sleep(max(0.01, min(wake - time.monotonic(), _POLL)))
+            await self._pause(max(0.01, min(wake - time.monotonic(), _POLL)))
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self.release_all(), _RELEASE_WAIT)
         with contextlib.suppress(Exception):
@@ -1031,13 +1044,13 @@ class GlobalObjects(Inbound):
     def _receive_intent(self, rec: t.Inbound, env: Envelope, peer: Peer) -> None:
         """A Spot message with instance intent: delivered, or activated here."""
         request = rec.kind is t.InboundKind.REQUEST
-        self._release(rec)
         try:
             payload = self.codec.decode_payload(
                 env.type_name, rec.frames[1] if len(rec.frames) > 1 else b""
             )
         except ProtocolError as exc:
             if request:
+                self._release(rec)
                 self._reply_error(rec.peer, rec.route_id, exc)
             else:
                 self._drop_message(rec, peer, str(exc), decode=True)
@@ -1045,8 +1058,11 @@ class GlobalObjects(Inbound):
         meta = RemoteMetadata(env.metadata or {}, peer.routing_id, None)
         name = env.intent or None
         if not request:
-            self.activate(env.target, name, payload, meta, None, None, None)
+            # Its credit goes back once it was admitted here (or refused), as for a send.
+            sent = self.activate(env.target, name, payload, meta, None, None, None)
+            sent._add_inline(lambda done: self._sent(rec, peer, meta, done))
             return
+        self._release(rec)
         if not env.deadline > 0:
             self._reply_error(rec.peer, rec.route_id, UnavailableError("late"))
             return

@@ -11,6 +11,7 @@ the only transport method called under a lock is `set_flow` (`inbound.py`).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
 import logging
@@ -240,6 +241,8 @@ class NodeState:
         self.late_replies = 0
         self._first_seen: dict[str, float] = {}
         self._discovery_stop = threading.Event()
+        #: Set (on the I/O loop) with `_discovery_stop`: wakes the loop's polling tasks.
+        self._stopping = asyncio.Event()
         self._discovery: Future[None] | None = None
         self._leasing: Future[None] | None = None
         self._keeper: threading.Thread | None = None
@@ -248,6 +251,17 @@ class NodeState:
         self._dialled: dict[str, Peer] = {}
         self._info: NodeInfo | None = None
         self._transport: t.Transport | None = None
+
+    async def _pause(self, seconds: float) -> None:
+        """Sleep on the I/O loop for `seconds`, or until the node stops."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stopping.wait(), seconds)
+
+    def _stop_polling(self) -> None:
+        """Stop discovery and the lease keeper (from any thread)."""
+        self._discovery_stop.set()
+        with contextlib.suppress(RuntimeError):  # the loop has stopped already
+            self.runtime.io.loop.call_soon_threadsafe(self._stopping.set)
 
     @property
     def info(self) -> NodeInfo | None:
