@@ -264,6 +264,10 @@ class Inbound(Calls):
                 exc = UnavailableError(f"the target's queue on node {self.routing_id!r} is full")
             self._reply_error(conn, route, exc)
             return
+        self._reply_value(conn, route, value)
+
+    def _reply_value(self, conn: bytes, route: int, value: object) -> None:
+        """Answer request `route` with `value` (`ProtocolError` if it cannot cross)."""
         try:
             type_name, data = self.codec.encode_payload(value)
         except ProtocolError as error:

@@ -3,7 +3,7 @@ drain, close), the application's views of its peers, and discovery through the L
 Store and the `peers=` keeper.
 
 The node is built in layers, one module each (see `state.py`); this one adds its life
-and its views to the receiving side (`inbound.py`).
+and its views to the global objects (`objects.py`).
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
 """The state of one MeshNode and what every part of it uses: the peer table's lock,
 the handshake payload, sending a reply or a notice, counting a bad record
 (docs/mesh.md). The parts build on it in one line, each module importing the one
-before: `state` -> `handshake` -> `calls` -> `inbound` -> `node`.
+before: `state` -> `handshake` -> `calls` -> `inbound` -> `routing` -> `ownership` ->
+`objects` -> `node` (the last three with `operations`: the global objects; a contract in
+pyproject.toml keeps the order).
 
 Threads: the transport's I/O thread runs the receiving side; application threads and
 handler turns run the calls; the I/O executor's loop runs discovery. `_lock` guards the

@@ -1,0 +1,436 @@
+"""Global objects, second layer: what this node owns (docs/mesh.md "Create and
+get-or-create", "Close", "Owner leases").
+
+- **Owner lease**: acquired before the node serves, renewed from the I/O loop; past its
+  admission deadline the node is fenced (`runtime.fenced`): no new message, timer tick,
+  creation or Ready commit for its objects. A lost lease is lost for good.
+- **Create / get-or-create** reserve the id by compare-and-set before the factory runs,
+  here when this node registers the type, else on a READY peer that does (placement
+  weight). Callers here that arrive while the attempt runs join it (`_inflight`); callers
+  elsewhere that find the record Reserved ask this node, which joins them: one factory,
+  one `on_create`, one result. Ready is committed after the creation hooks finished.
+- **Close** completes once the record is deleted; any removal deletes its record; a
+  graceful shutdown deletes every record this node owns. A dead owner's records are taken
+  over by compare-and-set once its lease expired in the store.
+
+Threads: `_inflight` is touched on the I/O loop only; `_owned` and `_deleting` under
+the node lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
+
+from .._calls.create import close_here, create_here
+from .._core.cancellation import CancellationToken
+from .._core.completion import Completion
+from .._core.errors import (
+    AlreadyExistsError,
+    NotFoundError,
+    UnavailableError,
+    ZlinkError,
+    shutting_down,
+)
+from .._engine.objects import (
+    ActorRef,
+    Created,
+    Existing,
+    ObjectKind,
+    Rejected,
+    SpotRef,
+)
+from .._engine.registry import Activation, TypeInfo
+from ..location.authority import (
+    AuthorityRecord,
+    AuthorityState,
+    OwnerFence,
+)
+from ..location.spi import Conflict
+from .config import PeerState
+from .operations import (
+    _RETRY,
+    ATTEMPT_BOUND,
+    ATTEMPTS,
+    AUTHORITY_KIND,
+    RELEASE_WAIT,
+    CloseOp,
+    CreateOp,
+    CreateReply,
+    _existing,
+    _Inflight,
+    _mismatch,
+    _quietly,
+    _ref,
+    _Spec,
+    _wait,
+)
+from .peers import Peer
+from .routing import Routing
+from .state import _POLL, log
+
+__all__ = ["Ownership"]
+
+_SPOT: Final = ObjectKind.SPOT
+
+
+class Ownership(Routing):
+    """The objects this node owns (see the module docstring)."""
+
+    def create(
+        self,
+        kind: ObjectKind,
+        obj_id: str,
+        type_name: str,
+        info: TypeInfo | None,
+        exclusive: bool,
+        fresh: bool,
+        request: object,
+        timeout: float,
+        cancel: CancellationToken | None,
+    ) -> Completion[Any]:
+        spec = _Spec(kind, obj_id, type_name, exclusive, fresh)
+
+        def run(due: float, token: CancellationToken | None) -> Awaitable[object]:
+            return self._create(spec, info, request, due, False)
+
+        return self._call(run, timeout, cancel)
+
+    def close_object(
+        self, kind: ObjectKind, obj_id: str, timeout: float, cancel: CancellationToken | None
+    ) -> Completion[bool]:
+        def run(due: float, token: CancellationToken | None) -> Awaitable[object]:
+            return self._close(kind, obj_id, due, False)
+
+        return self._call(run, timeout, cancel)
+
+    def removed(self, act: Activation) -> None:
+        key = (act.kind, act.id)
+        with self._lock:
+            record = self._owned.get(key)
+            if record is None or record.generation != act.generation:
+                return
+            del self._owned[key]
+            # RuntimeError: the loop has stopped (shutdown deleted what it could).
+            with contextlib.suppress(RuntimeError):
+                self._deleting[key] = self._spawn(self._delete(key, record))
+
+    def acquire_lease(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Acquire this run's owner lease before the node serves creations (bounded by
+        `renew_timeout`; if the store does not answer, `keep_lease` goes on trying)."""
+        lease = self.lease
+        assert lease is not None
+        try:
+            asyncio.run_coroutine_threadsafe(lease.acquire(), loop).result(
+                self.config.lease.renew_timeout
+            )
+            self.runtime.fenced = False
+        except Exception as exc:  # the store is down: keep_lease goes on trying
+            log.warning("mesh %s: acquiring the owner lease: %r", self.routing_id, exc)
+
+    async def keep_lease(self, stop: Callable[[], bool]) -> None:
+        """Acquire this run's owner lease, renew it, fence the node while its admission
+        deadline has passed; at the end (`stop()`), delete our records and release it."""
+        lease = self.lease
+        assert lease is not None
+        config = self.config.lease
+        next_renewal = time.monotonic() + config.renew_interval
+        acquired = lease.grant is not None
+        while not stop():
+            now = time.monotonic()
+            try:
+                if lease.grant is None and not acquired:
+                    await lease.acquire()
+                    acquired = True
+                    next_renewal = time.monotonic() + config.renew_interval
+                elif lease.grant is not None and now >= next_renewal:
+                    await lease.renew()
+                    next_renewal = time.monotonic() + config.renew_interval
+            except ZlinkError as exc:  # the store is down, or the lease was lost
+                log.warning("mesh %s: owner lease: %s", self.routing_id, exc)
+                next_renewal = time.monotonic() + min(config.renew_interval, 0.5)
+                if acquired and lease.grant is None:
+                    # Lost for good: its records may be taken over. A new lease would be
+                    # a new run, and this run's objects must not serve again: restart.
+                    log.error(
+                        "mesh %s: the owner lease was lost; this node's objects admit no "
+                        "new work until it restarts",
+                        self.routing_id,
+                    )
+            fenced = not lease.admitting()
+            if fenced is not self.runtime.fenced:
+                self.runtime.fenced = fenced
+                log.warning(
+                    "mesh %s: owner lease %s", self.routing_id, "lapsed" if fenced else "admitting"
+                )
+            wake = next_renewal
+            if lease.grant is not None and lease.remaining() > 0:
+                wake = min(wake, time.monotonic() + lease.remaining())
+            await self._pause(max(0.01, min(wake - time.monotonic(), _POLL)))
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.release_all(), RELEASE_WAIT)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(lease.release(forget=True), RELEASE_WAIT)
+
+    async def _create(
+        self, spec: _Spec, info: TypeInfo | None, request: object, due: float, forwarded: bool
+    ) -> object:
+        """Create or get-or-create `spec` in the mesh (`forwarded`: another node placed
+        it here, or asks us because we hold its reservation)."""
+        authority = self.authority
+        assert authority is not None
+        kind, obj_id, type_name = spec.kind, spec.obj_id, spec.type_name
+        key = (kind, obj_id)
+        for _ in range(ATTEMPTS):
+            joined = self._inflight.get(key)
+            if joined is not None:
+                if spec.exclusive:
+                    raise AlreadyExistsError(f"{kind} {obj_id!r} is being created")
+                if joined.type_name != type_name:
+                    raise _mismatch(kind, obj_id, joined.type_name, type_name)
+                result = await asyncio.shield(joined.done)
+                if result is _RETRY:
+                    continue
+                return result
+            held = self._held(kind, obj_id)
+            if held is not None and key in self._owned:
+                return _existing(held, kind, obj_id, type_name, spec.exclusive)
+            record = await authority.read(AUTHORITY_KIND[kind], obj_id)
+            if record is not None:
+                if record.type_name != type_name:
+                    raise _mismatch(kind, obj_id, record.type_name, type_name)
+                owner = record.owner.node
+                if owner == self.routing_id:
+                    if key in self._inflight:
+                        continue  # our own attempt started meanwhile: join it
+                    if record.state is AuthorityState.READY:
+                        raise UnavailableError(f"{kind} {obj_id!r} is closing")
+                    await authority.abort(record)  # a leftover of an attempt of ours
+                    continue
+                if record.state is AuthorityState.READY:
+                    if spec.exclusive:
+                        raise AlreadyExistsError(f"{kind} {obj_id!r} already exists")
+                    if not await self._owner_alive(record.owner):
+                        raise UnavailableError(
+                            f"the owner {owner!r} of {kind} {obj_id!r} is gone; "
+                            f"close({obj_id!r}) removes its record once its lease expired"
+                        )
+                    return Existing(_ref(record))
+                if not await self._lease_live(record.owner):
+                    await authority.take_over_stale(record)  # a dead creator's reservation
+                    continue
+                if spec.exclusive:
+                    raise AlreadyExistsError(f"{kind} {obj_id!r} is being created")
+                if forwarded:
+                    raise UnavailableError(f"{kind} {obj_id!r} is being created on {owner!r}")
+                # The creator joins us to its attempt: one result for every caller.
+                return await self._forward_create(self._ready_peer(owner), spec, request, due)
+            if info is not None and (forwarded or self.config.placement_weight > 0):
+                result = await self._attempt(spec, info, request)
+                if result is _RETRY:
+                    continue
+                return result
+            if forwarded:
+                raise NotFoundError(f"node {self.routing_id!r} does not register {type_name}")
+            with self._lock:
+                placed = self._peers.place(type_name)
+            if placed is None:
+                raise NotFoundError(
+                    f"no READY node of mesh {self.config.name!r} registers {kind} type "
+                    f"{type_name} with a placement weight above 0"
+                )
+            return await self._forward_create(placed, spec, request, due)
+        raise UnavailableError(f"{kind} {obj_id!r}: the record kept changing; try again")
+
+    async def _attempt(self, spec: _Spec, info: TypeInfo, request: object) -> object:
+        """Reserve the id for this node, create it here, commit Ready: the result, or
+        `_RETRY` when another reservation won."""
+        authority = self.authority
+        assert authority is not None
+        kind, obj_id = spec.kind, spec.obj_id
+        key = (kind, obj_id)
+        fence = self._fence(f"creating {kind} {obj_id!r}")
+        done: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+        self._inflight[key] = _Inflight(spec.type_name, done)
+        result: object = _RETRY
+        error: BaseException | None = None
+        try:
+            reserved = await authority.reserve(
+                AUTHORITY_KIND[kind], obj_id, spec.type_name, fence, fresh=spec.fresh
+            )
+            if isinstance(reserved, Conflict):
+                return _RETRY
+            result = await self._create_reserved(reserved, info, request)
+            return result
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            del self._inflight[key]
+            if error is not None:
+                done.set_exception(error if isinstance(error, Exception) else shutting_down())
+                done.exception()  # retrieved: joiners may be none
+            else:
+                done.set_result(result)
+
+    async def _create_reserved(
+        self, reserved: AuthorityRecord, info: TypeInfo, request: object
+    ) -> object:
+        authority = self.authority
+        assert authority is not None
+        kind = info.kind
+        obj_id = reserved.object_id
+        try:
+            result = await _wait(
+                create_here(
+                    self.runtime, kind, obj_id, info, request, ATTEMPT_BOUND, reserved.generation
+                )
+            )
+        except BaseException:
+            await _quietly(authority.abort(reserved))
+            raise
+        if not isinstance(result, Created):
+            await _quietly(authority.abort(reserved))
+            return result  # Rejected: the id stays free
+        return await self._commit(reserved, kind, obj_id, result)
+
+    async def _commit(
+        self, reserved: AuthorityRecord, kind: ObjectKind, obj_id: str, result: object
+    ) -> object:
+        authority = self.authority
+        assert authority is not None
+        committed: AuthorityRecord | Conflict | None = None
+        if self._admitting():
+            committed = await authority.commit(reserved)
+        if not isinstance(committed, AuthorityRecord):
+            # The lease lapsed, or the reservation was taken over: the object may not
+            # serve; it closes here and the call fails.
+            close_here(self.runtime, kind, obj_id, ATTEMPT_BOUND, None)
+            if committed is None:
+                await _quietly(authority.abort(reserved))
+            raise UnavailableError(
+                f"{kind} {obj_id!r} could not be committed Ready: this node's owner lease "
+                "lapsed or its reservation was taken over"
+            )
+        with self._lock:
+            self._owned[(kind, obj_id)] = committed
+        return result
+
+    def _fence(self, what: str) -> OwnerFence:
+        lease = self.lease
+        grant = None if lease is None else lease.grant
+        if grant is None or not self._admitting():
+            raise UnavailableError(f"{what}: this node holds no admitting owner lease")
+        return OwnerFence(self.routing_id, grant.generation)
+
+    def _admitting(self) -> bool:
+        return self.lease is not None and self.lease.admitting()
+
+    async def _forward_create(self, peer: Peer, spec: _Spec, request: object, due: float) -> object:
+        kind, obj_id = spec.kind, spec.obj_id
+        name, data = self._encode(request, peer)
+        op = CreateOp(kind.value, obj_id, spec.type_name, spec.exclusive, spec.fresh, name, data)
+        answer = await self._ask(peer, op, CreateReply, due)
+        assert isinstance(answer, CreateReply)
+        reply = self._decode_plain(answer.reply_type, answer.reply)
+        ref: SpotRef | ActorRef = (
+            SpotRef(obj_id, answer.generation, answer.routing_id)
+            if kind is _SPOT
+            else ActorRef(obj_id, answer.generation, answer.routing_id)
+        )
+        if answer.outcome == "created":
+            return Created(ref, reply)
+        if answer.outcome == "existing":
+            return Existing(ref)
+        return Rejected(reply)
+
+    async def _close(self, kind: ObjectKind, obj_id: str, due: float, forwarded: bool) -> object:
+        authority = self.authority
+        assert authority is not None
+        key = (kind, obj_id)
+        self._routes.pop(key, None)  # whatever happens, the next call resolves again
+        for _ in range(ATTEMPTS):
+            if self._held(kind, obj_id) is not None:
+                left = max(due - self.runtime.timers._now(), 1e-3)
+                closed = await _wait(close_here(self.runtime, kind, obj_id, left, None))
+                if closed:
+                    await self._record_gone(key)
+                return closed
+            if forwarded:
+                raise UnavailableError(f"node {self.routing_id!r} does not hold {kind} {obj_id!r}")
+            record = await authority.read(AUTHORITY_KIND[kind], obj_id)
+            if record is None:
+                raise NotFoundError(f"no {kind} {obj_id!r} to close")
+            owner = record.owner.node
+            if owner == self.routing_id:
+                if record.state is AuthorityState.RESERVED:
+                    raise NotFoundError(f"no {kind} {obj_id!r} to close (it is being created)")
+                await self._record_gone(key)
+                continue
+            peer = self._peers.by_rid.get(owner)
+            if peer is not None and peer.state is PeerState.READY:
+                answer = await self._ask(peer, CloseOp(kind.value, obj_id), None, due)
+                return bool(answer)
+            if await self._lease_live(record.owner):
+                if record.state is AuthorityState.RESERVED:
+                    raise NotFoundError(f"no {kind} {obj_id!r} to close (it is being created)")
+                raise UnavailableError(
+                    f"the owner {owner!r} of {kind} {obj_id!r} is unreachable and its lease "
+                    "has not expired"
+                )
+            if isinstance(await authority.take_over_stale(record), Conflict):
+                continue  # it changed meanwhile: read again
+            self._routes.pop(key, None)
+            return True
+        raise UnavailableError(f"{kind} {obj_id!r}: the record kept changing; try again")
+
+    async def _record_gone(self, key: tuple[ObjectKind, str]) -> None:
+        """Wait until the record of an object this node closed is deleted."""
+        with self._lock:
+            record = self._owned.pop(key, None)
+            deleting = self._deleting.get(key)
+        if record is not None:
+            await self._delete(key, record)
+        elif deleting is not None:
+            await asyncio.wrap_future(deleting)
+        else:  # closed before we owned it, or a leftover: delete whatever we own there
+            assert self.authority is not None
+            found = await self.authority.read(AUTHORITY_KIND[key[0]], key[1])
+            if found is not None and found.owner.node == self.routing_id:
+                await _quietly(self.authority.delete(found))
+
+    async def _delete(self, key: tuple[ObjectKind, str], record: AuthorityRecord) -> None:
+        assert self.authority is not None
+        try:
+            await self.authority.delete(record)
+        except Exception as exc:  # the store is down: the record stays until taken over
+            log.warning("mesh %s: deleting the record of %s: %s", self.routing_id, key, exc)
+        finally:
+            with self._lock:
+                self._deleting.pop(key, None)
+
+    async def release_all(self) -> None:
+        """Graceful shutdown: delete the record of every object this node owns."""
+        with self._lock:
+            owned = list(self._owned.items())
+            self._owned.clear()
+        await asyncio.gather(*(self._delete(key, rec) for key, rec in owned))
+
+    async def _served_create(
+        self, spec: _Spec, info: TypeInfo | None, request: object, due: float
+    ) -> object:
+        result = await self._create(spec, info, request, due, True)
+        if isinstance(result, Created | Existing):
+            ref = result.ref
+            generation = ref.generation
+            rid = ref.routing_id or self.routing_id
+            outcome = "created" if isinstance(result, Created) else "existing"
+            value = result.reply if isinstance(result, Created) else None
+        else:
+            assert isinstance(result, Rejected)
+            generation, rid, outcome, value = 0, "", "rejected", result.reply
+        name, data = self.codec.encode_payload(value)
+        return CreateReply(outcome, rid, generation, name, data)

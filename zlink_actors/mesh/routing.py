@@ -1,0 +1,354 @@
+"""Global objects, first layer: reaching a Spot or Actor this node does not hold
+(docs/mesh.md "Reaching an object").
+
+A call to an id this node does not hold resolves its Ready owner in the Location Store
+and keeps it in the route cache: an entry lives at most `route_cache_max_age` and never
+past the owner's lease as read from the store (minus the fencing margin); a larger
+(object, owner) generation replaces it; a stale-owner answer, the owner's loss and a
+close from this node drop it. Missing, errors and Reserved records are never cached.
+The owner checks it still holds the object, and its lease, before it admits a record.
+
+Threads: the coroutines run on the I/O executor's loop (the store's loop); the route
+cache is changed under the node lock and read without it (one dict read is atomic).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from concurrent.futures import Future
+from typing import Any, Final, TypeVar
+
+from .._calls.messaging import deliver_send, local_request
+from .._core.cancellation import CancellationToken
+from .._core.completion import Completion, _Cell, failed
+from .._core.errors import (
+    NotFoundError,
+    UnavailableError,
+    ZlinkError,
+    shutting_down,
+)
+from .._engine.kernel import Runtime
+from .._engine.objects import (
+    ObjectKind,
+)
+from .._engine.registry import Activation
+from ..location.authority import (
+    Authority,
+    AuthorityRecord,
+    AuthorityState,
+    OwnerFence,
+)
+from ..location.keys import lease_key
+from ..location.lease import OwnerLease, decode_lease
+from ..location.spi import Found, LocationStore
+from .codec import Codec, Envelope
+from .config import MeshConfig, PeerState
+from .inbound import Inbound
+from .operations import (
+    _HERE,
+    AUTHORITY_KIND,
+    OPERATION_TYPES,
+    _Cached,
+    _failure,
+    _Inflight,
+    _outcome,
+    _Resolve,
+    _wait,
+)
+from .peers import Peer
+from .state import _refuse_cancel, _Route
+
+__all__ = ["Routing"]
+
+_SPOT: Final = ObjectKind.SPOT
+_ACTOR: Final = ObjectKind.ACTOR
+T = TypeVar("T")
+
+
+class Routing(Inbound):
+    """Calls to global objects held elsewhere (see the module docstring)."""
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        config: MeshConfig,
+        routing_id: str,
+        codec: Codec,
+        *,
+        channels: dict[str, int],
+        node_handler: bool,
+        object_types: Sequence[str],
+        location: LocationStore | None,
+    ) -> None:
+        super().__init__(
+            runtime,
+            config,
+            routing_id,
+            codec,
+            channels=channels,
+            node_handler=node_handler,
+            object_types=object_types,
+            location=location,
+        )
+        store = location
+        self.authority = Authority(store) if store is not None else None
+        self.lease = (
+            OwnerLease(store, self.routing_id, self.config.lease) if store is not None else None
+        )
+        self._owned: dict[tuple[ObjectKind, str], AuthorityRecord] = {}
+        self._deleting: dict[tuple[ObjectKind, str], Future[None]] = {}
+        self._inflight: dict[tuple[ObjectKind, str], _Inflight] = {}
+        #: Owner routing id -> (lease generation, local monotonic bound of its lease).
+        self._owner_leases: dict[str, tuple[int, float]] = {}
+        self.route_cache_hits = 0
+        self.route_cache_misses = 0
+        for cls in OPERATION_TYPES:
+            self.codec.registry.add(cls)
+
+    def route(self, kind: ObjectKind, target: str) -> object:
+        if kind is not _SPOT and kind is not _ACTOR:
+            return super().route(kind, target)
+        if self.authority is None:
+            return None  # a mesh without a Location Store: objects stay local
+        key = (kind, target)
+        cached = self._routes.get(key)
+        if type(cached) is _Cached and cached.expires > time.monotonic():
+            self.route_cache_hits += 1
+            return self._owner_route(kind, target, cached.owner)
+        self.route_cache_misses += 1
+        return _Resolve(kind, target)
+
+    def send(
+        self, route: object, payload: object, metadata: dict[str, object] | None
+    ) -> Completion[None]:
+        if type(route) is not _Resolve:
+            return super().send(route, payload, metadata)
+        cell: _Cell[None] = _Cell()
+        resolving = self._spawn(self._resolve(route.kind, route.target))
+
+        def resolved(done: Future[object]) -> None:
+            found = _outcome(done)
+            if isinstance(found, BaseException):
+                cell.try_set(None, found)
+                return
+            if found is _HERE:
+                sent = deliver_send(self.runtime, route.kind, route.target, payload, metadata)
+            else:
+                assert isinstance(found, _Route)
+                sent = self._send(found, payload, metadata, None)
+            sent._add_inline(lambda c: cell.try_set(None, c._cell._exc))
+
+        resolving.add_done_callback(resolved)
+        # SC §5/§7: a one-way send has no timeout and refuses cancellation while it waits.
+        return Completion(cell, _refuse_cancel)
+
+    def request(
+        self,
+        route: object,
+        payload: object,
+        metadata: dict[str, object] | None,
+        reply: type | None,
+        timeout: float,
+        cancel: CancellationToken | None,
+    ) -> Completion[Any]:
+        if isinstance(route, _Route):
+            if route.kind is _SPOT or route.kind is _ACTOR:
+                key = (route.kind, route.target)
+                return self._request(route, payload, metadata, reply, timeout, cancel, None, key)
+            return super().request(route, payload, metadata, reply, timeout, cancel)
+        assert type(route) is _Resolve
+        kind, target = route.kind, route.target
+
+        async def resolve_and_ask(due: float, token: CancellationToken | None) -> object:
+            found = await self._resolve(kind, target)
+            left = due - self.runtime.timers._now()
+            if left <= 0:
+                raise asyncio.CancelledError  # the caller's deadline ends the call
+            if found is _HERE:
+                asked = local_request(
+                    self.runtime, kind, target, payload, metadata, reply, left, token
+                )
+            else:
+                assert isinstance(found, _Route)
+                asked = self._request(
+                    found, payload, metadata, reply, left, token, None, (kind, target)
+                )
+            return await _wait(asked)
+
+        return self._call(resolve_and_ask, timeout, cancel)
+
+    def owner_of(self, kind: ObjectKind, obj_id: str) -> Completion[str | None]:
+        async def read() -> str | None:
+            assert self.authority is not None
+            record = await self.authority.read(AUTHORITY_KIND[kind], obj_id)
+            ready = record is not None and record.state is AuthorityState.READY
+            return record.owner.node if record is not None and ready else None
+
+        cell: _Cell[str | None] = _Cell()
+        try:
+            running = self._spawn(read())
+        except RuntimeError:
+            return failed(shutting_down())
+        running.add_done_callback(
+            lambda done: cell.try_set(
+                None if isinstance(_outcome(done), BaseException) else done.result(),
+                _failure(_outcome(done)),
+            )
+        )
+        return Completion(cell)
+
+    def _owner_route(self, kind: ObjectKind, target: str, owner: str) -> object:
+        peer = self._peers.by_rid.get(owner)  # one dict read: atomic
+        if peer is None or peer.state is not PeerState.READY:
+            self._routes.pop((kind, target), None)  # the next call resolves again
+            state = "unknown" if peer is None else peer.state.value
+            return failed(UnavailableError(f"the owner {owner!r} of {kind} {target!r} is {state}"))
+        return _Route(peer, kind, target)
+
+    async def _resolve(self, kind: ObjectKind, target: str) -> object:
+        """The Ready owner of `target`: `_HERE`, a `_Route`, or it raises the call's error."""
+        authority = self.authority
+        assert authority is not None
+        record = await authority.read(AUTHORITY_KIND[kind], target)
+        if record is None or record.state is AuthorityState.RESERVED:
+            being = "" if record is None else " (it is being created)"
+            raise NotFoundError(f"no {kind} {target!r} in the mesh{being}")
+        owner = record.owner.node
+        if owner == self.routing_id:
+            if self._held(kind, target) is None:
+                raise UnavailableError(f"{kind} {target!r} is closing on this node")
+            return _HERE
+        bound = await self._lease_bound(record.owner)
+        if bound is None:
+            raise UnavailableError(f"the owner {owner!r} of {kind} {target!r} holds no lease")
+        found = self._owner_route(kind, target, owner)
+        if isinstance(found, Completion):
+            exc = found.exception()
+            assert exc is not None
+            raise exc
+        expires = min(time.monotonic() + self.config.route_cache_max_age, bound)
+        with self._lock:
+            old = self._routes.get((kind, target))
+            if not (
+                type(old) is _Cached
+                and (old.generation, old.owner_generation)
+                > (record.generation, record.owner_generation)
+            ):
+                self._routes[(kind, target)] = _Cached(
+                    owner, record.generation, record.owner_generation, expires
+                )
+        return found
+
+    async def _lease_bound(self, owner: OwnerFence) -> float | None:
+        """Until when (local monotonic) `owner`'s lease is known to hold; None if it
+        does not (expired, released, or another run's)."""
+        known = self._owner_leases.get(owner.node)
+        now = time.monotonic()
+        if known is not None and known[0] == owner.lease_generation and known[1] > now:
+            return known[1]
+        assert self.location is not None
+        sent_at = time.monotonic()
+        found = await self.location.read(lease_key(owner.node))
+        if not isinstance(found, Found) or found.expires_at is None:
+            return None
+        if decode_lease(found)[1] != owner.lease_generation:
+            return None
+        bound = sent_at + (found.expires_at - found.store_now) - self.config.lease.fencing_margin
+        self._owner_leases[owner.node] = (owner.lease_generation, bound)
+        return bound
+
+    async def _owner_alive(self, owner: OwnerFence) -> bool:
+        """Whether the owner of a Ready record still serves it: its lease lives in the
+        store and this node has not seen it lost."""
+        peer = self._peers.by_rid.get(owner.node)
+        if peer is not None and peer.state is PeerState.LOST:
+            return False
+        return await self._lease_live(owner)
+
+    async def _lease_live(self, owner: OwnerFence) -> bool:
+        """Whether `owner`'s lease still exists in the store (inside its fencing margin
+        too: only an expired lease may be taken over)."""
+        assert self.authority is not None
+        return await self.authority.owner_alive(owner)
+
+    def _held(self, kind: ObjectKind, obj_id: str) -> Activation | None:
+        act = self.runtime.engine.tables[kind].get(obj_id)
+        return None if act is None or act.closed else act
+
+    def _ready_peer(self, rid: str) -> Peer:
+        peer = self._peers.by_rid.get(rid)
+        if peer is None or peer.state is not PeerState.READY:
+            state = "unknown" if peer is None else peer.state.value
+            raise UnavailableError(f"node {rid!r} is {state}")
+        return peer
+
+    def _local_target(self, env: Envelope) -> tuple[ObjectKind, str] | ZlinkError:
+        where = super()._local_target(env)
+        if isinstance(where, tuple) and self.authority is not None:
+            kind, target = where
+            if kind is _SPOT or kind is _ACTOR:
+                if self.runtime.fenced:
+                    return UnavailableError(
+                        f"node {self.routing_id!r}: its owner lease lapsed, it admits no new "
+                        "messages"
+                    )
+                if env.intent is None and self._held(kind, target) is None:
+                    return UnavailableError(
+                        f"node {self.routing_id!r} is not the owner of {kind} {target!r}"
+                    )
+        return where
+
+    def _decode_plain(self, name: str, data: bytes) -> object:
+        if name and name not in self.codec.registry:
+            name = ""  # a type this node does not know: plain values
+        return self.codec.decode_payload(name, data)
+
+    async def _ask(self, peer: Peer, op: object, reply: type | None, due: float) -> object:
+        """One of our own requests to `peer`, within what is left of `due`."""
+        left = due - self.runtime.timers._now()
+        if left <= 0:
+            raise asyncio.CancelledError
+        return await _wait(
+            self._request(_Route(peer, None, ""), op, None, reply, left, None, None, None)
+        )
+
+    def _spawn(self, work: Coroutine[Any, Any, T]) -> Future[T]:
+        return asyncio.run_coroutine_threadsafe(work, self.runtime.io.loop)
+
+    def _call(
+        self,
+        work: Callable[[float, CancellationToken | None], Awaitable[object]],
+        timeout: float,
+        cancel: CancellationToken | None,
+    ) -> Completion[Any]:
+        """A call whose work runs on the I/O loop, under one pending entry: its deadline
+        and its caller's cancellation race with the work's result."""
+        runtime = self.runtime
+        cell: _Cell[Any] = _Cell()
+        entry = runtime.begin(cell, timeout, cancel)
+        handle = runtime.handle(entry)
+        route_id = entry.route_id
+        if route_id is None:
+            return handle
+        due = runtime.timers._now() + timeout
+
+        async def run() -> object:
+            return await work(due, cancel)
+
+        try:
+            running = self._spawn(run())
+        except RuntimeError:  # the loop has stopped
+            runtime.pending.finish(route_id, exc=shutting_down())
+            return handle
+
+        def finished(done: Future[object]) -> None:
+            found = _outcome(done)
+            if isinstance(found, BaseException):
+                runtime.pending.finish(route_id, exc=found)
+            else:
+                runtime.pending.finish(route_id, found)
+
+        running.add_done_callback(finished)
+        return handle
