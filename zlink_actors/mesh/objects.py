@@ -50,7 +50,6 @@ from .operations import (
     CloseOp,
     CreateOp,
     PublishOp,
-    _failure,
     _Inflight,
     _outcome,
     _quietly,
@@ -82,12 +81,9 @@ class GlobalObjects(Ownership):
     ) -> Completion[Any]:
         forwarded = type(metadata) is RemoteMetadata  # a message another node sent here
         if timeout is None:
-            cell: _Cell[None] = _Cell()
-            running = self._spawn(
+            return self._one_way(
                 self._activate(spot_id, type_name, payload, metadata, None, None, None, forwarded)
             )
-            running.add_done_callback(lambda done: cell.try_set(None, _failure(_outcome(done))))
-            return Completion(cell, _refuse_cancel)
 
         def run(due: float, token: CancellationToken | None) -> Awaitable[object]:
             return self._activate(

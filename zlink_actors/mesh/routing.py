@@ -125,24 +125,19 @@ class Routing(Inbound):
     ) -> Completion[None]:
         if type(route) is not _Resolve:
             return super().send(route, payload, metadata)
-        cell: _Cell[None] = _Cell()
-        resolving = self._spawn(self._resolve(route.kind, route.target))
+        kind, target = route.kind, route.target
 
-        def resolved(done: Future[object]) -> None:
-            found = _outcome(done)
-            if isinstance(found, BaseException):
-                cell.try_set(None, found)
-                return
+        async def resolve_and_send() -> object:
+            found = await self._resolve(kind, target)
             if found is _HERE:
-                sent = deliver_send(self.runtime, route.kind, route.target, payload, metadata)
+                sent = deliver_send(self.runtime, kind, target, payload, metadata)
             else:
                 assert isinstance(found, _Route)
                 sent = self._send(found, payload, metadata, None)
-            sent._add_inline(lambda c: cell.try_set(None, c._cell._exc))
+            await _wait(sent)
+            return None
 
-        resolving.add_done_callback(resolved)
-        # SC §5/§7: a one-way send has no timeout and refuses cancellation while it waits.
-        return Completion(cell, _refuse_cancel)
+        return self._one_way(resolve_and_send())
 
     def request(
         self,
@@ -316,6 +311,27 @@ class Routing(Inbound):
 
     def _spawn(self, work: Coroutine[Any, Any, T]) -> Future[T]:
         return asyncio.run_coroutine_threadsafe(work, self.runtime.io.loop)
+
+    def _one_way(self, work: Coroutine[Any, Any, object]) -> Completion[None]:
+        """A one-way send whose work runs on the I/O loop: no deadline and no caller
+        cancellation (SC §5, §7), but a pending entry, so shutdown ends it once."""
+        runtime = self.runtime
+        cell: _Cell[None] = _Cell()
+        entry = runtime.begin(cell, None, None)
+        route_id = entry.route_id
+        if route_id is not None:
+            try:
+                running = self._spawn(work)
+            except RuntimeError:  # the loop has stopped
+                work.close()
+                runtime.pending.finish(route_id, exc=shutting_down())
+            else:
+                running.add_done_callback(
+                    lambda done: runtime.pending.finish(route_id, exc=_failure(_outcome(done)))
+                )
+        else:
+            work.close()
+        return Completion(cell, _refuse_cancel)
 
     def _call(
         self,
