@@ -141,6 +141,14 @@ class CreateCall(YieldableCall[Any]):
                 return early
         objects = runtime.objects
         if objects is not None and not self._generation:
+            turn = current_turn()
+            if turn is not None and turn._act.id == self._id and turn._act.kind is self._kind:
+                act = runtime.engine.tables[self._kind].get(self._id)
+                if act is not turn._act:  # not Ready yet: its own creation hook runs now
+                    raise InvalidOperationError(
+                        f"{self._kind} {self._id!r} is being created by the hook that runs "
+                        "now; it cannot get or create itself"
+                    )
             timeout = self._timeout
             if timeout is None:
                 timeout = runtime.default_request_timeout
@@ -260,7 +268,7 @@ class CloseCall(Call[bool]):
         if early is not None:
             return early
         objects = runtime.objects
-        if objects is not None and not self._here:
+        if objects is not None and not self._here and not self._own_turn():
             timeout = self._timeout
             if timeout is None:
                 timeout = runtime.default_request_timeout
@@ -295,6 +303,15 @@ class CloseCall(Call[bool]):
             lambda done: pending.finish(route, done._cell._value, done._cell._exc)
         )
         return runtime.handle(entry)
+
+    def _own_turn(self) -> bool:
+        """The caller's turn holds the gate of the object it closes: the close runs
+        here (it completes once accepted), and its record goes when it is removed."""
+        turn = current_turn()
+        if turn is None:
+            return False
+        act = self._runtime.engine.tables[self._kind].get(self._id)
+        return act is not None and not act.closed and turn._gate is act.box.gate
 
 
 class _CloseWait(PendingEntry):
