@@ -66,6 +66,8 @@ class PublishCall(Call[None]):
         with engine.lock:  # the target snapshot, taken when the operation starts
             ids = engine.subscribers.get((self._channel, self._topic), ())
             targets = [engine.spots[i] for i in ids if i in engine.spots]
+        if runtime.fenced:
+            targets = []  # the owner lease lapsed: this Host's Spots admit nothing new
         objects = None if self._here else runtime.objects
         if not targets:
             if objects is None:

@@ -75,6 +75,9 @@ class Runtime:
         #: The owner lease's admission deadline passed (`mesh/objects.py`): the objects
         #: this Host owns admit no new messages, timer ticks or creations.
         self.fenced = False
+        #: Tier work a shutdown runs once every object closed, before the threads stop
+        #: (the I/O loop still runs); each gets the seconds the shutdown has left.
+        self.finishers: list[Callable[[float], None]] = []
         #: `Host(check_codec=True)`: `check(value, into)` returns `value` as it would
         #: cross the wire (or raises `ProtocolError`); None: local values are not checked.
         self.codec_check: Callable[[object, object], object] | None = None

@@ -8,6 +8,7 @@ the Host's threads. Teardown after the deadline gets `TEARDOWN_GRACE` more.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 
@@ -21,6 +22,8 @@ from .objects import CloseReason, ObjectKind
 from .registry import Activation
 
 __all__ = ["JOIN_FLOOR", "TEARDOWN_GRACE", "shutdown"]
+
+log = logging.getLogger("zlink_actors")
 
 #: Seconds teardown may take after the shutdown deadline.
 TEARDOWN_GRACE = 1.0
@@ -65,6 +68,12 @@ class _Drain:
         # Teardown (running the callbacks of what was just completed, joining threads
         # that are not stuck in user code) gets a short grace even after the deadline.
         self.end = max(self.end, time.monotonic() + TEARDOWN_GRACE)
+        for finish in self.runtime.finishers:  # tiers: every object has closed
+            try:
+                finish(self.left())
+            except Exception:
+                log.exception("a shutdown finisher failed")
+                self.clean = False
         dispatcher = get_dispatcher()
         drained = dispatcher.drain(self.left())
         callbacks_pending = 0 if drained else dispatcher.statistics().queued

@@ -127,8 +127,9 @@ class MeshNode(GlobalObjects):
             self.acquire_lease(loop)
             self._discovery = asyncio.run_coroutine_threadsafe(self._discover(self.location), loop)
             self._leasing = asyncio.run_coroutine_threadsafe(
-                self.keep_lease(self._discovery_stop.is_set), loop
+                self.keep_lease(self._lease_stop.is_set, self._lease_stopping), loop
             )
+            self.runtime.finishers.append(self._release_objects)
 
     def begin_drain(self) -> None:
         """Shutdown begins: tell peers we drain (never selected again) and withdraw the
@@ -141,13 +142,20 @@ class MeshNode(GlobalObjects):
         update = self._hello_bytes()
         for peer in peers:  # a notice: it must not wait behind credit or a PAUSED peer
             self._notify_quietly(peer.conn, wire.encode_fields(wire.UPDATE), update)
-        self._stop_polling()
+        self._stop_loop_task(self._discovery_stop, self._stopping)
         if self._keeper is not None:
             self._keeper.join(_WITHDRAW_WAIT)
-        for running in (self._discovery, self._leasing):
-            if running is not None:
-                with contextlib.suppress(Exception):
-                    running.result(_WITHDRAW_WAIT * 2)
+        if self._discovery is not None:
+            with contextlib.suppress(Exception):
+                self._discovery.result(_WITHDRAW_WAIT * 2)
+
+    def _release_objects(self, seconds: float) -> None:
+        """A shutdown finisher (every object closed, the I/O loop still runs): the
+        lease keeper deletes the records still ours and releases the lease."""
+        self._stop_loop_task(self._lease_stop, self._lease_stopping)
+        if self._leasing is not None:
+            with contextlib.suppress(Exception):
+                self._leasing.result(max(seconds, _WITHDRAW_WAIT))
 
     def close(self, seconds: float) -> None:
         """The runtime stopped: wait (at most `seconds`) until every peer has admitted
@@ -289,7 +297,7 @@ class MeshNode(GlobalObjects):
                 await asyncio.to_thread(self._discover_all, nodes, now)
             except Exception as exc:  # the store is down: keep serving, try again
                 log.warning("mesh %s: discovery: %s", self.routing_id, exc)
-            await self._pause(_POLL)
+            await self._pause(_POLL, self._stopping)
         with contextlib.suppress(Exception):
             await asyncio.wait_for(
                 withdraw_node(store, self.config.name, self.routing_id), _WITHDRAW_WAIT

@@ -162,10 +162,6 @@ class GlobalObjects(Ownership):
                 ):
                     await authority.take_over_stale(record)
                     continue
-                if forwarded:
-                    raise UnavailableError(
-                        f"node {self.routing_id!r} does not hold Spot {spot_id!r}"
-                    )
                 # Ready or being activated there: the message goes there, with its intent.
                 peer = self._ready_peer(owner)
                 return await self._send_with_intent(

@@ -131,9 +131,11 @@ class Ownership(Routing):
         except Exception as exc:  # the store is down: keep_lease goes on trying
             log.warning("mesh %s: acquiring the owner lease: %r", self.routing_id, exc)
 
-    async def keep_lease(self, stop: Callable[[], bool]) -> None:
+    async def keep_lease(self, stop: Callable[[], bool], wake: asyncio.Event) -> None:
         """Acquire this run's owner lease, renew it, fence the node while its admission
-        deadline has passed; at the end (`stop()`), delete our records and release it."""
+        deadline has passed; at the end (`stop()`, signalled by `wake`: at shutdown, once
+        every object closed), wait for the deletions of the records of the objects that
+        closed, delete the records still ours and release the lease."""
         lease = self.lease
         assert lease is not None
         config = self.config.lease
@@ -166,10 +168,10 @@ class Ownership(Routing):
                 log.warning(
                     "mesh %s: owner lease %s", self.routing_id, "lapsed" if fenced else "admitting"
                 )
-            wake = next_renewal
+            due = next_renewal
             if lease.grant is not None and lease.remaining() > 0:
-                wake = min(wake, time.monotonic() + lease.remaining())
-            await self._pause(max(0.01, min(wake - time.monotonic(), _POLL)))
+                due = min(due, time.monotonic() + lease.remaining())
+            await self._pause(max(0.01, min(due - time.monotonic(), _POLL)), wake)
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self.release_all(), RELEASE_WAIT)
         with contextlib.suppress(Exception):
@@ -224,9 +226,9 @@ class Ownership(Routing):
                     continue
                 if spec.exclusive:
                     raise AlreadyExistsError(f"{kind} {obj_id!r} is being created")
-                if forwarded:
-                    raise UnavailableError(f"{kind} {obj_id!r} is being created on {owner!r}")
-                # The creator joins us to its attempt: one result for every caller.
+                # The creator joins us to its attempt: one result for every caller (also
+                # when another node placed the call here meanwhile: the record names one
+                # creator, so this goes one hop further at most).
                 return await self._forward_create(self._ready_peer(owner), spec, request, due)
             if info is not None and (forwarded or self.config.placement_weight > 0):
                 result = await self._attempt(spec, info, request)
@@ -413,11 +415,17 @@ class Ownership(Routing):
                 self._deleting.pop(key, None)
 
     async def release_all(self) -> None:
-        """Graceful shutdown: delete the record of every object this node owns."""
+        """Graceful shutdown: wait for the deletions under way, and delete the record of
+        every object this node still owns."""
         with self._lock:
             owned = list(self._owned.items())
             self._owned.clear()
-        await asyncio.gather(*(self._delete(key, rec) for key, rec in owned))
+            deleting = list(self._deleting.values())
+        await asyncio.gather(
+            *(self._delete(key, rec) for key, rec in owned),
+            *(asyncio.wrap_future(done) for done in deleting),
+            return_exceptions=True,
+        )
 
     async def _served_create(
         self, spec: _Spec, info: TypeInfo | None, request: object, due: float

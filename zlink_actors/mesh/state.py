@@ -243,8 +243,11 @@ class NodeState:
         self.late_replies = 0
         self._first_seen: dict[str, float] = {}
         self._discovery_stop = threading.Event()
-        #: Set (on the I/O loop) with `_discovery_stop`: wakes the loop's polling tasks.
+        #: Set (on the I/O loop) with `_discovery_stop`: wakes discovery.
         self._stopping = asyncio.Event()
+        #: The lease keeper's: it runs until every object closed (a shutdown finisher).
+        self._lease_stop = threading.Event()
+        self._lease_stopping = asyncio.Event()
         self._discovery: Future[None] | None = None
         self._leasing: Future[None] | None = None
         self._keeper: threading.Thread | None = None
@@ -254,16 +257,17 @@ class NodeState:
         self._info: NodeInfo | None = None
         self._transport: t.Transport | None = None
 
-    async def _pause(self, seconds: float) -> None:
-        """Sleep on the I/O loop for `seconds`, or until the node stops."""
+    @staticmethod
+    async def _pause(seconds: float, wake: asyncio.Event) -> None:
+        """Sleep on the I/O loop for `seconds`, or until `wake` is set."""
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stopping.wait(), seconds)
+            await asyncio.wait_for(wake.wait(), seconds)
 
-    def _stop_polling(self) -> None:
-        """Stop discovery and the lease keeper (from any thread)."""
-        self._discovery_stop.set()
+    def _stop_loop_task(self, stop: threading.Event, wake: asyncio.Event) -> None:
+        """Tell a polling task of the I/O loop to end (from any thread)."""
+        stop.set()
         with contextlib.suppress(RuntimeError):  # the loop has stopped already
-            self.runtime.io.loop.call_soon_threadsafe(self._stopping.set)
+            self.runtime.io.loop.call_soon_threadsafe(wake.set)
 
     @property
     def info(self) -> NodeInfo | None:
