@@ -9,6 +9,7 @@ import platform
 import sys
 
 from . import (
+    global_objects,
     handler_to_handler,
     http,
     latency,
@@ -40,6 +41,7 @@ def main() -> int:
         7: [location.scenario(args.quick)],
         8: transports.scenarios(args.quick),
         9: mesh.scenarios(args.quick),
+        10: global_objects.scenarios(args.quick),
     }
     print(
         f"python {platform.python_version()} on {platform.machine()}, "
@@ -70,6 +72,7 @@ def main() -> int:
     finally:
         http.SERVER.close()  # the HTTP scenario's server process
         mesh.SERVER.close()  # the mesh scenario's serving node
+        global_objects.CLUSTER.close()  # scenario 10's Redis, Object Servers and client
     missed = [c for c in checks if not c[3]]
     print()
     print(f"budget: {len(checks) - len(missed)} of {len(checks)} targets met")

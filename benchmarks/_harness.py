@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import statistics
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -80,6 +81,24 @@ def run_shared(scenarios: list[Scenario], repetitions: int, warmup: bool = True)
     return [Result(sc, samples[-1], samples.get(i, {})) for i, sc in enumerate(scenarios)]
 
 
+def in_flight(
+    n: int, window: int, send: Callable[[int], object], wait_one: Callable[[], object]
+) -> float:
+    """Seconds for `n` calls with at most `window` in flight: `send(i)` starts call `i`,
+    `wait_one()` waits for the oldest one still in flight."""
+    inflight = 0
+    start = time.perf_counter()
+    for i in range(n):
+        if inflight == window:
+            wait_one()
+            inflight -= 1
+        send(i)
+        inflight += 1
+    for _ in range(inflight):
+        wait_one()
+    return time.perf_counter() - start
+
+
 def _fmt(value: float, unit: str) -> str:
     if unit == "us":
         return f"{value:,.1f} us"
@@ -89,6 +108,8 @@ def _fmt(value: float, unit: str) -> str:
         return f"{value:,.1f} KiB"
     if unit == "/s":
         return f"{value:,.0f}/s"
+    if unit == "count":
+        return f"{value:,.0f}"
     return f"{value:,.2f} {unit}".rstrip()
 
 

@@ -8,6 +8,7 @@ prints its endpoint(s) on one line and serves until its stdin closes.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import subprocess
@@ -22,7 +23,7 @@ import zmq
 
 import transports as t
 
-from ._harness import Metric, Metrics, Scenario
+from ._harness import Metric, Metrics, Scenario, in_flight
 
 PAYLOAD = b"p" * 100
 WINDOW = 64
@@ -121,10 +122,16 @@ def _raw_echo(sock: zmq.Socket[bytes]) -> None:
 
 
 @contextmanager
-def server(mode: str, module: str = "benchmarks.transports") -> Iterator[list[str]]:
-    """Start `python -m <module> serve <mode>`; yields the words of its first line."""
+def server(
+    mode: str,
+    module: str = "benchmarks.transports",
+    args: Sequence[str] = (),
+    stop_wait: float = 0.0,
+) -> Iterator[list[str]]:
+    """Start `python -m <module> serve <mode> [args...]`; yields the words of its first
+    line; at the end closes its stdin, gives it `stop_wait` seconds to exit, kills it."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", module, "serve", mode],
+        [sys.executable, "-m", module, "serve", mode, *args],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -135,6 +142,10 @@ def server(mode: str, module: str = "benchmarks.transports") -> Iterator[list[st
         assert proc.stdout is not None
         yield proc.stdout.readline().split()
     finally:
+        if stop_wait > 0 and proc.stdin is not None:
+            with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+                proc.stdin.close()  # a serving node then shuts down cleanly
+                proc.wait(stop_wait)
         proc.kill()
         proc.wait(10)
         for stream in (proc.stdin, proc.stdout):
@@ -165,17 +176,7 @@ def _measure(
     for i in range(n):
         round_trip(i)
     sequential = (time.perf_counter() - start) / n * 1e6
-    inflight = 0
-    start = time.perf_counter()
-    for i in range(n):
-        if inflight == WINDOW:
-            wait_one()
-            inflight -= 1
-        send(i)
-        inflight += 1
-    for _ in range(inflight):
-        wait_one()
-    return {"round trip": sequential, "pipelined 64": n / (time.perf_counter() - start)}
+    return {"round trip": sequential, "pipelined 64": n / in_flight(n, WINDOW, send, wait_one)}
 
 
 def raw_case(n: int, payload: bytes = PAYLOAD) -> Metrics:
