@@ -135,7 +135,8 @@ class _Cached:
     owner: str
     generation: int
     owner_generation: int
-    expires: float  # local monotonic
+    lease_generation: int  # valid while the owner's lease of this generation holds
+    expires: float  # local monotonic: `route_cache_max_age` after it was resolved
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, Final
 
 from .._calls.create import close_here, create_here
@@ -73,6 +74,14 @@ from .routing import Routing
 from .state import _POLL, log
 
 __all__ = ["Ownership"]
+
+
+@dataclass(frozen=True, slots=True)
+class _Looked:
+    """The authority record a create read (None: Missing)."""
+
+    record: AuthorityRecord | None
+
 
 _SPOT: Final = ObjectKind.SPOT
 
@@ -186,21 +195,20 @@ class Ownership(Routing):
         assert authority is not None
         kind, obj_id, type_name = spec.kind, spec.obj_id, spec.type_name
         key = (kind, obj_id)
+        # `spots.create`'s id was made for this call: no other caller can know it, so the
+        # first round skips straight to placement (the reservation still checks it).
+        unseen = spec.fresh
         for _ in range(ATTEMPTS):
-            joined = self._inflight.get(key)
-            if joined is not None:
-                if spec.exclusive:
-                    raise AlreadyExistsError(f"{kind} {obj_id!r} is being created")
-                if joined.type_name != type_name:
-                    raise _mismatch(kind, obj_id, joined.type_name, type_name)
-                result = await asyncio.shield(joined.done)
-                if result is _RETRY:
-                    continue
-                return result
-            held = self._held(kind, obj_id)
-            if held is not None and key in self._owned:
-                return _existing(held, kind, obj_id, type_name, spec.exclusive)
-            record = await authority.read(AUTHORITY_KIND[kind], obj_id)
+            if unseen:
+                unseen = False
+                record = None
+            else:
+                found = await self._look(spec, key)
+                if not isinstance(found, _Looked):
+                    if found is _RETRY:
+                        continue
+                    return found
+                record = found.record
             if record is not None:
                 if record.type_name != type_name:
                     raise _mismatch(kind, obj_id, record.type_name, type_name)
@@ -246,6 +254,23 @@ class Ownership(Routing):
                 )
             return await self._forward_create(placed, spec, request, due)
         raise UnavailableError(f"{kind} {obj_id!r}: the record kept changing; try again")
+
+    async def _look(self, spec: _Spec, key: tuple[ObjectKind, str]) -> object:
+        """What a create finds before it decides: an attempt here to join (its result,
+        or `_RETRY`), an object of ours (`Existing`), or the record (`_Looked`)."""
+        kind, obj_id, type_name = spec.kind, spec.obj_id, spec.type_name
+        joined = self._inflight.get(key)
+        if joined is not None:
+            if spec.exclusive:
+                raise AlreadyExistsError(f"{kind} {obj_id!r} is being created")
+            if joined.type_name != type_name:
+                raise _mismatch(kind, obj_id, joined.type_name, type_name)
+            return await asyncio.shield(joined.done)
+        held = self._held(kind, obj_id)
+        if held is not None and key in self._owned:
+            return _existing(held, kind, obj_id, type_name, spec.exclusive)
+        assert self.authority is not None
+        return _Looked(await self.authority.read(AUTHORITY_KIND[kind], obj_id))
 
     async def _attempt(self, spec: _Spec, info: TypeInfo, request: object) -> object:
         """Reserve the id for this node, create it here, commit Ready: the result, or

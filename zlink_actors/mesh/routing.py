@@ -58,7 +58,7 @@ from .operations import (
     _wait,
 )
 from .peers import Peer
-from .state import _refuse_cancel, _Route
+from .state import _refuse_cancel, _Route, log
 
 __all__ = ["Routing"]
 
@@ -102,6 +102,12 @@ class Routing(Inbound):
         self._inflight: dict[tuple[ObjectKind, str], _Inflight] = {}
         #: Owner routing id -> (lease generation, local monotonic bound of its lease).
         self._owner_leases: dict[str, tuple[int, float]] = {}
+        #: Lease reads in progress, by owner (the I/O loop only).
+        self._lease_reads: dict[str, asyncio.Future[tuple[int, float] | None]] = {}
+        #: Owners whose lease a background read refreshes now.
+        self._refreshing: set[str] = set()
+        #: A cached route whose owner's lease bound is nearer than this refreshes it.
+        self._refresh_ahead = config.lease.renew_interval
         self.route_cache_hits = 0
         self.route_cache_misses = 0
         for cls in OPERATION_TYPES:
@@ -114,9 +120,19 @@ class Routing(Inbound):
             return None  # a mesh without a Location Store: objects stay local
         key = (kind, target)
         cached = self._routes.get(key)
-        if type(cached) is _Cached and cached.expires > time.monotonic():
-            self.route_cache_hits += 1
-            return self._owner_route(kind, target, cached.owner)
+        if type(cached) is _Cached:
+            now = time.monotonic()
+            lease = self._owner_leases.get(cached.owner)  # one dict read: atomic
+            if (
+                cached.expires > now
+                and lease is not None
+                and lease[0] == cached.lease_generation
+                and lease[1] > now
+            ):
+                if lease[1] - now < self._refresh_ahead:
+                    self._refresh_lease(cached.owner)  # before every route to it expires
+                self.route_cache_hits += 1
+                return self._owner_route(kind, target, cached.owner)
         self.route_cache_misses += 1
         return _Resolve(kind, target)
 
@@ -223,7 +239,7 @@ class Routing(Inbound):
             exc = found.exception()
             assert exc is not None
             raise exc
-        expires = min(time.monotonic() + self.config.route_cache_max_age, bound)
+        expires = time.monotonic() + self.config.route_cache_max_age  # and the lease bound
         with self._lock:
             old = self._routes.get((kind, target))
             if not (
@@ -232,7 +248,11 @@ class Routing(Inbound):
                 > (record.generation, record.owner_generation)
             ):
                 self._routes[(kind, target)] = _Cached(
-                    owner, record.generation, record.owner_generation, expires
+                    owner,
+                    record.generation,
+                    record.owner_generation,
+                    record.owner.lease_generation,
+                    expires,
                 )
         return found
 
@@ -240,25 +260,65 @@ class Routing(Inbound):
         """Until when (local monotonic) `owner`'s lease is known to hold; None if it
         does not (expired, released, or another run's)."""
         known = self._owner_leases.get(owner.node)
-        now = time.monotonic()
-        if known is not None and known[0] == owner.lease_generation and known[1] > now:
+        if known is not None and known[0] == owner.lease_generation and known[1] > time.monotonic():
             return known[1]
+        found = await self._read_lease(owner.node)
+        if found is None or found[0] != owner.lease_generation:
+            return None
+        return found[1]
+
+    async def _read_lease(self, node: str) -> tuple[int, float] | None:
+        """Read `node`'s lease (one read at a time per node: concurrent callers share
+        it) and keep `(lease generation, local bound)` for the route cache."""
+        reading = self._lease_reads.get(node)
+        if reading is None:
+            reading = asyncio.ensure_future(self._fetch_lease(node))
+            self._lease_reads[node] = reading
+            reading.add_done_callback(lambda _: self._lease_reads.pop(node, None))
+        return await asyncio.shield(reading)
+
+    async def _fetch_lease(self, node: str) -> tuple[int, float] | None:
         assert self.location is not None
         sent_at = time.monotonic()
-        found = await self.location.read(lease_key(owner.node))
+        found = await self.location.read(lease_key(node))
         if not isinstance(found, Found) or found.expires_at is None:
+            self._owner_leases.pop(node, None)
             return None
-        if decode_lease(found)[1] != owner.lease_generation:
-            return None
-        bound = sent_at + (found.expires_at - found.store_now) - self.config.lease.fencing_margin
-        self._owner_leases[owner.node] = (owner.lease_generation, bound)
-        return bound
+        margin = self.config.lease.fencing_margin
+        known = (decode_lease(found)[1], sent_at + (found.expires_at - found.store_now) - margin)
+        self._owner_leases[node] = known
+        return known
+
+    def _refresh_lease(self, node: str) -> None:
+        """Read `node`'s lease again in the background (once at a time)."""
+        if node in self._refreshing:
+            return
+        self._refreshing.add(node)
+
+        async def refresh() -> None:
+            try:
+                await self._read_lease(node)
+            except Exception as exc:  # the store is down: the routes expire with the bound
+                log.debug("mesh %s: refreshing the lease of %s: %s", self.routing_id, node, exc)
+            finally:
+                self._refreshing.discard(node)
+
+        try:
+            self._spawn(refresh())
+        except RuntimeError:  # the loop has stopped
+            self._refreshing.discard(node)
 
     async def _owner_alive(self, owner: OwnerFence) -> bool:
         """Whether the owner of a Ready record still serves it: its lease lives in the
-        store and this node has not seen it lost."""
+        store and this node has not seen it lost or draining."""
         peer = self._peers.by_rid.get(owner.node)
-        if peer is not None and peer.state is PeerState.LOST:
+        # Lost (or lost before and dialled again from its descriptor) or draining: gone;
+        # only a peer we never reached yet is judged by its lease alone.
+        if (
+            peer is not None
+            and peer.state is not PeerState.READY
+            and (peer.state is not PeerState.CONNECTING or peer.lost_at)
+        ):
             return False
         return await self._lease_live(owner)
 
