@@ -1,12 +1,12 @@
 # Two commands matter on a fresh machine: `make demo` and `make test`.
-# Both bootstrap .venv from pyproject.toml first.
+# Both bootstrap .venv from pyproject.toml first (and so does `make demo-mesh`).
 
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test lint typecheck pytest bench clean redis-server
+.PHONY: demo demo-mesh test lint typecheck pytest bench clean redis-server
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,6 +16,10 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	$(BIN)/python samples/chat.py
+
+# Three node processes and a redis-server of its own, on loopback (samples/mesh_chat.py).
+demo-mesh: $(STAMP) redis-server
+	$(BIN)/python samples/mesh_chat.py
 
 test: lint typecheck pytest
 
