@@ -14,8 +14,9 @@ Redis), so no node is given another's address.
   say which node handled them. A player's handler asks a room on the other server.
 - `publish()` reaches the subscribed rooms on every node.
 - One server is SIGKILLed: requests to its objects end with `UnavailableError` (once the
-  mesh sees the node gone, within `liveness_timeout`), an id never created is
-  `NotFoundError`, and the objects on the other server keep serving.
+  mesh sees the node gone, within `liveness_timeout`; the client and the other server
+  each log that on stderr), an id never created is `NotFoundError`, and the objects on
+  the other server keep serving.
 
 Routing ids are random; the transcript names the servers "server-1", "server-2", ... in
 the order they first appear in it. Every child process has ended when this one returns,
@@ -341,7 +342,7 @@ def front_end(args: argparse.Namespace) -> int:
         finally:
             store.close()
         print("--- stopping")
-        for server in servers:
+        for server in sorted(servers, key=lambda server: name(server.routing_id)):
             status = server.stop()
             how = "killed (SIGKILL)" if status == -signal.SIGKILL else f"stopped (exit {status})"
             print(f"{name(server.routing_id)}: {how}")
