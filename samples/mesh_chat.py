@@ -328,7 +328,8 @@ def front_end(args: argparse.Namespace) -> int:
             print("redis-server: started on a free loopback port")
         if args.role == "demo":
             args.key_prefix = f"mesh-chat-{uuid.uuid4().hex[:8]}"  # a fresh namespace per run
-            servers = [Server(args), Server(args)]  # they start while our Host does
+            for _ in range(2):  # they start while our Host does
+                servers.append(Server(args))
         store = z.RedisLocationStore(args.redis_url, key_prefix=args.key_prefix)
         try:
             # No spots, no actors: an Object Client that can create and reach everything.
