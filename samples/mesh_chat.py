@@ -279,7 +279,7 @@ def chat(host: z.Host, kill: Callable[[str], None] | None) -> None:
         print(f"player {player}: on {name(ref.routing_id)}")
 
     def post(room: str) -> z.RequestCall[Posted]:
-        return host.request_to_spot(room, Post("host", "anyone?"), reply=Posted)
+        return host.request_to_spot(room, Post("client", "anyone?"), reply=Posted)
 
     def say(player: str, room: str) -> z.RequestCall[Said]:
         return host.request_to_actor(player, Say(room, f"hi from {player}"), reply=Said)
