@@ -267,9 +267,9 @@ def scenarios(quick: bool) -> list[Scenario]:
             notes=[
                 "the first request to each id misses the route cache by design (a create "
                 "does not fill it): it reads the authority record from Redis",
-                "reach again: a route lives until the owner's lease bound this node last "
-                "read (<= ttl - fencing_margin, 10 s by default), not route_cache_max_age "
-                "(15 s); a first pass that takes seconds leaves part of them expired",
+                "reach again: a route lives route_cache_max_age (15 s) while its owner's "
+                "lease bound holds; the client refreshes that bound in the background "
+                "before it passes",
             ],
         ),
         Scenario(

@@ -220,7 +220,10 @@ class _MessageCall(Call[T]):
         """The common case, decided cheaply: a serving Host, an application thread, a live
         target with a handler. None when any of that fails (the full path decides)."""
         runtime = self._runtime
-        if runtime.state is not _SERVING or runtime.fenced or runtime_var.get() is not None:
+        if runtime.state is not _SERVING or runtime_var.get() is not None:
+            return None
+        fence = runtime.admission_deadline
+        if fence is not None and _monotonic() >= fence:
             return None
         if self._route is not _LOCAL and self._kind in runtime.remote.first:
             return None

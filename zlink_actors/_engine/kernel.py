@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -72,9 +73,11 @@ class Runtime:
         self.remote = remote
         #: Global Spots and Actors (a Host with `location=`); None: they are local.
         self.objects: GlobalObjects | None = None
-        #: The owner lease's admission deadline passed (`mesh/objects.py`): the objects
-        #: this Host owns admit no new messages, timer ticks or creations.
-        self.fenced = False
+        #: The owner lease's admission deadline (local monotonic seconds; None: this Host
+        #: holds no owner lease, `location=` is not set). Past it the Host is `fenced`.
+        #: The mesh's lease keeper moves it at each renewal (`mesh/ownership.py`); the
+        #: check itself reads the clock, so it holds even when the keeper's loop stalls.
+        self.admission_deadline: float | None = None
         #: Tier work a shutdown runs once every object closed, before the threads stop
         #: (the I/O loop still runs); each gets the seconds the shutdown has left.
         self.finishers: list[Callable[[float], None]] = []
@@ -85,6 +88,13 @@ class Runtime:
         self._lock = threading.Lock()
         self._stopped = threading.Event()
         self._result: ShutdownResult | None = None
+
+    @property
+    def fenced(self) -> bool:
+        """The owner lease's admission deadline has passed: the Spots and Actors this
+        Host owns admit no new messages, timer ticks, publishes or creations."""
+        deadline = self.admission_deadline
+        return deadline is not None and time.monotonic() >= deadline
 
     # -- admission ---------------------------------------------------------------------
 

@@ -74,7 +74,7 @@ class Calls(Handshake):
             if not peer.has_node_handler:
                 return failed(NotFoundError(f"node {rid!r} has no node_handler"))
             return _Route(peer, kind, rid)
-        return None  # Spots and Actors stay local until global objects exist
+        return None  # Spots and Actors: the global objects (routing.py) decide
 
     def send(
         self, route: object, payload: object, metadata: dict[str, object] | None

@@ -236,7 +236,7 @@ class MeshNode(GlobalObjects):
                 decode_errors=self.decode_errors + (stats.dropped_frames if stats else 0),
                 dropped_messages=self.dropped_messages,
                 late_replies=self.late_replies,
-                lease_admitting=not self.runtime.fenced and self._admitting(),
+                lease_admitting=self.location is not None and not self.runtime.fenced,
                 owned_objects=len(self._owned),
                 route_cache_hits=self.route_cache_hits,
                 route_cache_misses=self.route_cache_misses,

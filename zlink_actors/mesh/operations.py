@@ -107,6 +107,10 @@ class CreateReply(msgspec.Struct, array_like=True, frozen=True):
     generation: int
     reply_type: str
     reply: bytes
+    #: "created" by the answering node: its owner generation and lease generation, so
+    #: the caller can cache the route at once (0: not given).
+    owner_generation: int = 0
+    lease_generation: int = 0
 
 
 class CloseOp(msgspec.Struct, array_like=True, frozen=True):

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from .._core.cancellation import CancellationToken
 from .._core.completion import Completion
 from .._core.errors import (
     AlreadyExistsError,
+    InvalidOperationError,
     NotFoundError,
     UnavailableError,
     ZlinkError,
@@ -133,10 +135,10 @@ class Ownership(Routing):
         lease = self.lease
         assert lease is not None
         try:
-            asyncio.run_coroutine_threadsafe(lease.acquire(), loop).result(
+            grant = asyncio.run_coroutine_threadsafe(lease.acquire(), loop).result(
                 self.config.lease.renew_timeout
             )
-            self.runtime.fenced = False
+            self.runtime.admission_deadline = grant.admission_deadline
         except Exception as exc:  # the store is down: keep_lease goes on trying
             log.warning("mesh %s: acquiring the owner lease: %r", self.routing_id, exc)
 
@@ -150,6 +152,7 @@ class Ownership(Routing):
         config = self.config.lease
         next_renewal = time.monotonic() + config.renew_interval
         acquired = lease.grant is not None
+        was_fenced = self.runtime.fenced
         while not stop():
             now = time.monotonic()
             try:
@@ -171,9 +174,13 @@ class Ownership(Routing):
                         "new work until it restarts",
                         self.routing_id,
                     )
-            fenced = not lease.admitting()
-            if fenced is not self.runtime.fenced:
-                self.runtime.fenced = fenced
+            grant = lease.grant
+            self.runtime.admission_deadline = (
+                grant.admission_deadline if grant is not None else -math.inf
+            )
+            fenced = self.runtime.fenced
+            if fenced is not was_fenced:
+                was_fenced = fenced
                 log.warning(
                     "mesh %s: owner lease %s", self.routing_id, "lapsed" if fenced else "admitting"
                 )
@@ -369,6 +376,16 @@ class Ownership(Routing):
             else ActorRef(obj_id, answer.generation, answer.routing_id)
         )
         if answer.outcome == "created":
+            if answer.lease_generation and answer.routing_id == peer.routing_id:
+                # The node that created it owns it: the first call needs no store read.
+                self._remember(
+                    kind,
+                    obj_id,
+                    peer.routing_id,
+                    answer.generation,
+                    answer.owner_generation,
+                    answer.lease_generation,
+                )
             return Created(ref, reply)
         if answer.outcome == "existing":
             return Existing(ref)
@@ -397,21 +414,29 @@ class Ownership(Routing):
                     raise NotFoundError(f"no {kind} {obj_id!r} to close (it is being created)")
                 await self._record_gone(key)
                 continue
+            if await self._lease_bound(record.owner) is None:
+                # Past what we know of its lease: if it expired in the store, take the
+                # record over, even from an owner still connected (cut off from the store,
+                # fenced: it serves the object no more).
+                try:
+                    taken = await authority.take_over_stale(record)
+                except InvalidOperationError:  # still live, within its fencing margin
+                    taken = None
+                if isinstance(taken, Conflict):
+                    continue  # it changed meanwhile: read again
+                if taken is not None:
+                    self._routes.pop(key, None)
+                    return True
             peer = self._peers.by_rid.get(owner)
             if peer is not None and peer.state is PeerState.READY:
                 answer = await self._ask(peer, CloseOp(kind.value, obj_id), None, due)
                 return bool(answer)
-            if await self._lease_live(record.owner):
-                if record.state is AuthorityState.RESERVED:
-                    raise NotFoundError(f"no {kind} {obj_id!r} to close (it is being created)")
-                raise UnavailableError(
-                    f"the owner {owner!r} of {kind} {obj_id!r} is unreachable and its lease "
-                    "has not expired"
-                )
-            if isinstance(await authority.take_over_stale(record), Conflict):
-                continue  # it changed meanwhile: read again
-            self._routes.pop(key, None)
-            return True
+            if record.state is AuthorityState.RESERVED:
+                raise NotFoundError(f"no {kind} {obj_id!r} to close (it is being created)")
+            raise UnavailableError(
+                f"the owner {owner!r} of {kind} {obj_id!r} is unreachable and its lease has "
+                "not expired"
+            )
         raise UnavailableError(f"{kind} {obj_id!r}: the record kept changing; try again")
 
     async def _record_gone(self, key: tuple[ObjectKind, str]) -> None:
@@ -466,4 +491,11 @@ class Ownership(Routing):
             assert isinstance(result, Rejected)
             generation, rid, outcome, value = 0, "", "rejected", result.reply
         name, data = self.codec.encode_payload(value)
+        grant = None if self.lease is None else self.lease.grant
+        if outcome == "created" and rid == self.routing_id and grant is not None:
+            owned = self._owned.get((spec.kind, spec.obj_id))
+            if owned is not None:
+                return CreateReply(
+                    outcome, rid, generation, name, data, owned.owner_generation, grant.generation
+                )
         return CreateReply(outcome, rid, generation, name, data)

@@ -15,6 +15,7 @@ cache is changed under the node lock and read without it (one dict read is atomi
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from concurrent.futures import Future
@@ -101,6 +102,8 @@ class Routing(Inbound):
         self._deleting: dict[tuple[ObjectKind, str], Future[None]] = {}
         self._inflight: dict[tuple[ObjectKind, str], _Inflight] = {}
         #: Owner routing id -> (lease generation, local monotonic bound of its lease).
+        if store is not None:
+            runtime.admission_deadline = -math.inf  # fenced until the lease is acquired
         self._owner_leases: dict[str, tuple[int, float]] = {}
         #: Lease reads in progress, by owner (the I/O loop only).
         self._lease_reads: dict[str, asyncio.Future[tuple[int, float] | None]] = {}
@@ -239,22 +242,40 @@ class Routing(Inbound):
             exc = found.exception()
             assert exc is not None
             raise exc
-        expires = time.monotonic() + self.config.route_cache_max_age  # and the lease bound
+        self._remember(
+            kind,
+            target,
+            owner,
+            record.generation,
+            record.owner_generation,
+            record.owner.lease_generation,
+        )
+        return found
+
+    def _remember(
+        self,
+        kind: ObjectKind,
+        target: str,
+        owner: str,
+        generation: int,
+        owner_generation: int,
+        lease_generation: int,
+    ) -> None:
+        """Cache a Ready owner for `route_cache_max_age` (valid while its lease bound
+        holds); an entry of a newer record is never replaced by an older one."""
+        expires = time.monotonic() + self.config.route_cache_max_age
         with self._lock:
             old = self._routes.get((kind, target))
-            if not (
-                type(old) is _Cached
-                and (old.generation, old.owner_generation)
-                > (record.generation, record.owner_generation)
+            if type(old) is _Cached and (old.generation, old.owner_generation) > (
+                generation,
+                owner_generation,
             ):
-                self._routes[(kind, target)] = _Cached(
-                    owner,
-                    record.generation,
-                    record.owner_generation,
-                    record.owner.lease_generation,
-                    expires,
-                )
-        return found
+                return
+            self._routes[(kind, target)] = _Cached(
+                owner, generation, owner_generation, lease_generation, expires
+            )
+        if owner not in self._owner_leases:
+            self._refresh_lease(owner)  # a route filled by a create: its bound follows
 
     async def _lease_bound(self, owner: OwnerFence) -> float | None:
         """Until when (local monotonic) `owner`'s lease is known to hold; None if it
