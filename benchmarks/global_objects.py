@@ -265,8 +265,9 @@ def scenarios(quick: bool) -> list[Scenario]:
                 Metric("close", "/s", higher_is_better=True),
             ],
             notes=[
-                "the first request to each id misses the route cache by design (a create "
-                "does not fill it): it reads the authority record from Redis",
+                "reach: a create placed on a server fills the client's route cache, so "
+                "the first request to each id needs no store read once the owner's lease "
+                "bound is known (the very first ones read it)",
                 "reach again: a route lives route_cache_max_age (15 s) while its owner's "
                 "lease bound holds; the client refreshes that bound in the background "
                 "before it passes",
