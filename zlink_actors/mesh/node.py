@@ -240,6 +240,7 @@ class MeshNode(GlobalObjects):
                 owned_objects=len(self._owned),
                 route_cache_hits=self.route_cache_hits,
                 route_cache_misses=self.route_cache_misses,
+                route_cache_size=len(self._routes),
             )
 
     def _keep_peers(self) -> None:

@@ -153,6 +153,7 @@ class Ownership(Routing):
         next_renewal = time.monotonic() + config.renew_interval
         acquired = lease.grant is not None
         was_fenced = self.runtime.fenced
+        next_purge = time.monotonic() + self.config.route_cache_max_age
         while not stop():
             now = time.monotonic()
             try:
@@ -174,6 +175,9 @@ class Ownership(Routing):
                         "new work until it restarts",
                         self.routing_id,
                     )
+            if now >= next_purge:
+                self._purge_routes(now)
+                next_purge = now + self.config.route_cache_max_age
             grant = lease.grant
             self.runtime.admission_deadline = (
                 grant.admission_deadline if grant is not None else -math.inf

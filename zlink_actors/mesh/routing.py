@@ -277,6 +277,17 @@ class Routing(Inbound):
         if owner not in self._owner_leases:
             self._refresh_lease(owner)  # a route filled by a create: its bound follows
 
+    def _purge_routes(self, now: float) -> None:
+        """Forget expired routes and owner lease bounds (the caches never outgrow what
+        was used within `route_cache_max_age`)."""
+        with self._lock:
+            for key, cached in list(self._routes.items()):
+                if type(cached) is _Cached and cached.expires <= now:
+                    del self._routes[key]
+        for node, (_, bound) in list(self._owner_leases.items()):
+            if bound <= now:
+                self._owner_leases.pop(node, None)
+
     async def _lease_bound(self, owner: OwnerFence) -> float | None:
         """Until when (local monotonic) `owner`'s lease is known to hold; None if it
         does not (expired, released, or another run's)."""

@@ -138,6 +138,8 @@ class MeshStatistics:
         owned_objects: global Spots and Actors whose Ready record names this node.
         route_cache_hits / route_cache_misses: calls to global objects held elsewhere
             that found a fresh route in the cache / had to read the Location Store.
+        route_cache_size: routes cached now (expired ones are purged about every
+            `route_cache_max_age`).
     """
 
     routing_id: str
@@ -157,6 +159,7 @@ class MeshStatistics:
     owned_objects: int = 0
     route_cache_hits: int = 0
     route_cache_misses: int = 0
+    route_cache_size: int = 0
 
 
 @dataclass(slots=True)
