@@ -24,6 +24,7 @@ from .._calls.publish import PublishCall
 from .._core.cancellation import CancellationToken
 from .._core.completion import Completion, _Cell, failed
 from .._core.errors import (
+    DeadlineExceededError,
     InvalidOperationError,
     NotFoundError,
     ProtocolError,
@@ -147,6 +148,18 @@ class GlobalObjects(Ownership):
             if self._held(_SPOT, spot_id) is not None:
                 here = self._deliver(spot_id, spot_type, payload, metadata, reply, due, token, 0)
                 return await _wait(here)
+            cached = self._cached_owner(key)
+            if cached is not None and cached != self.routing_id:
+                return await self._send_with_intent(
+                    self._ready_peer(cached),
+                    spot_id,
+                    type_name,
+                    payload,
+                    metadata,
+                    reply,
+                    due,
+                    token,
+                )
             record = await authority.read(AuthorityKind.SPOT, spot_id)
             if record is not None:
                 owner = record.owner.node
@@ -164,6 +177,15 @@ class GlobalObjects(Ownership):
                     continue
                 # Ready or being activated there: the message goes there, with its intent.
                 peer = self._ready_peer(owner)
+                if record.state is AuthorityState.READY:
+                    self._remember(
+                        _SPOT,
+                        spot_id,
+                        owner,
+                        record.generation,
+                        record.owner_generation,
+                        record.owner.lease_generation,
+                    )
                 return await self._send_with_intent(
                     peer, spot_id, type_name, payload, metadata, reply, due, token
                 )
@@ -228,8 +250,17 @@ class GlobalObjects(Ownership):
             if isinstance(reserved, Conflict):
                 return _RETRY
             try:
-                delivered = self._deliver(
-                    spot_id, spot_type, payload, metadata, reply, due, token, reserved.generation
+                # Off the I/O loop: the activation runs the Spot's constructor (user code).
+                delivered = await asyncio.to_thread(
+                    self._deliver,
+                    spot_id,
+                    spot_type,
+                    payload,
+                    metadata,
+                    reply,
+                    due,
+                    token,
+                    reserved.generation,
                 )
             except BaseException:
                 await _quietly(authority.abort(reserved))
@@ -275,9 +306,7 @@ class GlobalObjects(Ownership):
         if due is None:
             sent: Completion[Any] = self._send(route, payload, metadata, intent)
             return await _wait(sent)
-        left = due - self.runtime.timers._now()
-        if left <= 0:
-            raise asyncio.CancelledError
+        left = self._left(due)
         return await _wait(
             self._request(route, payload, metadata, reply, left, token, intent, (_SPOT, spot_id))
         )
@@ -327,7 +356,8 @@ class GlobalObjects(Ownership):
             return
         self._release(rec)
         if not env.deadline > 0:
-            self._reply_error(rec.peer, rec.route_id, UnavailableError("late"))
+            late = DeadlineExceededError("the request's deadline passed before it arrived")
+            self._reply_error(rec.peer, rec.route_id, late)
             return
         done = self.activate(env.target, name, payload, meta, None, env.deadline, None)
         route = rec.route_id
@@ -352,7 +382,10 @@ class GlobalObjects(Ownership):
                 self._drop_message(rec, peer, str(exc), decode=isinstance(exc, ProtocolError))
             return
         if isinstance(op, PublishOp):
-            self._receive_publish(op, env)
+            if request:
+                self._reply_error(rec.peer, route, ProtocolError("a publish is one-way"))
+            else:
+                self._receive_publish(op, env)
             return
         if not request:
             self._drop_message(rec, peer, f"a one-way {type(op).__name__}", decode=True)

@@ -35,7 +35,6 @@ from .._core.errors import (
     InvalidOperationError,
     NotFoundError,
     UnavailableError,
-    ZlinkError,
     shutting_down,
 )
 from .._engine.objects import (
@@ -114,7 +113,7 @@ class Ownership(Routing):
         self, kind: ObjectKind, obj_id: str, timeout: float, cancel: CancellationToken | None
     ) -> Completion[bool]:
         def run(due: float, token: CancellationToken | None) -> Awaitable[object]:
-            return self._close(kind, obj_id, due, False)
+            return self._close(kind, obj_id, due, False, token)
 
         return self._call(run, timeout, cancel)
 
@@ -134,13 +133,17 @@ class Ownership(Routing):
         `renew_timeout`; if the store does not answer, `keep_lease` goes on trying)."""
         lease = self.lease
         assert lease is not None
+        self._acquiring = asyncio.run_coroutine_threadsafe(lease.acquire(), loop)
         try:
-            grant = asyncio.run_coroutine_threadsafe(lease.acquire(), loop).result(
-                self.config.lease.renew_timeout
-            )
+            grant = self._acquiring.result(self.config.lease.renew_timeout)
             self.runtime.admission_deadline = grant.admission_deadline
         except Exception as exc:  # the store is down: keep_lease goes on trying
             log.warning("mesh %s: acquiring the owner lease: %r", self.routing_id, exc)
+
+    def _acquiring_now(self) -> bool:
+        """`acquire_lease`'s acquisition is still on its way (it timed out there)."""
+        acquiring = self._acquiring
+        return acquiring is not None and not acquiring.done()
 
     async def keep_lease(self, stop: Callable[[], bool], wake: asyncio.Event) -> None:
         """Acquire this run's owner lease, renew it, fence the node while its admission
@@ -156,15 +159,16 @@ class Ownership(Routing):
         next_purge = time.monotonic() + self.config.route_cache_max_age
         while not stop():
             now = time.monotonic()
+            acquired = acquired or lease.grant is not None  # also by `acquire_lease`'s late answer
             try:
-                if lease.grant is None and not acquired:
+                if lease.grant is None and not acquired and not self._acquiring_now():
                     await lease.acquire()
                     acquired = True
                     next_renewal = time.monotonic() + config.renew_interval
                 elif lease.grant is not None and now >= next_renewal:
                     await lease.renew()
                     next_renewal = time.monotonic() + config.renew_interval
-            except ZlinkError as exc:  # the store is down, or the lease was lost
+            except Exception as exc:  # the store is down, or the lease was lost
                 log.warning("mesh %s: owner lease: %s", self.routing_id, exc)
                 next_renewal = time.monotonic() + min(config.renew_interval, 0.5)
                 if acquired and lease.grant is None:
@@ -227,9 +231,7 @@ class Ownership(Routing):
                 if owner == self.routing_id:
                     if key in self._inflight:
                         continue  # our own attempt started meanwhile: join it
-                    if record.state is AuthorityState.READY:
-                        raise UnavailableError(f"{kind} {obj_id!r} is closing")
-                    await authority.abort(record)  # a leftover of an attempt of ours
+                    await self._own_leftover(key, record)
                     continue
                 if record.state is AuthorityState.READY:
                     if spec.exclusive:
@@ -266,6 +268,25 @@ class Ownership(Routing):
             return await self._forward_create(placed, spec, request, due)
         raise UnavailableError(f"{kind} {obj_id!r}: the record kept changing; try again")
 
+    async def _own_leftover(self, key: tuple[ObjectKind, str], record: AuthorityRecord) -> None:
+        """A record naming this node that no attempt here is making: its object is
+        closing (wait for its deletion), or it is a leftover (delete it); then read
+        again."""
+        with self._lock:
+            deleting = self._deleting.get(key)
+            owned = key in self._owned
+        if deleting is not None:
+            await asyncio.wrap_future(deleting)
+            return
+        held = self._held(*key)
+        if owned or (held is not None and held.generation == record.generation):
+            raise UnavailableError(f"{key[0]} {key[1]!r} is closing")
+        assert self.authority is not None
+        if record.state is AuthorityState.RESERVED:
+            await _quietly(self.authority.abort(record))
+        else:
+            await _quietly(self.authority.delete(record))
+
     async def _look(self, spec: _Spec, key: tuple[ObjectKind, str]) -> object:
         """What a create finds before it decides: an attempt here to join (its result,
         or `_RETRY`), an object of ours (`Existing`), or the record (`_Looked`)."""
@@ -279,6 +300,8 @@ class Ownership(Routing):
             return await asyncio.shield(joined.done)
         held = self._held(kind, obj_id)
         if held is not None and key in self._owned:
+            if self.runtime.fenced:
+                raise UnavailableError(f"{kind} {obj_id!r}: this node's owner lease lapsed")
             return _existing(held, kind, obj_id, type_name, spec.exclusive)
         assert self.authority is not None
         return _Looked(await self.authority.read(AUTHORITY_KIND[kind], obj_id))
@@ -322,11 +345,18 @@ class Ownership(Routing):
         kind = info.kind
         obj_id = reserved.object_id
         try:
-            result = await _wait(
-                create_here(
-                    self.runtime, kind, obj_id, info, request, ATTEMPT_BOUND, reserved.generation
-                )
+            # Off the I/O loop: the factory is user code (it may be slow, or block).
+            made = await asyncio.to_thread(
+                create_here,
+                self.runtime,
+                kind,
+                obj_id,
+                info,
+                request,
+                ATTEMPT_BOUND,
+                reserved.generation,
             )
+            result = await _wait(made)
         except BaseException:
             await _quietly(authority.abort(reserved))
             raise
@@ -341,8 +371,14 @@ class Ownership(Routing):
         authority = self.authority
         assert authority is not None
         committed: AuthorityRecord | Conflict | None = None
-        if self._admitting():
-            committed = await authority.commit(reserved)
+        try:
+            if self._admitting():
+                committed = await authority.commit(reserved)
+        except BaseException:
+            # The store failed (or the outcome is unknown): the object may not serve.
+            close_here(self.runtime, kind, obj_id, ATTEMPT_BOUND, None)
+            await _quietly(authority.abort(reserved))
+            raise
         if not isinstance(committed, AuthorityRecord):
             # The lease lapsed, or the reservation was taken over: the object may not
             # serve; it closes here and the call fails.
@@ -354,7 +390,14 @@ class Ownership(Routing):
                 "lapsed or its reservation was taken over"
             )
         with self._lock:
-            self._owned[(kind, obj_id)] = committed
+            held = self._held(kind, obj_id)
+            kept = held is not None and held.generation == reserved.generation
+            if kept:
+                self._owned[(kind, obj_id)] = committed
+        if not kept:
+            # It was removed while the commit was on its way (closed, or its
+            # `on_initialize` failed): `removed()` found nothing to delete; delete here.
+            await _quietly(authority.delete(committed))
         return result
 
     def _fence(self, what: str) -> OwnerFence:
@@ -395,7 +438,14 @@ class Ownership(Routing):
             return Existing(ref)
         return Rejected(reply)
 
-    async def _close(self, kind: ObjectKind, obj_id: str, due: float, forwarded: bool) -> object:
+    async def _close(
+        self,
+        kind: ObjectKind,
+        obj_id: str,
+        due: float,
+        forwarded: bool,
+        token: CancellationToken | None = None,
+    ) -> object:
         authority = self.authority
         assert authority is not None
         key = (kind, obj_id)
@@ -403,11 +453,13 @@ class Ownership(Routing):
         for _ in range(ATTEMPTS):
             if self._held(kind, obj_id) is not None:
                 left = max(due - self.runtime.timers._now(), 1e-3)
-                closed = await _wait(close_here(self.runtime, kind, obj_id, left, None))
+                closed = await _wait(close_here(self.runtime, kind, obj_id, left, token))
                 if closed:
                     await self._record_gone(key)
                 return closed
             if forwarded:
+                if key in self._inflight or key in self.runtime.engine.creating:
+                    raise NotFoundError(f"no {kind} {obj_id!r} to close (it is being created)")
                 raise UnavailableError(f"node {self.routing_id!r} does not hold {kind} {obj_id!r}")
             record = await authority.read(AUTHORITY_KIND[kind], obj_id)
             if record is None:
@@ -431,12 +483,12 @@ class Ownership(Routing):
                 if taken is not None:
                     self._routes.pop(key, None)
                     return True
-            peer = self._peers.by_rid.get(owner)
-            if peer is not None and peer.state is PeerState.READY:
-                answer = await self._ask(peer, CloseOp(kind.value, obj_id), None, due)
-                return bool(answer)
             if record.state is AuthorityState.RESERVED:
                 raise NotFoundError(f"no {kind} {obj_id!r} to close (it is being created)")
+            peer = self._peers.by_rid.get(owner)
+            if peer is not None and peer.state is PeerState.READY:
+                answer = await self._ask(peer, CloseOp(kind.value, obj_id), None, due, token)
+                return bool(answer)
             raise UnavailableError(
                 f"the owner {owner!r} of {kind} {obj_id!r} is unreachable and its lease has "
                 "not expired"

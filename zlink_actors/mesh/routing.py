@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from concurrent.futures import Future
@@ -25,6 +26,7 @@ from .._calls.messaging import deliver_send, local_request
 from .._core.cancellation import CancellationToken
 from .._core.completion import Completion, _Cell, failed
 from .._core.errors import (
+    DeadlineExceededError,
     NotFoundError,
     UnavailableError,
     ZlinkError,
@@ -42,7 +44,7 @@ from ..location.authority import (
     OwnerFence,
 )
 from ..location.keys import lease_key
-from ..location.lease import OwnerLease, decode_lease
+from ..location.lease import LeaseGrant, OwnerLease, decode_lease
 from ..location.spi import Found, LocationStore
 from .codec import Codec, Envelope
 from .config import MeshConfig, PeerState
@@ -105,6 +107,8 @@ class Routing(Inbound):
         if store is not None:
             runtime.admission_deadline = -math.inf  # fenced until the lease is acquired
         self._owner_leases: dict[str, tuple[int, float]] = {}
+        #: `acquire_lease`'s acquisition (it may outlive its bounded wait).
+        self._acquiring: Future[LeaseGrant] | None = None
         #: Lease reads in progress, by owner (the I/O loop only).
         self._lease_reads: dict[str, asyncio.Future[tuple[int, float] | None]] = {}
         #: Owners whose lease a background read refreshes now.
@@ -121,7 +125,13 @@ class Routing(Inbound):
             return super().route(kind, target)
         if self.authority is None:
             return None  # a mesh without a Location Store: objects stay local
-        key = (kind, target)
+        owner = self._cached_owner((kind, target))
+        if owner is not None:
+            return self._owner_route(kind, target, owner)
+        return _Resolve(kind, target)
+
+    def _cached_owner(self, key: tuple[ObjectKind, str]) -> str | None:
+        """The owner a fresh cache entry names (counted as a hit), or None (a miss)."""
         cached = self._routes.get(key)
         if type(cached) is _Cached:
             now = time.monotonic()
@@ -135,9 +145,9 @@ class Routing(Inbound):
                 if lease[1] - now < self._refresh_ahead:
                     self._refresh_lease(cached.owner)  # before every route to it expires
                 self.route_cache_hits += 1
-                return self._owner_route(kind, target, cached.owner)
+                return cached.owner
         self.route_cache_misses += 1
-        return _Resolve(kind, target)
+        return None
 
     def send(
         self, route: object, payload: object, metadata: dict[str, object] | None
@@ -177,9 +187,7 @@ class Routing(Inbound):
 
         async def resolve_and_ask(due: float, token: CancellationToken | None) -> object:
             found = await self._resolve(kind, target)
-            left = due - self.runtime.timers._now()
-            if left <= 0:
-                raise asyncio.CancelledError  # the caller's deadline ends the call
+            left = self._left(due)
             if found is _HERE:
                 asked = local_request(
                     self.runtime, kind, target, payload, metadata, reply, left, token
@@ -392,14 +400,28 @@ class Routing(Inbound):
             name = ""  # a type this node does not know: plain values
         return self.codec.decode_payload(name, data)
 
-    async def _ask(self, peer: Peer, op: object, reply: type | None, due: float) -> object:
+    async def _ask(
+        self,
+        peer: Peer,
+        op: object,
+        reply: type | None,
+        due: float,
+        token: CancellationToken | None = None,
+    ) -> object:
         """One of our own requests to `peer`, within what is left of `due`."""
+        left = self._left(due)
+        return await _wait(
+            self._request(_Route(peer, None, ""), op, None, reply, left, token, None, None)
+        )
+
+    def _left(self, due: float) -> float:
+        """What is left of a call's deadline `due` (Host clock) for its next step, rounded
+        up to a 10 ms grid (steps with about the same budget share one timer FIFO);
+        `DeadlineExceededError` when nothing is left."""
         left = due - self.runtime.timers._now()
         if left <= 0:
-            raise asyncio.CancelledError
-        return await _wait(
-            self._request(_Route(peer, None, ""), op, None, reply, left, None, None, None)
-        )
+            raise DeadlineExceededError("no result within the call's deadline")
+        return min(math.ceil(left * 100.0) / 100.0, threading.TIMEOUT_MAX)
 
     def _spawn(self, work: Coroutine[Any, Any, T]) -> Future[T]:
         return asyncio.run_coroutine_threadsafe(work, self.runtime.io.loop)
@@ -411,7 +433,7 @@ class Routing(Inbound):
         cell: _Cell[None] = _Cell()
         entry = runtime.begin(cell, None, None)
         route_id = entry.route_id
-        if route_id is not None:
+        if route_id is not None and route_id in runtime.pending:
             try:
                 running = self._spawn(work)
             except RuntimeError:  # the loop has stopped
@@ -438,8 +460,8 @@ class Routing(Inbound):
         entry = runtime.begin(cell, timeout, cancel)
         handle = runtime.handle(entry)
         route_id = entry.route_id
-        if route_id is None:
-            return handle
+        if route_id is None or route_id not in runtime.pending:
+            return handle  # refused (shutdown, a cancelled token): nothing to start
         due = runtime.timers._now() + timeout
 
         async def run() -> object:
