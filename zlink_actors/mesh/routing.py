@@ -107,6 +107,17 @@ class Routing(Inbound):
         if store is not None:
             runtime.admission_deadline = -math.inf  # fenced until the lease is acquired
         self._owner_leases: dict[str, tuple[int, float]] = {}
+        #: Calls waiting for the resolution of their target, in submission order:
+        #: (kind, id) -> [(submit, finish)] (`_in_order`; under the lock).
+        self._queued: dict[
+            tuple[ObjectKind, str],
+            list[
+                tuple[
+                    Callable[[object], Completion[Any]],
+                    Callable[[Completion[Any] | BaseException], None],
+                ]
+            ],
+        ] = {}
         #: `acquire_lease`'s acquisition (it may outlive its bounded wait).
         self._acquiring: Future[LeaseGrant] | None = None
         #: Lease reads in progress, by owner (the I/O loop only).
@@ -125,7 +136,11 @@ class Routing(Inbound):
             return super().route(kind, target)
         if self.authority is None:
             return None  # a mesh without a Location Store: objects stay local
-        owner = self._cached_owner((kind, target))
+        key = (kind, target)
+        if key in self._queued:  # calls wait for its resolution: this one goes behind them
+            self.route_cache_misses += 1
+            return _Resolve(kind, target)
+        owner = self._cached_owner(key)
         if owner is not None:
             return self._owner_route(kind, target, owner)
         return _Resolve(kind, target)
@@ -155,18 +170,23 @@ class Routing(Inbound):
         if type(route) is not _Resolve:
             return super().send(route, payload, metadata)
         kind, target = route.kind, route.target
+        runtime = self.runtime
+        cell: _Cell[None] = _Cell()
+        # No deadline and no caller cancellation (SC §5, §7), but a pending entry, so a
+        # shutdown ends it once.
+        entry = runtime.begin(cell, None, None)
+        route_id = entry.route_id
+        if route_id is None or route_id not in runtime.pending:
+            return Completion(cell, _refuse_cancel)
 
-        async def resolve_and_send() -> object:
-            found = await self._resolve(kind, target)
+        def step(found: object) -> Completion[Any]:
             if found is _HERE:
-                sent = deliver_send(self.runtime, kind, target, payload, metadata)
-            else:
-                assert isinstance(found, _Route)
-                sent = self._send(found, payload, metadata, None)
-            await _wait(sent)
-            return None
+                return deliver_send(runtime, kind, target, payload, metadata)
+            assert isinstance(found, _Route)
+            return self._send(found, payload, metadata, None)
 
-        return self._one_way(resolve_and_send())
+        self._in_order(kind, target, step, _finisher(runtime, route_id, value=False))
+        return Completion(cell, _refuse_cancel)
 
     def request(
         self,
@@ -184,22 +204,77 @@ class Routing(Inbound):
             return super().request(route, payload, metadata, reply, timeout, cancel)
         assert type(route) is _Resolve
         kind, target = route.kind, route.target
+        runtime = self.runtime
+        cell: _Cell[Any] = _Cell()
+        entry = runtime.begin(cell, timeout, cancel)
+        handle = runtime.handle(entry)
+        route_id = entry.route_id
+        if route_id is None or route_id not in runtime.pending:
+            return handle  # refused (shutdown, a cancelled token): nothing to start
+        due = runtime.timers._now() + timeout
 
-        async def resolve_and_ask(due: float, token: CancellationToken | None) -> object:
-            found = await self._resolve(kind, target)
+        def step(found: object) -> Completion[Any]:
             left = self._left(due)
             if found is _HERE:
-                asked = local_request(
-                    self.runtime, kind, target, payload, metadata, reply, left, token
-                )
-            else:
-                assert isinstance(found, _Route)
-                asked = self._request(
-                    found, payload, metadata, reply, left, token, None, (kind, target)
-                )
-            return await _wait(asked)
+                return local_request(runtime, kind, target, payload, metadata, reply, left, cancel)
+            assert isinstance(found, _Route)
+            return self._request(
+                found, payload, metadata, reply, left, cancel, None, (kind, target)
+            )
 
-        return self._call(resolve_and_ask, timeout, cancel)
+        self._in_order(kind, target, step, _finisher(runtime, route_id, value=True))
+        return handle
+
+    def _in_order(
+        self,
+        kind: ObjectKind,
+        target: str,
+        step: Callable[[object], Completion[Any]],
+        finish: Callable[[Completion[Any] | BaseException], None],
+    ) -> None:
+        """Resolve `target`, then `step(found)` (it submits the call) and `finish(...)`
+        with what it submitted, or with the error; calls to one target that wait for its
+        resolution are submitted in the order they were made, and calls made meanwhile
+        queue behind them (`route` sends them here), so per-peer order holds."""
+        key = (kind, target)
+        with self._lock:
+            queue = self._queued.get(key)
+            if queue is not None:
+                queue.append((step, finish))
+                return
+            self._queued[key] = [(step, finish)]
+        try:
+            self._spawn(self._run_in_order(kind, target))
+        except RuntimeError:  # the loop has stopped
+            with self._lock:
+                waiting = self._queued.pop(key, [])
+            for _, ends in waiting:
+                ends(shutting_down())
+
+    async def _run_in_order(self, kind: ObjectKind, target: str) -> None:
+        key = (kind, target)
+        found: object
+        try:
+            found = await self._resolve(kind, target)
+        except Exception as exc:
+            found = _failure(exc)
+        while True:
+            with self._lock:
+                batch = self._queued.get(key)
+                if not batch:
+                    self._queued.pop(key, None)  # from now on, calls may go straight out
+                    return
+                self._queued[key] = []
+            for step, finish in batch:
+                if isinstance(found, BaseException):
+                    finish(found)
+                    continue
+                try:
+                    submitted = step(found)
+                except Exception as exc:
+                    finish(_failure(exc) or exc)
+                else:
+                    finish(submitted)
 
     def owner_of(self, kind: ObjectKind, obj_id: str) -> Completion[str | None]:
         async def read() -> str | None:
@@ -482,3 +557,22 @@ class Routing(Inbound):
 
         running.add_done_callback(finished)
         return handle
+
+
+def _finisher(
+    runtime: Runtime, route_id: int, *, value: bool
+) -> Callable[[Completion[Any] | BaseException], None]:
+    """What ends the caller's pending entry `route_id` once its call was submitted (or
+    failed before): the submitted call's outcome (its value too when `value`)."""
+
+    def finish(result: Completion[Any] | BaseException) -> None:
+        if isinstance(result, BaseException):
+            runtime.pending.finish(route_id, exc=result)
+            return
+        result._add_inline(
+            lambda done: runtime.pending.finish(
+                route_id, done._cell._value if value else None, done._cell._exc
+            )
+        )
+
+    return finish
