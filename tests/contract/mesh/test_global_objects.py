@@ -1,0 +1,378 @@
+"""Global Spots and Actors: creation, placement, close, Instance Spots, Logical Multicast
+and Join across meshed Hosts in one process (issue 16 items 1, 2, 5, 6, 7; design/mesh.md
+§1 "Object roles", §2 "Global objects").
+
+Every test starts real Hosts sharing one `MemoryLocationStore` (`_global.GlobalMesh`) on
+tcp loopback; the objects journal what they do, and every wait is bounded and asserted.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+
+import pytest
+
+from zlink_actors import (
+    ActorRef,
+    AlreadyExistsError,
+    Completion,
+    Created,
+    Existing,
+    Host,
+    InvalidOperationError,
+    JoinResult,
+    NotFoundError,
+    Rejected,
+    SpotRef,
+    TypeMismatchError,
+)
+from zlink_actors.testing import WAIT
+
+from ._global import (
+    Board,
+    Enter,
+    GlobalMesh,
+    Hall,
+    Hit,
+    Lounge,
+    Match,
+    News,
+    Note,
+    Ping,
+    Player,
+    Room,
+    Where,
+    WhichSpot,
+    mesh_stats,
+    run_racers,
+)
+
+
+@pytest.fixture
+def mesh() -> Iterator[GlobalMesh]:
+    with GlobalMesh() as m:
+        yield m
+
+
+def _where(host: Host, spot_id: str) -> str:
+    """The routing id of the node that runs `spot_id`, asked from `host`."""
+    return host.request_to_spot(spot_id, Where(), reply=str).submit_sync()
+
+
+# -- get_or_create racing from several nodes ---------------------------------------------
+
+
+@pytest.mark.stress
+def test_racing_get_or_create_from_three_hosts_runs_one_factory_per_id_and_all_see_one_ref(
+    mesh: GlobalMesh,
+) -> None:
+    hosts = [mesh.add(spots=[Room]) for _ in range(3)]
+    rids = {h.node.routing_id for h in hosts}
+    ids = [f"race-{i}" for i in range(50)]
+
+    def race(i: int) -> list[object]:
+        host = hosts[i]
+        calls = [
+            host.spots.get_or_create(spot_id, Room).timeout(WAIT * 2).submit() for spot_id in ids
+        ]
+        return [c.result(WAIT * 3) for c in calls]
+
+    per_host = run_racers(3, race)
+    log = mesh.journal
+    assert log.count("room-built") == len(ids)  # one factory per id, whoever won
+    created_on = dict(log.items("created"))  # spot_id -> the routing id on_create ran on
+    assert sorted(created_on) == sorted(ids)
+    assert log.count("created") == len(ids)  # on_create once per id
+
+    for k, spot_id in enumerate(ids):
+        results = [per_host[h][k] for h in range(3)]  # type: ignore[index]
+        assert all(type(r) in (Created, Existing) for r in results), results
+        refs = {r.ref for r in results}  # type: ignore[attr-defined]
+        assert len(refs) == 1, f"{spot_id}: {results}"
+        [ref] = refs
+        assert isinstance(ref, SpotRef)
+        assert ref.spot_id == spot_id
+        assert ref.routing_id in rids
+        assert ref.routing_id == created_on[spot_id]
+        created = [r for r in results if type(r) is Created]
+        assert created, f"{spot_id}: nobody saw the attempt's Created: {results}"
+        # One attempt: every caller that joined it saw its one Created.
+        assert all(c == created[0] for c in created)
+        assert created[0].reply == f"made on {ref.routing_id}"
+
+    # Later callers, on every node, see the same refs as Existing.
+    for host in hosts:
+        for k in (0, 17, 49):
+            again = host.spots.get_or_create(ids[k], Room).submit_sync()
+            assert type(again) is Existing
+            assert again.ref == per_host[0][k].ref  # type: ignore[index]
+    assert log.count("room-built") == len(ids)
+
+
+def test_racing_actor_get_or_create_from_two_hosts_builds_one_actor(mesh: GlobalMesh) -> None:
+    a = mesh.add(actors=[Player])
+    b = mesh.add(actors=[Player])
+    results = run_racers(2, lambda i: (a, b)[i].actors.get_or_create("ana", Player).submit_sync())
+    assert mesh.journal.count("player-built") == 1
+    refs = {r.ref for r in results}  # type: ignore[attr-defined]
+    assert len(refs) == 1
+    [ref] = refs
+    assert isinstance(ref, ActorRef)
+    assert ref.actor_id == "ana"
+    assert ref.routing_id in (a.node.routing_id, b.node.routing_id)
+    assert any(type(r) is Created for r in results)
+    for host in (a, b):
+        assert host.request_to_actor("ana", Where(), reply=str).submit_sync() == ref.routing_id
+
+
+# -- placement ---------------------------------------------------------------------------
+
+
+def test_an_object_client_creates_spots_and_actors_on_a_peer_that_registers_the_type(
+    mesh: GlobalMesh,
+) -> None:
+    server = mesh.add(spots=[Room], actors=[Player])
+    client = mesh.add()  # location= and no types: an Object Client
+    srid = server.node.routing_id
+
+    made = client.spots.create(Room).submit_sync()
+    assert type(made) is Created
+    assert made.ref.routing_id == srid
+    assert made.reply == f"made on {srid}"
+    assert _where(client, made.ref.spot_id) == srid
+
+    got = client.spots.get_or_create("lobby", Room).submit_sync()
+    assert type(got) is Created
+    assert got.ref.routing_id == srid
+    assert server.spots.get_or_create("lobby", Room).submit_sync() == Existing(got.ref)
+
+    ana = client.actors.create("ana", Player).submit_sync()
+    assert type(ana) is Created
+    assert ana.ref.routing_id == srid
+    assert client.request_to_actor("ana", Where(), reply=str).submit_sync() == srid
+    assert mesh_stats(server).owned_objects == 3
+    assert mesh_stats(client).owned_objects == 0
+
+
+def test_a_type_no_node_registers_ends_the_create_with_not_found(mesh: GlobalMesh) -> None:
+    mesh.add(spots=[Room])
+    client = mesh.add()
+    with pytest.raises(NotFoundError):
+        client.spots.create(Hall).submit_sync()
+    with pytest.raises(NotFoundError):
+        client.spots.get_or_create("h1", Hall).submit_sync()
+    with pytest.raises(NotFoundError):
+        client.actors.get_or_create("ana", Player).submit_sync()
+    # Nothing was reserved: the ids are free.
+    with pytest.raises(NotFoundError):
+        client.request_to_spot("h1", Where(), reply=str).submit_sync()
+
+
+def test_a_node_with_placement_weight_zero_is_never_chosen(mesh: GlobalMesh) -> None:
+    zero = mesh.add(spots=[Room], mesh={"placement_weight": 0})
+    client = mesh.add()
+    with pytest.raises(NotFoundError):  # the only server takes no placements
+        client.spots.create(Room).submit_sync()
+
+    one = mesh.add(spots=[Room])
+    two = mesh.add(spots=[Room])
+    owners = Counter(client.spots.create(Room).submit_sync().ref.routing_id for _ in range(24))
+    assert zero.node.routing_id not in owners
+    assert set(owners) == {one.node.routing_id, two.node.routing_id}, owners
+    assert mesh_stats(zero).owned_objects == 0
+
+
+def test_create_of_a_taken_id_from_another_host_is_already_exists_or_type_mismatch(
+    mesh: GlobalMesh,
+) -> None:
+    a = mesh.add(spots=[Room, Hall], actors=[Player])
+    b = mesh.add(spots=[Room, Hall], actors=[Player])
+    ana = a.actors.create("ana", Player).submit_sync()
+    with pytest.raises(AlreadyExistsError):
+        b.actors.create("ana", Player).submit_sync()
+    room = a.spots.get_or_create("r1", Room).submit_sync()
+    with pytest.raises(TypeMismatchError):
+        b.spots.get_or_create("r1", Hall).submit_sync()
+    assert b.spots.get_or_create("r1", Room).submit_sync() == Existing(room.ref)
+    assert b.actors.get_or_create("ana", Player).submit_sync() == Existing(ana.ref)
+    assert mesh.journal.count("player-built") == 1
+    assert mesh.journal.count("room-built") == 1
+
+
+def test_a_rejected_creation_leaves_the_id_free_for_another_host(mesh: GlobalMesh) -> None:
+    a = mesh.add(spots=[Room])
+    b = mesh.add(spots=[Room])
+    assert a.spots.get_or_create("r", Room).request("reject").submit_sync() == Rejected("no")
+    with pytest.raises(NotFoundError):
+        b.send_to_spot("r", Note(1)).submit_sync()
+    made = b.spots.get_or_create("r", Room).submit_sync()
+    assert type(made) is Created
+    assert made.ref.routing_id == b.node.routing_id  # b registers Room: placed on b
+    assert _where(a, "r") == b.node.routing_id
+
+
+# -- close -------------------------------------------------------------------------------
+
+
+def test_close_from_another_host_closes_at_the_owner_and_the_id_is_free_at_once(
+    mesh: GlobalMesh,
+) -> None:
+    a = mesh.add(spots=[Room])
+    b = mesh.add(spots=[Room])
+    old = a.spots.get_or_create("r1", Room).submit_sync()
+    assert _where(b, "r1") == a.node.routing_id
+    assert mesh_stats(a).owned_objects == 1
+
+    assert b.spots.close("r1").submit_sync() is True
+    assert mesh.journal.items("closed") == [("r1", a.node.routing_id)]
+    assert mesh_stats(a).owned_objects == 0
+    with pytest.raises(NotFoundError):
+        a.request_to_spot("r1", Where(), reply=str).submit_sync()
+
+    new = b.spots.get_or_create("r1", Room).submit_sync()  # at once: the record is gone
+    assert type(new) is Created
+    assert new.ref.routing_id == b.node.routing_id
+    assert new.ref != old.ref
+    assert _where(a, "r1") == b.node.routing_id
+
+
+def test_close_of_an_actor_from_an_object_client(mesh: GlobalMesh) -> None:
+    server = mesh.add(actors=[Player])
+    client = mesh.add()
+    server.actors.create("ana", Player).submit_sync()
+    assert client.actors.close("ana").submit_sync() is True
+    with pytest.raises(NotFoundError):
+        client.request_to_actor("ana", Ping(1), reply=int).submit_sync()
+    again = client.actors.create("ana", Player).submit_sync()
+    assert type(again) is Created
+    assert again.ref.routing_id == server.node.routing_id
+
+
+def test_close_of_a_missing_id_is_not_found_from_every_host(mesh: GlobalMesh) -> None:
+    server = mesh.add(spots=[Room], actors=[Player])
+    client = mesh.add()
+    for host in (server, client):
+        with pytest.raises(NotFoundError):
+            host.spots.close("nobody").submit_sync()
+        with pytest.raises(NotFoundError):
+            host.actors.close("nobody").submit_sync()
+    server.spots.get_or_create("gone", Room).submit_sync()
+    assert client.spots.close("gone").submit_sync() is True
+    for host in (server, client):
+        with pytest.raises(NotFoundError):
+            host.spots.close("gone").submit_sync()
+
+
+# -- Instance Spots ----------------------------------------------------------------------
+
+
+@pytest.mark.stress
+def test_racing_first_messages_from_two_hosts_activate_an_instance_spot_once(
+    mesh: GlobalMesh,
+) -> None:
+    hosts = [mesh.add(spots=[Match]) for _ in range(2)]
+    ids = [f"m{i}" for i in range(10)]
+    per_sender = 5
+
+    def race(i: int) -> list[str]:
+        host, sender = hosts[i], f"h{i}"
+        calls: list[Completion[str]] = [
+            host.request_to_spot(spot_id, Hit(sender, n), reply=str).activate(Match).submit()
+            for n in range(per_sender)
+            for spot_id in ids
+        ]
+        return [c.result(WAIT) for c in calls]
+
+    replies = run_racers(2, race)
+    log = mesh.journal
+    built = log.items("match-built")
+    assert sorted(s for s, _ in built) == ids  # each id activated once in the whole mesh
+    owner = dict(built)
+    hits = log.counts("hit")
+    expected = {(s, f"h{i}", n) for s in ids for i in range(2) for n in range(per_sender)}
+    assert set(hits) == expected
+    assert all(count == 1 for count in hits.values())  # every message handled once
+    for i in range(2):
+        answered = replies[i]
+        assert isinstance(answered, list)
+        sent = [s for _ in range(per_sender) for s in ids]
+        assert answered == [owner[s] for s in sent]
+
+
+def test_an_object_client_activates_an_instance_spot_on_a_peer(mesh: GlobalMesh) -> None:
+    server = mesh.add(spots=[Match])
+    client = mesh.add()
+    client.send_to_spot("m1", Hit("client", 0)).activate(Match).submit_sync()
+    assert mesh.journal.wait_count("hit", 1)
+    assert mesh.journal.items("match-built") == [("m1", server.node.routing_id)]
+    reply = client.request_to_spot("m1", Hit("client", 1), reply=str).activate(Match)
+    assert reply.submit_sync() == server.node.routing_id
+    assert mesh.journal.items("hit") == [("m1", "client", 0), ("m1", "client", 1)]
+
+
+# -- Logical Multicast -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("remotes", [0, 1, 3])
+def test_publish_reaches_each_subscribed_spot_on_every_node_once(
+    mesh: GlobalMesh, remotes: int
+) -> None:
+    publisher = mesh.add(spots=[Board, Room])
+    others = [mesh.add(spots=[Board, Room]) for _ in range(remotes)]
+    boards: list[str] = []
+    for k, host in enumerate([publisher, *others]):
+        for j in range(2):
+            spot_id = f"board-{k}-{j}"
+            host.spots.get_or_create(spot_id, Board).submit_sync()
+            assert _where(publisher, spot_id) == host.node.routing_id
+            boards.append(spot_id)
+        host.spots.get_or_create(f"room-{k}", Room).submit_sync()  # not subscribed
+
+    assert publisher.publish("news", "sport", News(0)).submit_sync() is None  # no targets
+    assert publisher.publish("news", "all", News(1)).submit_sync() is None
+    assert publisher.publish("news", "all", News(2)).submit_sync() is None
+    log = mesh.journal
+    assert log.wait_count("news", 2 * len(boards))
+    got = log.counts("news")
+    assert got == Counter({(b, n): 1 for b in boards for n in (1, 2)}), got
+
+
+def test_publish_from_an_object_client_reaches_the_object_servers(mesh: GlobalMesh) -> None:
+    servers = [mesh.add(spots=[Board]) for _ in range(2)]
+    client = mesh.add()
+    for k, host in enumerate(servers):
+        host.spots.get_or_create(f"board-{k}", Board).submit_sync()
+    assert client.publish("news", "all", News(7)).submit_sync() is None
+    assert mesh.journal.wait_count("news", 2)
+    assert mesh.journal.counts("news") == Counter({("board-0", 7): 1, ("board-1", 7): 1})
+
+
+# -- Join across nodes -------------------------------------------------------------------
+
+
+def test_a_join_to_a_spot_on_another_node_is_declined_with_invalid_operation(
+    mesh: GlobalMesh,
+) -> None:
+    players = mesh.add(actors=[Player])
+    lounges = mesh.add(spots=[Lounge])
+    players.spots.get_or_create("far", Lounge).submit_sync()
+    assert _where(players, "far") == lounges.node.routing_id
+    players.actors.create("ana", Player).submit_sync()
+
+    players.send_to_actor("ana", Enter("far")).submit_sync()
+    log = mesh.journal
+    assert log.event("join_completed").wait(WAIT)
+    [(actor_id, result)] = log.items("join_completed")  # type: ignore[misc]
+    assert actor_id == "ana"
+    assert isinstance(result, JoinResult)
+    assert result.approved is False
+    assert isinstance(result.error, InvalidOperationError)
+    assert log.items("on_actor_join") == []
+    # Still in its Entry Spot, still reachable from both nodes.
+    assert players.request_to_actor("ana", WhichSpot(), reply=str).submit_sync() == (
+        players.entry_spot_id
+    )
+    assert lounges.request_to_actor("ana", Where(), reply=str).submit_sync() == (
+        players.node.routing_id
+    )
