@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from collections.abc import Iterator
 
 import pytest
@@ -363,6 +364,7 @@ def test_shutdown_of_an_owner_while_others_send_to_its_objects_ends_every_call_o
     ended: dict[int, int] = {}
     lock = threading.Lock()
     stop = threading.Event()
+    stuck: list[int] = []  # a sender whose oldest call did not end within WAIT
     go = threading.Barrier(len(senders) + 1)
 
     def on_done(key: int) -> None:
@@ -370,9 +372,10 @@ def test_shutdown_of_an_owner_while_others_send_to_its_objects_ends_every_call_o
             ended[key] = ended.get(key, 0) + 1
 
     def send(k: int) -> None:
-        host, n = senders[k], k * 100_000
+        host, n = senders[k], k * 1_000_000
+        window: deque[Completion[object]] = deque()  # at most 16 calls in flight
         go.wait(WAIT)
-        while not stop.is_set() and n < k * 100_000 + 2000:
+        while not stop.is_set():
             spot_id = ids[n % len(ids)]
             kind = "request" if n % 2 else "send"
             try:
@@ -388,6 +391,10 @@ def test_shutdown_of_an_owner_while_others_send_to_its_objects_ends_every_call_o
             call.add_done_callback(lambda _c, key=n: on_done(key))
             with lock:
                 calls.append((kind, n, call))
+            window.append(call)
+            if len(window) > 16 and not window.popleft().wait(WAIT):
+                stuck.append(n)
+                return
             n += 1
 
     threads = [threading.Thread(target=send, args=(k,), daemon=True) for k in range(2)]
@@ -404,6 +411,7 @@ def test_shutdown_of_an_owner_while_others_send_to_its_objects_ends_every_call_o
     for t in threads:
         t.join(WAIT)
         assert not t.is_alive()
+    assert not stuck, f"calls did not end: {stuck}"
 
     typed = (UnavailableError, NotFoundError, ShuttingDownError)
     replies = 0

@@ -1,0 +1,144 @@
+"""Owner leases of global objects (issue 16 item 4; design/mesh.md §2 "Owner leases"):
+a node whose renewals fail past its admission deadline admits no new work for its
+objects and lets accepted work finish; once a dead owner's lease has expired in the store,
+another node takes its records over by compare-and-set.
+
+Real Hosts sharing one `MemoryLocationStore` (`_global.GlobalMesh`). Leases run on real
+time with short timings; the store's clock is moved forward to expire them in the store
+(`StoreClock`), or one Host is cut off from the store (`Cuttable`). Every wait is bounded
+and asserted.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from zlink_actors import (
+    Created,
+    LeaseConfig,
+    UnavailableError,
+)
+from zlink_actors.testing import WAIT, wait_until
+
+from ._global import GlobalMesh, Hold, Note, Ping, Player, Room, Where, mesh_stats
+
+#: Short lease timings: renewed every 0.2 s, admission stops 0.5 s before the TTL ends.
+SHORT = LeaseConfig(renew_interval=0.2, ttl=1.5, renew_timeout=0.2, fencing_margin=0.5)
+#: The lease of a Host that is killed: long enough that a call made right after the kill
+#: meets an unexpired lease, short enough that its expiry is waited for in a test.
+DYING = LeaseConfig(renew_interval=0.2, ttl=3.0, renew_timeout=0.3, fencing_margin=1.0)
+
+
+@pytest.fixture
+def mesh() -> Iterator[GlobalMesh]:
+    with GlobalMesh() as m:
+        yield m
+
+
+def test_a_healthy_node_admits_and_counts_the_objects_it_owns(mesh: GlobalMesh) -> None:
+    owner = mesh.add(spots=[Room], actors=[Player])
+    client = mesh.add()
+    for host in (owner, client):
+        assert mesh_stats(host).lease_admitting is True
+        assert mesh_stats(host).owned_objects == 0
+    owner.spots.get_or_create("r1", Room).submit_sync()
+    client.spots.get_or_create("r2", Room).submit_sync()  # placed on the owner
+    client.actors.create("ana", Player).submit_sync()
+    assert mesh_stats(owner).owned_objects == 3
+    assert client.spots.close("r1").submit_sync() is True
+    assert mesh_stats(owner).owned_objects == 2
+    assert mesh_stats(client).owned_objects == 0
+
+
+def test_when_renewals_fail_the_owner_admits_no_new_work_and_accepted_work_finishes() -> None:
+    with GlobalMesh(lease=SHORT) as mesh:
+        owner = mesh.add(spots=[Room])
+        client = mesh.add()
+        owner.spots.get_or_create("busy", Room).submit_sync()
+        owner.spots.get_or_create("idle", Room).submit_sync()
+        assert client.request_to_spot("idle", Where(), reply=str).submit_sync() == (
+            owner.node.routing_id
+        )
+        held = client.request_to_spot("busy", Hold(), reply=str).timeout(WAIT * 3).submit()
+        assert mesh.journal.event("entered").wait(WAIT)
+        assert mesh_stats(owner).lease_admitting is True
+
+        # Every lease in the store expires; the next renewals find them gone.
+        mesh.clock.advance(SHORT.ttl * 10)
+        assert wait_until(lambda: mesh_stats(owner).lease_admitting is False)
+
+        for host in (client, owner):
+            with pytest.raises(UnavailableError):
+                host.request_to_spot("idle", Ping(1), reply=int).submit_sync()
+        with pytest.raises(UnavailableError):
+            owner.send_to_spot("idle", Note(1)).submit_sync()
+        with pytest.raises(UnavailableError):
+            owner.spots.get_or_create("new", Room).submit_sync()
+
+        mesh.journal.latch("hold").set()
+        assert held.result(WAIT) == "held"  # the request already running got its reply
+        assert mesh.journal.items("ping") == []
+        assert mesh.journal.items("note") == []
+        assert [spot for spot, _ in mesh.journal.items("created")] == ["busy", "idle"]  # type: ignore[misc]
+
+
+def _until_not_unavailable(call: object) -> object:
+    """Repeat `call()` while it raises `UnavailableError` (bounded); return its result."""
+    outcome: list[object] = []
+
+    def attempt() -> bool:
+        try:
+            outcome.append(call())  # type: ignore[operator]
+        except UnavailableError:
+            return False
+        return True
+
+    assert wait_until(attempt, WAIT + DYING.ttl), "still UnavailableError"
+    return outcome[-1]
+
+
+def test_after_a_dead_owners_lease_expired_another_node_closes_and_recreates_its_objects(
+    mesh: GlobalMesh,
+) -> None:
+    owner = mesh.add(spots=[Room], mesh={"lease": DYING}, cuttable=True)
+    other = mesh.add(spots=[Room])
+    old = owner.spots.get_or_create("r", Room).submit_sync()
+    assert other.request_to_spot("r", Where(), reply=str).submit_sync() == owner.node.routing_id
+    killed_at = time.monotonic()
+    mesh.kill(owner)
+
+    # The lease has not expired yet: the record is the dead owner's.
+    with pytest.raises(UnavailableError):
+        other.spots.close("r").submit_sync()
+    assert time.monotonic() - killed_at < DYING.ttl - DYING.renew_interval, "too slow to tell"
+
+    # Once it expired in the store, the close removes the record by compare-and-set.
+    assert _until_not_unavailable(lambda: other.spots.close("r").submit_sync()) is True
+    assert time.monotonic() - killed_at >= DYING.ttl - DYING.renew_interval - DYING.renew_timeout
+    made = other.spots.get_or_create("r", Room).submit_sync()
+    assert type(made) is Created
+    assert made.ref.routing_id == other.node.routing_id
+    assert made.ref != old.ref
+    assert other.request_to_spot("r", Where(), reply=str).submit_sync() == other.node.routing_id
+
+
+def test_an_id_left_reserved_by_a_dead_creator_gets_a_fresh_attempt_once_its_lease_expired(
+    mesh: GlobalMesh,
+) -> None:
+    creator = mesh.add(spots=[Room], mesh={"lease": DYING}, cuttable=True)
+    other = mesh.add(spots=[Room])
+    creator.spots.get_or_create("s", Room).request("hold-create").timeout(WAIT * 3).submit()
+    assert mesh.journal.event("created").wait(WAIT)  # Reserved; on_create is held
+    mesh.kill(creator)
+
+    made = _until_not_unavailable(lambda: other.spots.get_or_create("s", Room).submit_sync())
+    assert type(made) is Created
+    assert made.ref.routing_id == other.node.routing_id
+    assert mesh.journal.items("created") == [
+        ("s", creator.node.routing_id),
+        ("s", other.node.routing_id),
+    ]
+    assert other.request_to_spot("s", Ping(4), reply=int).submit_sync() == 4
