@@ -482,9 +482,9 @@ class GlobalMesh:
         assert len(host.wait_for_peers(len(earlier), timeout=WAIT)) >= len(earlier)
         rid = host.node.routing_id
         for other in earlier:
-            assert _ready(host, other.node.routing_id) or wait_until(
-                lambda other=other: _ready(host, other.node.routing_id)
-            ), f"{rid} never saw {other.node.routing_id} READY"
+            assert wait_until(lambda other=other: _ready(host, other.node.routing_id)), (
+                f"{rid} never saw {other.node.routing_id} READY"
+            )
             assert wait_until(lambda other=other: _ready(other, rid)), (
                 f"{other.node.routing_id} never saw {rid} READY"
             )

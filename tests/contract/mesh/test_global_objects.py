@@ -293,6 +293,9 @@ def test_racing_first_messages_from_two_hosts_activate_an_instance_spot_once(
     expected = {(s, f"h{i}", n) for s in ids for i in range(2) for n in range(per_sender)}
     assert set(hits) == expected
     assert all(count == 1 for count in hits.values())  # every message handled once
+    for spot_id in ids:  # the activating message is the first one the Spot handles
+        first = next(h for h in log.items("hit") if h[0] == spot_id)  # type: ignore[index]
+        assert first[2] == 0, f"{spot_id} first handled {first}"  # type: ignore[index]
     for i in range(2):
         answered = replies[i]
         assert isinstance(answered, list)

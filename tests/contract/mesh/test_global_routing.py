@@ -21,6 +21,7 @@ from zlink_actors import (
     Host,
     NotFoundError,
     PeerState,
+    ShutdownOutcome,
     ShuttingDownError,
     Spot,
     SpotContext,
@@ -227,12 +228,10 @@ def test_the_objects_of_a_draining_owner_are_unavailable_and_no_handler_runs(
         client.request_to_spot("idle", Ping(1), reply=int).submit_sync()
     with pytest.raises(UnavailableError):
         client.send_to_spot("idle", Note(1)).submit_sync()
-    with pytest.raises(UnavailableError):
-        client.spots.get_or_create("idle", Room).submit_sync()
 
     journal().latch("hold").set()
     assert held.result(WAIT) == "held"  # accepted work finishes
-    stopping.join()
+    assert stopping.join().outcome is ShutdownOutcome.STOPPED
     assert journal().items("ping") == []
     assert journal().items("note") == []
 
@@ -244,8 +243,7 @@ def test_after_a_graceful_shutdown_the_owners_objects_are_not_found_and_their_id
     other = mesh.add(spots=[Room])
     owner.spots.get_or_create("r", Room).submit_sync()
     assert _where(other, "r") == owner.node.routing_id
-    stopped = owner.shutdown(WAIT)
-    assert stopped.outcome.name == "STOPPED"
+    assert owner.shutdown(WAIT).outcome is ShutdownOutcome.STOPPED
     assert mesh.journal.items("closed") == [("r", owner.node.routing_id)]
 
     # The shutdown deleted the record: a call is Missing (after at most one Unavailable
@@ -326,7 +324,6 @@ def test_after_the_owner_is_replaced_a_stale_route_fails_once_then_the_new_owner
         first = "unavailable"  # the stale route: "not the owner", once
     assert first in (new.node.routing_id, "unavailable")
     assert _where(client, "r") == new.node.routing_id  # resolved again
-    assert journal().items("where").count("r") >= 1
 
 
 def test_a_cached_route_lives_at_most_route_cache_max_age(mesh: GlobalMesh) -> None:
@@ -402,8 +399,7 @@ def test_shutdown_of_an_owner_while_others_send_to_its_objects_ends_every_call_o
         t.start()
     go.wait(WAIT)
     assert wait_until(lambda: len(calls) >= 50)
-    result = owner.shutdown(WAIT)
-    assert result.outcome.name == "STOPPED"
+    assert owner.shutdown(WAIT).outcome is ShutdownOutcome.STOPPED
     with lock:
         after = len(calls)
     assert wait_until(lambda: len(calls) >= after + 20)  # and some after it
