@@ -18,6 +18,7 @@ from zlink_actors import (
     AlreadyExistsError,
     Completion,
     Created,
+    DeadlineExceededError,
     Existing,
     Host,
     InvalidOperationError,
@@ -379,3 +380,25 @@ def test_a_join_to_a_spot_on_another_node_is_declined_with_invalid_operation(
     assert lounges.request_to_actor("ana", Where(), reply=str).submit_sync() == (
         players.node.routing_id
     )
+
+
+def test_a_get_or_create_from_another_node_joins_the_attempt_in_progress(
+    mesh: GlobalMesh,
+) -> None:
+    a = mesh.add(spots=[Room])
+    b = mesh.add(spots=[Room])
+    first = a.spots.get_or_create("r", Room).request("hold-create").timeout(WAIT * 2).submit()
+    assert mesh.journal.event("created").wait(WAIT)  # Reserved by a; on_create is held
+    joined = b.spots.get_or_create("r", Room).timeout(WAIT * 2).submit()
+    impatient = b.spots.get_or_create("r", Room).timeout(0.2).submit()
+    assert isinstance(impatient.exception(WAIT), DeadlineExceededError)
+    assert not joined.done()
+    assert not first.done()
+
+    mesh.journal.latch("create").set()
+    made = first.result(WAIT)
+    assert type(made) is Created
+    assert made.ref.routing_id == a.node.routing_id
+    assert joined.result(WAIT) == made  # it joined the attempt: its Created
+    assert b.spots.get_or_create("r", Room).submit_sync() == Existing(made.ref)
+    assert mesh.journal.count("room-built") == 1
