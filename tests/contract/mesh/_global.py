@@ -1,9 +1,10 @@
 """Global Spots and Actors across meshed Hosts in one process (issue 16; design/mesh.md §2
 "Global objects", "Owner leases").
 
-`GlobalMesh` starts Hosts that share one `MemoryLocationStore` (so they find each other
-through the store and keep their authority records and owner leases in it), each on tcp
-loopback with the short liveness of `_mesh.py`. `add()` returns a Host only once it and
+`GlobalMesh` starts Hosts that share one `MemoryLocationStore` (they keep their authority
+records, owner leases and node descriptors in it), each on tcp loopback with the short
+liveness of `_mesh.py`, each dialling the live Hosts started before it (discovery through
+the store would find them too, a second later). `add()` returns a Host only once it and
 every live Host before it see each other READY (bounded by `WAIT`, asserted). Closing the
 mesh (the end of its `with` block, also when the test failed) sets every latch first, then
 shuts every Host still serving down in parallel (a meshed Host with `location=` takes
@@ -467,11 +468,14 @@ class GlobalMesh:
             **options: other `Host` options (`message_types` defaults to `SHARED`).
         """
         options.setdefault("message_types", SHARED)
-        config = mesh_config(MESH, **{"lease": self.lease, **(mesh or {})})
+        earlier = self.live()
+        # The store's discovery would find the earlier Hosts too, but only on its next
+        # poll (about a second): dialling them at start makes the mesh READY at once.
+        dial = tuple(h.node.endpoint for h in earlier)
+        config = mesh_config(MESH, **{"lease": self.lease, "peers": dial, **(mesh or {})})
         location: LocationStore = self.store
         if cuttable:
             location = Cuttable(self.store)
-        earlier = self.live()
         host = Host(
             spots=list(spots), actors=list(actors), mesh=config, location=location, **options
         )
