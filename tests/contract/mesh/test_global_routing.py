@@ -19,6 +19,7 @@ from zlink_actors import (
     Completion,
     Created,
     Host,
+    HostState,
     NotFoundError,
     PeerState,
     ShutdownOutcome,
@@ -208,6 +209,11 @@ def test_a_closed_id_is_not_found_also_for_a_caller_that_had_its_route_cached(
     assert journal().items("ping") == []
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: begin_drain stops the lease keeper, whose release_all deletes every record "
+    "before accepted work finished and the objects closed",
+)
 def test_the_objects_of_a_draining_owner_are_unavailable_and_no_handler_runs(
     mesh: GlobalMesh,
 ) -> None:
@@ -224,6 +230,9 @@ def test_the_objects_of_a_draining_owner_are_unavailable_and_no_handler_runs(
     assert wait_until(
         lambda: any(p.routing_id == orid and p.state is PeerState.DRAINING for p in client.peers())
     )
+    # The Host is DRAINING once the mesh's part of the drain is done: it waits for the
+    # accepted work now (the held handler), and has closed nothing yet.
+    assert wait_until(lambda: owner.state is HostState.DRAINING)
     with pytest.raises(UnavailableError):
         client.request_to_spot("idle", Ping(1), reply=int).submit_sync()
     with pytest.raises(UnavailableError):
@@ -429,3 +438,35 @@ def test_shutdown_of_an_owner_while_others_send_to_its_objects_ends_every_call_o
     handled = journal().counts("ping")
     assert all(count == 1 for count in handled.values())
     assert replies <= len(handled)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: begin_drain stops the lease keeper, whose release_all deletes every record "
+    "before accepted work finished and the objects closed",
+)
+def test_a_draining_owners_objects_keep_their_ids_until_they_closed(mesh: GlobalMesh) -> None:
+    owner = mesh.add(spots=[Room])
+    other = mesh.add(spots=[Room])
+    owner.spots.get_or_create("busy", Room).submit_sync()
+    held = other.request_to_spot("busy", Hold(), reply=str).timeout(WAIT * 2).submit()
+    assert journal().event("entered").wait(WAIT)
+    orid = owner.node.routing_id
+
+    stopping = ShutdownThread(owner, WAIT)  # waits for the held handler
+    assert wait_until(
+        lambda: any(p.routing_id == orid and p.state is PeerState.DRAINING for p in other.peers())
+    )
+    assert wait_until(lambda: owner.state is HostState.DRAINING)  # the mesh's part is done
+    # "busy" is still running accepted work on the draining owner: its id is not free,
+    # so no second "busy" may be created anywhere in the mesh.
+    outcome: object
+    try:
+        outcome = other.spots.get_or_create("busy", Room).submit_sync()
+    except UnavailableError as exc:
+        outcome = exc
+    assert journal().items("closed") == []  # the first "busy" has not closed
+    assert type(outcome) is not Created, "a second 'busy' was created while the first ran"
+    journal().latch("hold").set()
+    assert held.result(WAIT) == "held"
+    assert stopping.join().outcome is ShutdownOutcome.STOPPED
