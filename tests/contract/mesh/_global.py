@@ -45,6 +45,7 @@ from zlink_actors import (
     MeshStatistics,
     PeerState,
     Rejected,
+    RejectedError,
     ShutdownOutcome,
     ShutdownResult,
     Spot,
@@ -74,6 +75,7 @@ __all__ = [
     "SHARED",
     "Board",
     "Cuttable",
+    "Faulty",
     "Enter",
     "GlobalMesh",
     "Hall",
@@ -88,6 +90,7 @@ __all__ = [
     "Player",
     "Room",
     "StoreClock",
+    "Ticker",
     "Where",
     "WhichSpot",
     "journal",
@@ -362,6 +365,31 @@ class Match(InstanceSpot):
     def hit(self, ctx: SpotContext, msg: Hit) -> str:
         journal().note("hit", (ctx.spot_id, msg.sender, msg.n))
         return _rid(ctx)
+
+
+class Ticker(Spot):
+    """A Spot whose timer "t" ticks every 20 ms from `on_initialize`; journals `tick`."""
+
+    type_name = "g.Ticker"
+
+    def on_initialize(self, ctx: SpotContext) -> None:
+        ctx.timers.start("t", 0.02, self._tick)
+
+    def _tick(self, ctx: SpotContext, tick: object) -> None:
+        journal().note("tick", ctx.spot_id)
+
+
+class Faulty(Spot):
+    """A Spot whose handlers fail: `Ping(0)` raises a `ZlinkError` (RejectedError), any
+    other `Ping` a plain `ValueError`."""
+
+    type_name = "g.Faulty"
+
+    @handler
+    def ping(self, ctx: SpotContext, msg: Ping) -> int:
+        if msg.n == 0:
+            raise RejectedError("no pings today")
+        raise ValueError(f"bad ping {msg.n}")
 
 
 # -- the store ---------------------------------------------------------------------------

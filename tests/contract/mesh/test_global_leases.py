@@ -23,7 +23,8 @@ from zlink_actors import (
 )
 from zlink_actors.testing import WAIT, wait_until
 
-from ._global import GlobalMesh, Hold, Note, Ping, Player, Room, Where, mesh_stats
+from .._support import NEGATIVE_WAIT
+from ._global import GlobalMesh, Hold, Note, Ping, Player, Room, Ticker, Where, mesh_stats
 
 #: Short lease timings: renewed every 0.2 s, admission stops 0.5 s before the TTL ends.
 SHORT = LeaseConfig(renew_interval=0.2, ttl=1.5, renew_timeout=0.2, fencing_margin=0.5)
@@ -142,3 +143,15 @@ def test_an_id_left_reserved_by_a_dead_creator_gets_a_fresh_attempt_once_its_lea
         ("s", other.node.routing_id),
     ]
     assert other.request_to_spot("s", Ping(4), reply=int).submit_sync() == 4
+
+
+def test_a_fenced_owner_admits_no_new_timer_ticks() -> None:
+    with GlobalMesh(lease=SHORT) as mesh:
+        owner = mesh.add(spots=[Ticker])
+        owner.spots.get_or_create("t", Ticker).submit_sync()
+        assert mesh.journal.wait_count("tick", 3)  # it ticks while the lease admits
+        mesh.clock.advance(SHORT.ttl * 10)
+        assert wait_until(lambda: mesh_stats(owner).lease_admitting is False)
+        fenced_at = mesh.journal.count("tick")
+        # Watched for NEGATIVE_WAIT (ten intervals): at most the tick already admitted.
+        assert not mesh.journal.wait_count("tick", fenced_at + 2, NEGATIVE_WAIT)

@@ -25,10 +25,13 @@ from zlink_actors import (
     JoinResult,
     NotFoundError,
     Rejected,
+    Spot,
+    SpotContext,
     SpotRef,
     TypeMismatchError,
+    handler,
 )
-from zlink_actors.testing import WAIT
+from zlink_actors.testing import WAIT, wait_until
 
 from ._global import (
     Board,
@@ -402,3 +405,69 @@ def test_a_get_or_create_from_another_node_joins_the_attempt_in_progress(
     assert joined.result(WAIT) == made  # it joined the attempt: its Created
     assert b.spots.get_or_create("r", Room).submit_sync() == Existing(made.ref)
     assert mesh.journal.count("room-built") == 1
+
+
+def test_an_object_client_names_a_type_by_its_type_name_alone(mesh: GlobalMesh) -> None:
+    class RoomStub(Spot):
+        """What a front end in another process knows of Room: its type name."""
+
+        type_name = "g.Room"
+
+    server = mesh.add(spots=[Room])
+    client = mesh.add()
+    made = client.spots.get_or_create("r", RoomStub).submit_sync()
+    assert type(made) is Created
+    assert made.ref.routing_id == server.node.routing_id
+    assert made.reply == f"made on {server.node.routing_id}"  # the real Room's on_create
+    assert server.spots.get_or_create("r", Room).submit_sync() == Existing(made.ref)
+
+
+def test_a_remote_creation_hooks_request_and_rejection_cross_the_network(
+    mesh: GlobalMesh,
+) -> None:
+    server = mesh.add(spots=[Room])
+    client = mesh.add()
+    assert client.spots.get_or_create("r", Room).request("reject").submit_sync() == Rejected("no")
+    assert mesh.journal.items("created") == [("r", server.node.routing_id)]
+    with pytest.raises(NotFoundError):  # the id stayed free
+        client.request_to_spot("r", Where(), reply=str).submit_sync()
+    made = client.spots.get_or_create("r", Room).request("fine").submit_sync()
+    assert type(made) is Created
+    assert made.reply == f"made on {server.node.routing_id}"
+
+
+def test_one_deadline_covers_a_remote_creation_and_the_attempt_goes_on(
+    mesh: GlobalMesh,
+) -> None:
+    server = mesh.add(spots=[Room])
+    client = mesh.add()
+    late = client.spots.get_or_create("r", Room).request("hold-create").timeout(0.3).submit()
+    assert mesh.journal.event("created").wait(WAIT)  # on_create runs, held, on the server
+    assert isinstance(late.exception(WAIT), DeadlineExceededError)
+    mesh.journal.latch("create").set()
+    # The attempt finished on the server: the object is there, once.
+    assert wait_until(lambda: mesh_stats(server).owned_objects == 1)
+    got = client.spots.get_or_create("r", Room).submit_sync()
+    assert type(got) is Existing
+    assert got.ref.routing_id == server.node.routing_id
+    assert mesh.journal.count("room-built") == 1
+
+
+def test_a_handler_creates_and_reaches_an_object_on_another_node(mesh: GlobalMesh) -> None:
+    class Maker(Spot):
+        type_name = "g.Maker"
+
+        @handler
+        async def make(self, ctx: SpotContext, msg: Ping) -> str:
+            made = await ctx.spots.get_or_create(f"room-{msg.n}", Room).submit()
+            assert type(made) is Created
+            where = await ctx.request_to_spot(f"room-{msg.n}", Where(), reply=str).submit()
+            assert where == made.ref.routing_id
+            return where
+
+    here = mesh.add(spots=[Maker])
+    there = mesh.add(spots=[Room])
+    here.spots.get_or_create("maker", Maker).submit_sync()
+    reply = here.request_to_spot("maker", Ping(1), reply=str).submit_sync()
+    assert reply == there.node.routing_id
+    assert mesh.journal.items("created") == [("room-1", there.node.routing_id)]

@@ -20,8 +20,10 @@ from zlink_actors import (
     Created,
     Host,
     HostState,
+    InternalFailureError,
     NotFoundError,
     PeerState,
+    RejectedError,
     ShutdownOutcome,
     ShuttingDownError,
     Spot,
@@ -34,6 +36,7 @@ from zlink_actors.testing import WAIT, wait_until
 
 from .._support import NEGATIVE_WAIT, ShutdownThread
 from ._global import (
+    Faulty,
     GlobalMesh,
     Hold,
     Note,
@@ -470,3 +473,17 @@ def test_a_draining_owners_objects_keep_their_ids_until_they_closed(mesh: Global
     journal().latch("hold").set()
     assert held.result(WAIT) == "held"
     assert stopping.join().outcome is ShutdownOutcome.STOPPED
+
+
+def test_a_remote_spots_handler_errors_and_missing_handlers_reach_the_caller_typed(
+    mesh: GlobalMesh,
+) -> None:
+    server = mesh.add(spots=[Faulty])
+    client = mesh.add()
+    server.spots.get_or_create("f", Faulty).submit_sync()
+    with pytest.raises(RejectedError, match="no pings today"):
+        client.request_to_spot("f", Ping(0), reply=int).submit_sync()
+    with pytest.raises(InternalFailureError):
+        client.request_to_spot("f", Ping(1), reply=int).submit_sync()
+    with pytest.raises(NotFoundError):  # Faulty has no handler for Where
+        client.request_to_spot("f", Where(), reply=str).submit_sync()
