@@ -24,7 +24,8 @@ from zlink_actors import (
 from zlink_actors.testing import WAIT, wait_until
 
 from .._support import NEGATIVE_WAIT
-from ._global import GlobalMesh, Hold, Note, Ping, Player, Room, Ticker, Where, mesh_stats
+from ._global import GlobalMesh, mesh_stats
+from ._global_objects import Hold, Note, Ping, Player, Room, Ticker, Where
 
 #: Short lease timings: renewed every 0.2 s, admission stops 0.5 s before the TTL ends.
 SHORT = LeaseConfig(renew_interval=0.2, ttl=1.5, renew_timeout=0.2, fencing_margin=0.5)

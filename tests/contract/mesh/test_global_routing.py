@@ -35,9 +35,9 @@ from zlink_actors import (
 from zlink_actors.testing import WAIT, wait_until
 
 from .._support import NEGATIVE_WAIT, ShutdownThread
-from ._global import (
+from ._global import GlobalMesh, mesh_stats
+from ._global_objects import (
     Faulty,
-    GlobalMesh,
     Hold,
     Note,
     Ping,
@@ -45,7 +45,6 @@ from ._global import (
     Room,
     Where,
     journal,
-    mesh_stats,
 )
 
 
