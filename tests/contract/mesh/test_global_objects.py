@@ -41,6 +41,7 @@ from ._global_objects import (
     Room,
     Where,
     WhichSpot,
+    journal,
 )
 
 
@@ -59,13 +60,38 @@ def _where(host: Host, spot_id: str) -> str:
 
 
 @pytest.mark.stress
+@pytest.mark.parametrize(
+    "with_client",
+    [
+        pytest.param(False, id="3-servers"),
+        pytest.param(
+            True,
+            id="2-servers-1-client",
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="BUG: a get_or_create a client placed on server X, racing server Y's "
+                "own attempt, ends with UnavailableError ('being created on Y') instead of "
+                "joining it",
+            ),
+        ),
+    ],
+)
 def test_racing_get_or_create_from_three_hosts_runs_one_factory_per_id_and_all_see_one_ref(
-    mesh: GlobalMesh,
+    mesh: GlobalMesh, with_client: bool
 ) -> None:
-    hosts = [mesh.add(spots=[Room]) for _ in range(3)]
+    # With a client: it places each id on one of the servers while both create it locally.
+    # That race is in the timing, so it gets a few rounds of fresh ids.
+    hosts = [mesh.add(spots=[Room]) for _ in range(2 if with_client else 3)]
     rids = {h.node.routing_id for h in hosts}
-    ids = [f"race-{i}" for i in range(50)]
+    if with_client:
+        hosts.append(mesh.add())
+    log = mesh.journal
+    for round_ in range(4 if with_client else 1):
+        ids = [f"race-{round_}-{i}" for i in range(50)]
+        _race_get_or_create(hosts, rids, ids, log.count("room-built"))
 
+
+def _race_get_or_create(hosts: list[Host], rids: set[str], ids: list[str], built: int) -> None:
     def race(i: int) -> list[object]:
         host = hosts[i]
         calls = [
@@ -74,11 +100,11 @@ def test_racing_get_or_create_from_three_hosts_runs_one_factory_per_id_and_all_s
         return [c.result(WAIT * 3) for c in calls]
 
     per_host = run_racers(3, race)
-    log = mesh.journal
-    assert log.count("room-built") == len(ids)  # one factory per id, whoever won
-    created_on = dict(log.items("created"))  # spot_id -> the routing id on_create ran on
+    log = journal()
+    assert log.count("room-built") == built + len(ids)  # one factory per id, whoever won
+    created_on = {s: rid for s, rid in log.items("created") if s in ids}  # type: ignore[misc]
     assert sorted(created_on) == sorted(ids)
-    assert log.count("created") == len(ids)  # on_create once per id
+    assert sum(1 for s, _ in log.items("created") if s in ids) == len(ids)  # type: ignore[misc]
 
     for k, spot_id in enumerate(ids):
         results = [per_host[h][k] for h in range(3)]  # type: ignore[index]
@@ -102,7 +128,7 @@ def test_racing_get_or_create_from_three_hosts_runs_one_factory_per_id_and_all_s
             again = host.spots.get_or_create(ids[k], Room).submit_sync()
             assert type(again) is Existing
             assert again.ref == per_host[0][k].ref  # type: ignore[index]
-    assert log.count("room-built") == len(ids)
+    assert log.count("room-built") == built + len(ids)
 
 
 def test_racing_actor_get_or_create_from_two_hosts_builds_one_actor(mesh: GlobalMesh) -> None:
@@ -186,14 +212,16 @@ def test_create_of_a_taken_id_from_another_host_is_already_exists_or_type_mismat
 ) -> None:
     a = mesh.add(spots=[Room, Hall], actors=[Player])
     b = mesh.add(spots=[Room, Hall], actors=[Player])
+    client = mesh.add()
     ana = a.actors.create("ana", Player).submit_sync()
-    with pytest.raises(AlreadyExistsError):
-        b.actors.create("ana", Player).submit_sync()
     room = a.spots.get_or_create("r1", Room).submit_sync()
-    with pytest.raises(TypeMismatchError):
-        b.spots.get_or_create("r1", Hall).submit_sync()
-    assert b.spots.get_or_create("r1", Room).submit_sync() == Existing(room.ref)
-    assert b.actors.get_or_create("ana", Player).submit_sync() == Existing(ana.ref)
+    for other in (b, client):
+        with pytest.raises(AlreadyExistsError):
+            other.actors.create("ana", Player).submit_sync()
+        with pytest.raises(TypeMismatchError):
+            other.spots.get_or_create("r1", Hall).submit_sync()
+        assert other.spots.get_or_create("r1", Room).submit_sync() == Existing(room.ref)
+        assert other.actors.get_or_create("ana", Player).submit_sync() == Existing(ana.ref)
     assert mesh.journal.count("player-built") == 1
     assert mesh.journal.count("room-built") == 1
 
