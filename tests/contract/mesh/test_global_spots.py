@@ -12,7 +12,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from zlink_actors import Completion, Host, InvalidOperationError, JoinResult
+from zlink_actors import (
+    Completion,
+    Host,
+    InvalidOperationError,
+    JoinResult,
+    NotFoundError,
+    TypeMismatchError,
+)
 from zlink_actors.testing import WAIT
 
 from ._global import GlobalMesh, run_racers
@@ -114,6 +121,40 @@ def test_an_object_client_activates_an_instance_spot_on_a_peer(mesh: GlobalMesh)
     reply = client.request_to_spot("m1", Hit("client", 1), reply=str).activate(Match)
     assert reply.submit_sync() == server.node.routing_id
     assert mesh.journal.items("hit") == [("m1", "client", 0), ("m1", "client", 1)]
+
+
+def test_an_instance_spot_closed_from_another_node_is_activated_again_where_asked(
+    mesh: GlobalMesh,
+) -> None:
+    a = mesh.add(spots=[Match])
+    b = mesh.add(spots=[Match])
+    assert a.request_to_spot("m", Hit("a", 0), reply=str).activate(Match).submit_sync() == (
+        a.node.routing_id
+    )
+    assert b.spots.close("m").submit_sync() is True
+    with pytest.raises(NotFoundError):  # no instance intent: nothing is activated
+        b.request_to_spot("m", Hit("b", 1), reply=str).submit_sync()
+    assert b.request_to_spot("m", Hit("b", 2), reply=str).activate(Match).submit_sync() == (
+        b.node.routing_id
+    )
+    assert mesh.journal.items("match-built") == [("m", a.node.routing_id), ("m", b.node.routing_id)]
+    assert mesh.journal.items("hit") == [("m", "a", 0), ("m", "b", 2)]
+
+
+def test_instance_intent_to_a_user_spot_on_another_node_is_a_type_mismatch(
+    mesh: GlobalMesh,
+) -> None:
+    a = mesh.add(spots=[Room, Match])
+    b = mesh.add(spots=[Match])
+    a.spots.get_or_create("lobby", Room).submit_sync()
+    with pytest.raises(TypeMismatchError):
+        b.request_to_spot("lobby", Hit("b", 1), reply=str).activate(Match).submit_sync()
+    # A one-way completes at local admission; it activates nothing either (the owner logs
+    # the mismatch). Behind it on the same pipe, a request finds the Room as it was.
+    b.send_to_spot("lobby", Hit("b", 0)).activate(Match).submit_sync()
+    assert b.request_to_spot("lobby", Where(), reply=str).submit_sync() == a.node.routing_id
+    assert mesh.journal.items("match-built") == []
+    assert mesh.journal.items("hit") == []
 
 
 # -- Logical Multicast -------------------------------------------------------------------
