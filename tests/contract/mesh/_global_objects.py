@@ -188,8 +188,9 @@ def _hold(ctx: Any, msg: Hold, who: str) -> str:
 class Room(Spot):
     """A User Spot that journals its life: `room-built` (its constructor: the factory
     ran), `created` (spot_id, routing id) in `on_create`, `closed` in `on_closing`.
-    `on_create` waits for the latch "create" on the request `"hold-create"`, returns
-    `Rejected("no")` for `"reject"`, else `"made on <routing id>"`."""
+    `on_create` waits for the latch "create" on the requests `"hold-create"` and
+    `"hold-reject"`, returns `Rejected("no")` for `"reject"` and `"hold-reject"`, else
+    `"made on <routing id>"`."""
 
     type_name = "g.Room"
 
@@ -200,9 +201,9 @@ class Room(Spot):
     def on_create(self, ctx: SpotContext, request: object) -> object:
         log = journal()
         log.note("created", (ctx.spot_id, _rid(ctx)))
-        if request == "hold-create":
+        if request in ("hold-create", "hold-reject"):
             assert log.latch("create").wait(WAIT + 5)
-        if request == "reject":
+        if request in ("reject", "hold-reject"):
             return Rejected("no")
         return f"made on {_rid(ctx)}"
 

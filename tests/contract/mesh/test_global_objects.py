@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -30,6 +31,7 @@ from zlink_actors import (
 )
 from zlink_actors.testing import WAIT, wait_until
 
+from .._support import NEGATIVE_WAIT
 from ._global import GlobalMesh, mesh_stats, run_racers
 from ._global_objects import (
     Enter,
@@ -352,6 +354,8 @@ def test_a_get_or_create_from_another_node_joins_the_attempt_in_progress(
     joined = b.spots.get_or_create("r", Room).timeout(WAIT * 2).submit()
     impatient = b.spots.get_or_create("r", Room).timeout(0.2).submit()
     assert isinstance(impatient.exception(WAIT), DeadlineExceededError)
+    with pytest.raises(TypeMismatchError):  # being created as a Room
+        b.spots.get_or_create("r", Hall).submit_sync()
     assert not joined.done()
     assert not first.done()
 
@@ -428,3 +432,44 @@ def test_a_handler_creates_and_reaches_an_object_on_another_node(mesh: GlobalMes
     reply = here.request_to_spot("maker", Ping(1), reply=str).submit_sync()
     assert reply == there.node.routing_id
     assert mesh.journal.items("created") == [("room-1", there.node.routing_id)]
+
+
+def test_an_actor_create_from_another_node_during_an_attempt_is_already_exists(
+    mesh: GlobalMesh,
+) -> None:
+    class SlowPlayer(Player):
+        type_name = "g.SlowPlayer"
+
+        def on_create(self, ctx: Any, request: object) -> str:
+            journal().note("created", (ctx.actor_id, ctx.node.routing_id))
+            assert journal().latch("create").wait(WAIT + 5)
+            return "made"
+
+    a = mesh.add(actors=[SlowPlayer])
+    b = mesh.add(actors=[SlowPlayer])
+    first = a.actors.create("ana", SlowPlayer).timeout(WAIT * 2).submit()
+    assert mesh.journal.event("created").wait(WAIT)
+    with pytest.raises(AlreadyExistsError):
+        b.actors.create("ana", SlowPlayer).submit_sync()
+    mesh.journal.latch("create").set()
+    made = first.result(WAIT)
+    assert type(made) is Created
+    assert made.reply == "made"
+    assert b.request_to_actor("ana", Where(), reply=str).submit_sync() == a.node.routing_id
+
+
+def test_a_rejecting_attempt_rejects_the_callers_that_joined_it_from_another_node(
+    mesh: GlobalMesh,
+) -> None:
+    a = mesh.add(spots=[Room])
+    b = mesh.add(spots=[Room])
+    first = a.spots.get_or_create("r", Room).request("hold-reject").timeout(WAIT * 2).submit()
+    assert mesh.journal.event("created").wait(WAIT)
+    joined = b.spots.get_or_create("r", Room).timeout(WAIT * 2).submit()
+    assert not joined.wait(NEGATIVE_WAIT)  # it waits for the attempt
+    mesh.journal.latch("create").set()
+    assert first.result(WAIT) == Rejected("no")
+    assert joined.result(WAIT) == Rejected("no")
+    made = b.spots.get_or_create("r", Room).submit_sync()  # the id stayed free
+    assert type(made) is Created
+    assert made.ref.routing_id == b.node.routing_id
