@@ -335,6 +335,10 @@ class Ticker(Spot):
     def _tick(self, ctx: SpotContext, tick: object) -> None:
         journal().note("tick", ctx.spot_id)
 
+    @handler
+    def where(self, ctx: SpotContext, msg: Where) -> str:
+        return _rid(ctx)
+
 
 class Faulty(Spot):
     """A Spot whose handlers fail: `Ping(0)` raises a `ZlinkError` (RejectedError), any

@@ -62,22 +62,7 @@ def _where(host: Host, spot_id: str) -> str:
 
 
 @pytest.mark.stress
-@pytest.mark.parametrize(
-    "with_client",
-    [
-        pytest.param(False, id="3-servers"),
-        pytest.param(
-            True,
-            id="2-servers-1-client",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="BUG: a get_or_create a client placed on server X, racing server Y's "
-                "own attempt, ends with UnavailableError ('being created on Y') instead of "
-                "joining it",
-            ),
-        ),
-    ],
-)
+@pytest.mark.parametrize("with_client", [False, True], ids=["3-servers", "2-servers-1-client"])
 def test_racing_get_or_create_from_three_hosts_runs_one_factory_per_id_and_all_see_one_ref(
     mesh: GlobalMesh, with_client: bool
 ) -> None:

@@ -213,11 +213,6 @@ def test_a_closed_id_is_not_found_also_for_a_caller_that_had_its_route_cached(
     assert journal().items("ping") == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: begin_drain stops the lease keeper, whose release_all deletes every record "
-    "before accepted work finished and the objects closed",
-)
 def test_the_objects_of_a_draining_owner_are_unavailable_and_no_handler_runs(
     mesh: GlobalMesh,
 ) -> None:
@@ -473,11 +468,6 @@ def test_shutdown_of_an_owner_while_others_send_to_its_objects_ends_every_call_o
     assert replies <= len(handled)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: begin_drain stops the lease keeper, whose release_all deletes every record "
-    "before accepted work finished and the objects closed",
-)
 def test_a_draining_owners_objects_keep_their_ids_until_they_closed(mesh: GlobalMesh) -> None:
     owner = mesh.add(spots=[Room])
     other = mesh.add(spots=[Room])

@@ -77,11 +77,6 @@ def test_racing_first_messages_from_two_hosts_activate_an_instance_spot_once(
 
 
 @pytest.mark.stress
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: an Object Client's first message, placed on server X while server Y "
-    "activates the id locally, ends with UnavailableError ('X does not hold')",
-)
 def test_first_messages_of_an_object_client_racing_two_servers_are_all_handled(
     mesh: GlobalMesh,
 ) -> None:
