@@ -298,12 +298,6 @@ def test_the_objects_of_a_dead_owner_are_unavailable_no_handler_runs_and_nothing
     assert mesh_stats(other).owned_objects == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: get_or_create of an id Ready at a dead owner is Existing(ref to the dead "
-    "node) once its descriptor, still in the store, makes the peer CONNECTING again "
-    "(_owner_alive only rules out LOST)",
-)
 def test_get_or_create_of_an_id_at_a_dead_owner_is_unavailable_while_it_is_dialled_again(
     mesh: GlobalMesh,
 ) -> None:
