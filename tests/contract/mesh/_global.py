@@ -101,6 +101,10 @@ class Cuttable:
     def cut(self) -> None:
         self._cut.set()
 
+    def heal(self) -> None:
+        """Pass everything to the store again."""
+        self._cut.clear()
+
     def _check(self) -> None:
         if self._cut.is_set():
             raise UnavailableError("the test cut this Host off from the store")
@@ -233,6 +237,12 @@ class GlobalMesh:
         store = self._cuttable.get(id(host))
         assert store is not None, "cut() needs a Host added with cuttable=True"
         store.cut()
+
+    def heal(self, host: Host) -> None:
+        """Let `host` (added with `cuttable=True`) reach the store again."""
+        store = self._cuttable.get(id(host))
+        assert store is not None, "heal() needs a Host added with cuttable=True"
+        store.heal()
 
     def close(self) -> None:
         """Set every latch, shut every Host still serving down (in parallel), assert the

@@ -18,6 +18,7 @@ import pytest
 
 from zlink_actors import (
     Created,
+    Existing,
     Host,
     LeaseConfig,
     UnavailableError,
@@ -275,3 +276,23 @@ def test_the_fence_holds_at_the_admission_deadline_even_when_the_io_loop_stalls(
     finally:
         stalled.set()
         assert job.wait(WAIT)
+
+
+def test_a_dead_owner_that_reaches_the_store_again_deletes_none_of_the_records_taken_over(
+    mesh: GlobalMesh,
+) -> None:
+    owner = mesh.add(spots=[Room], mesh={"lease": DYING}, cuttable=True)
+    other = mesh.add(spots=[Room])
+    owner.spots.get_or_create("r", Room).submit_sync()
+    mesh.kill(owner)
+    assert _until_not_unavailable(lambda: other.spots.close("r").submit_sync()) is True
+    made = other.spots.get_or_create("r", Room).submit_sync()
+    assert type(made) is Created
+
+    # The old run reaches the store again and shuts down gracefully: it deletes what it
+    # still owns, by compare-and-set, so the record of the new "r" stays.
+    mesh.heal(owner)
+    owner.shutdown(WAIT)
+    assert other.spots.get_or_create("r", Room).submit_sync() == Existing(made.ref)
+    assert other.request_to_spot("r", Where(), reply=str).submit_sync() == other.node.routing_id
+    assert mesh_stats(other).owned_objects == 1
