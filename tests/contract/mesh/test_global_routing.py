@@ -624,3 +624,28 @@ def test_one_ways_submitted_at_once_on_a_cold_route_arrive_in_submission_order(
         assert wait_until(lambda t=target: len(_notes_to(t)) == 300)
         got = _notes_to(target)
         assert got == list(range(300)), f"round {round_}: {got[:10]}..."
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: a steady stream of one-ways to a remote Spot is reordered each time its "
+    "cached route passes route_cache_max_age: messages behind the re-resolution are "
+    "overtaken",
+)
+def test_a_stream_of_one_ways_keeps_its_order_across_route_cache_refreshes(
+    mesh: GlobalMesh,
+) -> None:
+    server = mesh.add(spots=[Room])
+    client = mesh.add(mesh={"route_cache_max_age": 0.02})
+    server.spots.get_or_create("x", Room).submit_sync()
+    assert _where(client, "x") == server.node.routing_id  # warm
+    total = 0
+    for round_ in range(6):  # each round spans several cache lifetimes
+        sends = [client.send_to_spot("x", Note(total + n)).submit() for n in range(2000)]
+        for s in sends:
+            assert s.wait(WAIT)
+            assert s.result() is None
+        total += 2000
+        assert wait_until(lambda total=total: len(_notes_to("x")) == total)
+        got = _notes_to("x")
+        assert got == sorted(got), f"round {round_}: reordered"
