@@ -40,8 +40,8 @@ def _wait_fenced(owner: Host, spot_id: str) -> None:
     """Wait (bounded) until `owner` reports its lease lapsed and refuses a request to its
     Spot `spot_id` (a `Where`, which changes nothing).
 
-    The refusal is waited for too because the statistic can run ahead of admission: it
-    reads the lease, while admission reads a flag the lease keeper sets a moment later.
+    The refusal is waited for too, so what follows relies on admission having stopped,
+    not only on the statistic (the two were once updated at different moments).
     """
     assert wait_until(lambda: mesh_stats(owner).lease_admitting is False)
 
@@ -210,12 +210,6 @@ def test_a_fenced_owners_subscribed_spots_get_no_publish_from_the_owner_itself()
         assert mesh.journal.items("news") == [("b", 1)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a close of an object whose owner is READY is always sent to that owner, so "
-    "a live owner cut off from the store (lease expired there) blocks the take-over: "
-    "close stays UnavailableError until the owner stops",
-)
 def test_an_owner_cut_off_from_the_store_is_fenced_and_its_objects_are_taken_over(
     mesh: GlobalMesh,
 ) -> None:
@@ -245,12 +239,6 @@ def test_an_owner_cut_off_from_the_store_is_fenced_and_its_objects_are_taken_ove
     assert client.request_to_spot("r", Where(), reply=str).submit_sync() == other.node.routing_id
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: admission reads runtime.fenced, which only the lease keeper on the I/O loop "
-    "sets: with that loop stalled, a node past its admission deadline still admits local "
-    "work for its objects (also once its lease expired in the store)",
-)
 def test_the_fence_holds_at_the_admission_deadline_even_when_the_io_loop_stalls(
     mesh: GlobalMesh,
 ) -> None:
