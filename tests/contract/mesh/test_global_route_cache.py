@@ -113,12 +113,6 @@ def _notes_to(target: str) -> list[int]:
     return [n for t, n, _ in journal().items("note") if t == target]  # type: ignore[misc]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: one-ways to a remote object submitted back to back on a cold route are "
-    "reordered: the first ones wait for the owner's resolution while later ones find the "
-    "route it cached and go first",
-)
 @pytest.mark.parametrize("kind", ["Spot", "Actor"])
 def test_one_ways_submitted_at_once_on_a_cold_route_arrive_in_submission_order(
     mesh: GlobalMesh, kind: str
@@ -144,12 +138,6 @@ def test_one_ways_submitted_at_once_on_a_cold_route_arrive_in_submission_order(
         assert got == list(range(300)), f"round {round_}: {got[:10]}..."
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a steady stream of one-ways to a remote Spot is reordered each time its "
-    "cached route passes route_cache_max_age: messages behind the re-resolution are "
-    "overtaken",
-)
 def test_a_stream_of_one_ways_keeps_its_order_across_route_cache_refreshes(
     mesh: GlobalMesh,
 ) -> None:
