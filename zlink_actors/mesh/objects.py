@@ -12,7 +12,6 @@ and Actors").
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable, Coroutine
 from concurrent.futures import Future
 from typing import Any, Final
@@ -347,26 +346,39 @@ class GlobalObjects(Ownership):
             else:
                 self._drop_message(rec, peer, str(exc), decode=True)
             return
-        meta = RemoteMetadata(env.metadata or {}, peer.routing_id, None)
+        meta = RemoteMetadata(env.metadata or {}, peer.routing_id, self._permit())
         name = env.intent or None
         if not request:
-            # Its credit goes back once it was admitted here (or refused), as for a send.
+            # Its credit goes back once it was admitted here (or refused), as for a send;
+            # its permit at the latest then too (it may have gone on to another node).
             sent = self.activate(env.target, name, payload, meta, None, None, None)
-            sent._add_inline(lambda done: self._sent(rec, peer, meta, done))
+
+            def admitted(done: Completion[None]) -> None:
+                self._sent(rec, peer, meta, done)
+                meta.started()
+
+            sent._add_inline(admitted)
             return
         self._release(rec)
         if not env.deadline > 0:
+            meta.started()
             late = DeadlineExceededError("the request's deadline passed before it arrived")
             self._reply_error(rec.peer, rec.route_id, late)
             return
         done = self.activate(env.target, name, payload, meta, None, env.deadline, None)
         route = rec.route_id
-        done._add_inline(lambda c: self._answer(rec.peer, route, c))
+
+        def answer(c: Completion[Any]) -> None:
+            meta.started()  # its permit, if its handler never ran
+            self._answer(rec.peer, route, c)
+
+        done._add_inline(answer)
 
     def _receive_operation(self, rec: t.Inbound, env: Envelope, peer: Peer) -> None:
         request = rec.kind is t.InboundKind.REQUEST
         route = rec.route_id
-        self._release(rec)
+        if request:
+            self._release(rec)  # a one-way's credit goes back on each path below
         try:
             op = self.codec.decode_payload(
                 env.type_name, rec.frames[1] if len(rec.frames) > 1 else b""
@@ -385,7 +397,7 @@ class GlobalObjects(Ownership):
             if request:
                 self._reply_error(rec.peer, route, ProtocolError("a publish is one-way"))
             else:
-                self._receive_publish(op, env)
+                self._receive_publish(rec, op, env)
             return
         if not request:
             self._drop_message(rec, peer, f"a one-way {type(op).__name__}", decode=True)
@@ -413,20 +425,28 @@ class GlobalObjects(Ownership):
         done = self._spawn(work)
         done.add_done_callback(lambda f: self._answer_future(rec.peer, route, f))
 
-    def _receive_publish(self, op: PublishOp, env: Envelope) -> None:
+    def _receive_publish(self, rec: t.Inbound, op: PublishOp, env: Envelope) -> None:
+        """Publish here; the record's credit goes back once the publish committed here
+        (a publish waiting for a slot makes its sender wait, as a full queue does)."""
         try:
             payload = self._decode_plain(op.payload_type, op.payload)
-        except ProtocolError as exc:
+            call = PublishCall(self.runtime, op.channel, op.topic, payload, here=True)
+        except (ProtocolError, TypeError, ValueError) as exc:
             with self._lock:
                 self.decode_errors += 1
             log.warning("mesh %s: a bad publish: %s", self.routing_id, exc)
+            self._release(rec)
             return
         if self.runtime.fenced:
+            self._release(rec)
             return
-        call = PublishCall(self.runtime, op.channel, op.topic, payload, here=True)
         call._metadata = env.metadata
-        with contextlib.suppress(ZlinkError):
-            call.submit()
+        try:
+            committed = call.submit()
+        except ZlinkError:
+            self._release(rec)
+            return
+        committed._add_inline(lambda _: self._release(rec))
 
     def _answer_future(self, conn: bytes, route: int, done: Future[object]) -> None:
         found = _outcome(done)

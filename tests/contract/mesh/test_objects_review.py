@@ -118,3 +118,35 @@ def test_a_close_of_an_id_being_created_is_not_found_from_every_node(
     # The factory ran on a worker thread, not on the node's I/O loop.
     assert wait_until(lambda: bool(_factory_threads))
     assert not any(name.endswith("-io") for name in _factory_threads)
+
+
+class News(z.Spot):
+    mode = z.SpotMode.SPOT_WIDE
+    type_name = "review.News"
+
+    def configure(self, cfg: z.SpotConfig) -> None:
+        cfg.subscribe("news", "all")
+
+    @z.handler
+    def ping(self, ctx: z.SpotContext, msg: Ping) -> None:
+        pass
+
+
+def test_intent_messages_and_publishes_give_back_their_credit_and_permits(
+    harness: HostHarness,
+) -> None:
+    store = z.MemoryLocationStore()
+    server = harness.host(spots=[Counter, News], mesh=mesh_config(), location=store)
+    client = harness.host(mesh=mesh_config(peers=(server.node.endpoint,)), location=store)
+    client.wait_for_peers(1, timeout=WAIT)
+    server.spots.get_or_create("news", News).submit_sync()
+    for n in range(20):
+        client.send_to_spot(f"c-{n % 4}", Ping(n)).activate(Counter).submit_sync()
+        client.publish("news", "all", Ping(n)).submit_sync()
+    mesh = server.statistics().mesh
+    assert mesh is not None
+    assert wait_until(lambda: server.statistics().mesh.permits_in_use == 0)  # type: ignore[union-attr]
+    assert wait_until(lambda: client.statistics().mesh.credit_in_use == 0)  # type: ignore[union-attr]
+    # Each Instance Spot was activated on the server and answers there.
+    for k in range(4):
+        assert server.request_to_spot(f"c-{k}", Ping(k), reply=Ping).submit_sync() == Ping(k)
