@@ -115,12 +115,14 @@ class GlobalObjects(Ownership):
             if not left[0]:
                 cell.try_set(None, failure[0] if failure else None)
 
-        for peer in peers:
+        ops = []
+        for peer in peers:  # every one encoded before any is sent: all go, or none
             try:
                 name, data = self._encode(payload, peer)
             except ProtocolError as exc:
                 return failed(exc)
-            op = PublishOp(channel, topic, name, data)
+            ops.append((peer, PublishOp(channel, topic, name, data)))
+        for peer, op in ops:
             self._send(_Route(peer, None, ""), op, metadata, None)._add_inline(sent)
         return Completion(cell, _refuse_cancel)
 
