@@ -51,6 +51,7 @@ from .operations import (
     CreateOp,
     PublishOp,
     _Inflight,
+    _Intent,
     _outcome,
     _quietly,
     _Spec,
@@ -81,14 +82,12 @@ class GlobalObjects(Ownership):
     ) -> Completion[Any]:
         forwarded = type(metadata) is RemoteMetadata  # a message another node sent here
         if timeout is None:
-            return self._one_way(
-                self._activate(spot_id, type_name, payload, metadata, None, None, None, forwarded)
-            )
+            one_way = _Intent(spot_id, type_name, payload, metadata, None, None, None)
+            return self._one_way(self._activate(one_way, forwarded))
 
         def run(due: float, token: CancellationToken | None) -> Awaitable[object]:
-            return self._activate(
-                spot_id, type_name, payload, metadata, reply, due, token, forwarded
-            )
+            msg = _Intent(spot_id, type_name, payload, metadata, reply, due, token)
+            return self._activate(msg, forwarded)
 
         return self._call(run, timeout, cancel)
 
@@ -126,50 +125,28 @@ class GlobalObjects(Ownership):
             self._send(_Route(peer, None, ""), op, metadata, None)._add_inline(sent)
         return Completion(cell, _refuse_cancel)
 
-    async def _activate(
-        self,
-        spot_id: str,
-        type_name: str | None,
-        payload: object,
-        metadata: dict[str, object] | None,
-        reply: type | None,
-        due: float | None,
-        token: CancellationToken | None,
-        forwarded: bool,
-    ) -> object:
+    async def _activate(self, msg: _Intent, forwarded: bool) -> object:
         authority = self.authority
         assert authority is not None
+        spot_id = msg.spot_id
         key = (_SPOT, spot_id)
-        spot_type = self._instance_type(type_name)
+        spot_type = self._instance_type(msg.type_name)
         for _ in range(ATTEMPTS):
             joined = self._inflight.get(key)
             if joined is not None:
                 await asyncio.shield(joined.done)  # the first message goes first
                 continue
             if self._held(_SPOT, spot_id) is not None:
-                here = self._deliver(spot_id, spot_type, payload, metadata, reply, due, token, 0)
-                return await _wait(here)
+                return await _wait(self._deliver(msg, spot_type, 0))
             cached = self._cached_owner(key)
             if cached is not None and cached != self.routing_id:
-                return await self._send_with_intent(
-                    self._ready_peer(cached),
-                    spot_id,
-                    type_name,
-                    payload,
-                    metadata,
-                    reply,
-                    due,
-                    token,
-                )
+                return await self._send_with_intent(self._ready_peer(cached), msg)
             record = await authority.read(AuthorityKind.SPOT, spot_id)
             if record is not None:
                 owner = record.owner.node
                 if owner == self.routing_id:
-                    if key in self._inflight:
-                        continue
-                    if record.state is AuthorityState.READY:
-                        raise UnavailableError(f"Spot {spot_id!r} is closing")
-                    await authority.abort(record)
+                    if key not in self._inflight:
+                        await self._own_leftover(key, record)
                     continue
                 if record.state is AuthorityState.RESERVED and not await self._lease_live(
                     record.owner
@@ -179,36 +156,23 @@ class GlobalObjects(Ownership):
                 # Ready or being activated there: the message goes there, with its intent.
                 peer = self._ready_peer(owner)
                 if record.state is AuthorityState.READY:
-                    self._remember(
-                        _SPOT,
-                        spot_id,
-                        owner,
-                        record.generation,
-                        record.owner_generation,
-                        record.owner.lease_generation,
-                    )
-                return await self._send_with_intent(
-                    peer, spot_id, type_name, payload, metadata, reply, due, token
-                )
+                    self._remember_record(record)
+                return await self._send_with_intent(peer, msg)
             if spot_type is not None:
-                result = await self._activate_here(
-                    spot_id, spot_type, payload, metadata, reply, due, token
-                )
+                result = await self._activate_here(msg, spot_type)
                 if result is _RETRY:
                     continue
                 return result
-            if forwarded or type_name is None:
+            if forwarded or msg.type_name is None:
                 raise NotFoundError(
                     f"no Spot {spot_id!r} and no InstanceSpot type to activate it here"
-                    + ("" if type_name is not None else ": pass one to activate()")
+                    + ("" if msg.type_name is not None else ": pass one to activate()")
                 )
             with self._lock:
-                placed = self._peers.place(type_name)
+                placed = self._peers.place(msg.type_name)
             if placed is None:
-                raise NotFoundError(f"no READY node of the mesh registers {type_name}")
-            return await self._send_with_intent(
-                placed, spot_id, type_name, payload, metadata, reply, due, token
-            )
+                raise NotFoundError(f"no READY node of the mesh registers {msg.type_name}")
+            return await self._send_with_intent(placed, msg)
         raise UnavailableError(f"Spot {spot_id!r}: the record kept changing; try again")
 
     def _instance_type(self, type_name: str | None) -> type | None:
@@ -229,18 +193,10 @@ class GlobalObjects(Ownership):
         info = self.runtime.engine.types.get(type_name)
         return info.cls if info is not None and info.cls in types else None
 
-    async def _activate_here(
-        self,
-        spot_id: str,
-        spot_type: type,
-        payload: object,
-        metadata: dict[str, object] | None,
-        reply: type | None,
-        due: float | None,
-        token: CancellationToken | None,
-    ) -> object:
+    async def _activate_here(self, msg: _Intent, spot_type: type) -> object:
         authority = self.authority
         assert authority is not None
+        spot_id = msg.spot_id
         key = (_SPOT, spot_id)
         name = self.runtime.engine.by_class[spot_type].name
         fence = self._fence(f"activating Spot {spot_id!r}")
@@ -253,15 +209,7 @@ class GlobalObjects(Ownership):
             try:
                 # Off the I/O loop: the activation runs the Spot's constructor (user code).
                 delivered = await asyncio.to_thread(
-                    self._deliver,
-                    spot_id,
-                    spot_type,
-                    payload,
-                    metadata,
-                    reply,
-                    due,
-                    token,
-                    reserved.generation,
+                    self._deliver, msg, spot_type, reserved.generation
                 )
             except BaseException:
                 await _quietly(authority.abort(reserved))
@@ -275,42 +223,33 @@ class GlobalObjects(Ownership):
             done.set_result(None)
         return await _wait(delivered)
 
-    def _deliver(
-        self,
-        spot_id: str,
-        spot_type: type | None,
-        payload: object,
-        metadata: dict[str, object] | None,
-        reply: type | None,
-        due: float | None,
-        token: CancellationToken | None,
-        generation: int,
-    ) -> Completion[Any]:
+    def _deliver(self, msg: _Intent, spot_type: type | None, generation: int) -> Completion[Any]:
+        due = msg.due
         left = None if due is None else max(due - self.runtime.timers._now(), 1e-3)
         return activate_here(
-            self.runtime, spot_id, spot_type, payload, metadata, reply, left, token, generation
+            self.runtime,
+            msg.spot_id,
+            spot_type,
+            msg.payload,
+            msg.metadata,
+            msg.reply,
+            left,
+            msg.token,
+            generation,
         )
 
-    async def _send_with_intent(
-        self,
-        peer: Peer,
-        spot_id: str,
-        type_name: str | None,
-        payload: object,
-        metadata: dict[str, object] | None,
-        reply: type | None,
-        due: float | None,
-        token: CancellationToken | None,
-    ) -> object:
-        route = _Route(peer, _SPOT, spot_id)
-        intent = "" if type_name is None else type_name
-        if due is None:
-            sent: Completion[Any] = self._send(route, payload, metadata, intent)
+    async def _send_with_intent(self, peer: Peer, msg: _Intent) -> object:
+        route = _Route(peer, _SPOT, msg.spot_id)
+        intent = "" if msg.type_name is None else msg.type_name
+        if msg.due is None:
+            sent: Completion[Any] = self._send(route, msg.payload, msg.metadata, intent)
             return await _wait(sent)
-        left = self._left(due)
-        return await _wait(
-            self._request(route, payload, metadata, reply, left, token, intent, (_SPOT, spot_id))
+        left = self._left(msg.due)
+        key = (_SPOT, msg.spot_id)
+        asked = self._request(
+            route, msg.payload, msg.metadata, msg.reply, left, msg.token, intent, key
         )
+        return await _wait(asked)
 
     def _receive_send(self, rec: t.Inbound, env: Envelope, peer: Peer) -> None:
         if not self._received_global(rec, env, peer):

@@ -19,6 +19,7 @@ from typing import Any, ClassVar, Final, TypeVar
 
 import msgspec
 
+from .._core.cancellation import CancellationToken
 from .._core.completion import Completion
 from .._core.errors import (
     AlreadyExistsError,
@@ -59,6 +60,7 @@ __all__ = [
     "_RETRY",
     "_Cached",
     "_Inflight",
+    "_Intent",
     "_Resolve",
     "_Spec",
     "_existing",
@@ -152,6 +154,19 @@ class _Spec:
     type_name: str
     exclusive: bool
     fresh: bool  # `spots.create`'s unique id: no generation counter is kept for it
+
+
+@dataclass(frozen=True, slots=True)
+class _Intent:
+    """A message with instance intent on its way: its target, payload and answer."""
+
+    spot_id: str
+    type_name: str | None  # the InstanceSpot type's name (None: the only one there is)
+    payload: object
+    metadata: dict[str, object] | None
+    reply: type | None
+    due: float | None  # the request's deadline on the Host clock; None: a one-way
+    token: CancellationToken | None
 
 
 @dataclass(slots=True)

@@ -39,6 +39,7 @@ from .._engine.objects import (
 from .._engine.registry import Activation
 from ..location.authority import (
     Authority,
+    AuthorityKind,
     AuthorityRecord,
     AuthorityState,
     OwnerFence,
@@ -171,13 +172,9 @@ class Routing(Inbound):
             return super().send(route, payload, metadata)
         kind, target = route.kind, route.target
         runtime = self.runtime
-        cell: _Cell[None] = _Cell()
-        # No deadline and no caller cancellation (SC §5, §7), but a pending entry, so a
-        # shutdown ends it once.
-        entry = runtime.begin(cell, None, None)
-        route_id = entry.route_id
-        if route_id is None or route_id not in runtime.pending:
-            return Completion(cell, _refuse_cancel)
+        handle, route_id = self._begin_call(None, None)
+        if route_id is None:
+            return handle
 
         def step(found: object) -> Completion[Any]:
             if found is _HERE:
@@ -186,7 +183,7 @@ class Routing(Inbound):
             return self._send(found, payload, metadata, None)
 
         self._in_order(kind, target, step, _finisher(runtime, route_id, value=False))
-        return Completion(cell, _refuse_cancel)
+        return handle
 
     def request(
         self,
@@ -205,12 +202,9 @@ class Routing(Inbound):
         assert type(route) is _Resolve
         kind, target = route.kind, route.target
         runtime = self.runtime
-        cell: _Cell[Any] = _Cell()
-        entry = runtime.begin(cell, timeout, cancel)
-        handle = runtime.handle(entry)
-        route_id = entry.route_id
-        if route_id is None or route_id not in runtime.pending:
-            return handle  # refused (shutdown, a cancelled token): nothing to start
+        handle, route_id = self._begin_call(timeout, cancel)
+        if route_id is None:
+            return handle
         due = runtime.timers._now() + timeout
 
         def step(found: object) -> Completion[Any]:
@@ -325,15 +319,20 @@ class Routing(Inbound):
             exc = found.exception()
             assert exc is not None
             raise exc
+        self._remember_record(record)
+        return found
+
+    def _remember_record(self, record: AuthorityRecord) -> None:
+        """Cache the Ready owner `record` names."""
+        kind = _SPOT if record.kind is AuthorityKind.SPOT else _ACTOR
         self._remember(
             kind,
-            target,
-            owner,
+            record.object_id,
+            record.owner.node,
             record.generation,
             record.owner_generation,
             record.owner.lease_generation,
         )
-        return found
 
     def _remember(
         self,
@@ -501,52 +500,30 @@ class Routing(Inbound):
     def _spawn(self, work: Coroutine[Any, Any, T]) -> Future[T]:
         return asyncio.run_coroutine_threadsafe(work, self.runtime.io.loop)
 
-    def _one_way(self, work: Coroutine[Any, Any, object]) -> Completion[None]:
-        """A one-way send whose work runs on the I/O loop: no deadline and no caller
-        cancellation (SC §5, §7), but a pending entry, so shutdown ends it once."""
-        runtime = self.runtime
-        cell: _Cell[None] = _Cell()
-        entry = runtime.begin(cell, None, None)
-        route_id = entry.route_id
-        if route_id is not None and route_id in runtime.pending:
-            try:
-                running = self._spawn(work)
-            except RuntimeError:  # the loop has stopped
-                work.close()
-                runtime.pending.finish(route_id, exc=shutting_down())
-            else:
-                running.add_done_callback(
-                    lambda done: runtime.pending.finish(route_id, exc=_failure(_outcome(done)))
-                )
-        else:
-            work.close()
-        return Completion(cell, _refuse_cancel)
-
-    def _call(
-        self,
-        work: Callable[[float, CancellationToken | None], Awaitable[object]],
-        timeout: float,
-        cancel: CancellationToken | None,
-    ) -> Completion[Any]:
-        """A call whose work runs on the I/O loop, under one pending entry: its deadline
-        and its caller's cancellation race with the work's result."""
+    def _begin_call(
+        self, timeout: float | None, cancel: CancellationToken | None
+    ) -> tuple[Completion[Any], int | None]:
+        """The caller's handle on a new pending entry, and its route id (None: refused
+        by shutdown or a cancelled token; start nothing). A one-way (`timeout` None) has
+        no deadline and refuses cancellation (SC §5, §7); shutdown still ends it once."""
         runtime = self.runtime
         cell: _Cell[Any] = _Cell()
         entry = runtime.begin(cell, timeout, cancel)
-        handle = runtime.handle(entry)
+        handle = runtime.handle(entry) if timeout is not None else Completion(cell, _refuse_cancel)
         route_id = entry.route_id
         if route_id is None or route_id not in runtime.pending:
-            return handle  # refused (shutdown, a cancelled token): nothing to start
-        due = runtime.timers._now() + timeout
+            return handle, None
+        return handle, route_id
 
-        async def run() -> object:
-            return await work(due, cancel)
-
+    def _run_for(self, route_id: int, work: Coroutine[Any, Any, object]) -> None:
+        """Run `work` on the I/O loop; its result (or typed error) ends entry `route_id`."""
+        runtime = self.runtime
         try:
-            running = self._spawn(run())
+            running = self._spawn(work)
         except RuntimeError:  # the loop has stopped
+            work.close()
             runtime.pending.finish(route_id, exc=shutting_down())
-            return handle
+            return
 
         def finished(done: Future[object]) -> None:
             found = _outcome(done)
@@ -556,6 +533,32 @@ class Routing(Inbound):
                 runtime.pending.finish(route_id, found)
 
         running.add_done_callback(finished)
+
+    def _one_way(self, work: Coroutine[Any, Any, object]) -> Completion[None]:
+        """A one-way send whose work runs on the I/O loop (see `_begin_call`)."""
+        handle, route_id = self._begin_call(None, None)
+        if route_id is None:
+            work.close()
+        else:
+            self._run_for(route_id, work)
+        return handle
+
+    def _call(
+        self,
+        work: Callable[[float, CancellationToken | None], Awaitable[object]],
+        timeout: float,
+        cancel: CancellationToken | None,
+    ) -> Completion[Any]:
+        """A call whose work runs on the I/O loop, under one pending entry: its deadline
+        and its caller's cancellation race with the work's result."""
+        handle, route_id = self._begin_call(timeout, cancel)
+        if route_id is not None:
+            due = self.runtime.timers._now() + timeout
+
+            async def run() -> object:
+                return await work(due, cancel)
+
+            self._run_for(route_id, run())
         return handle
 
 
