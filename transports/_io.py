@@ -27,7 +27,7 @@ from ._errors import Closed, PeerLost, TransportUsageError
 from ._receive import Receiver
 from ._state import Command, Core, PeerState, admit_all, fail_all
 from ._types import Endpoints, FlowState, Inbound, PeerEvent, PeerEventKind
-from ._wire import Kind, encode
+from ._wire import VERSION, Kind, encode, pack_envelope
 
 __all__ = ["IoThread"]
 
@@ -38,6 +38,7 @@ _NOBLOCK = int(zmq.NOBLOCK)
 _EVENTS = int(zmq.EVENTS)
 _POLLIN = int(zmq.POLLIN)
 _raw_send = zmq.backend.Socket.send  # what zmq.Socket.send calls when given no routing_id
+_raw_recv = zmq.backend.Socket.recv  # the same, past the wrapper
 _CREDIT_DELAY = 0.001  # seconds a small credit return may wait for a reply to carry it
 
 ReceiveCallback = Callable[[Sequence[Inbound]], None]
@@ -141,10 +142,10 @@ class IoThread(threading.Thread):
                 credit_wait = 1 if ready else min(credit_wait * 2, 64)
                 # nothing queued and no wake: skip the lock (a wake written after the
                 # poll returned is seen by the next poll)
-                if core.commands or waker in ready:
-                    for command in core.take_commands():
-                        if not self._run_command(command):
-                            return
+                if (core.commands or waker in ready) and not self._run_commands(
+                    core.take_commands()
+                ):
+                    return
                 if ready.get(self.app) and self.app_polled:
                     self._read(self.app, completion=False)
                 if ready.get(self.comp):
@@ -201,6 +202,33 @@ class IoThread(threading.Thread):
 
     # -- commands ---------------------------------------------------------------------
 
+    def _run_commands(self, commands: Sequence[Command]) -> bool:
+        """Run the commands taken in one wake, in order; False once "stop" ran.
+
+        The hot path: an admitted message or request ("app") is sent here, without
+        `_run_command`'s dispatch and `encode`'s call; every other command goes there.
+        """
+        peers = self.core.peers  # this thread alone adds and drops peers
+        app = self.app
+        for command in commands:
+            op = command[0]
+            if op != "app":
+                if op == "comp" and len(command) == 5:  # a reply: see _run_command
+                    _, peer, kind, route_id, frames = command
+                    self._send_comp(peer, kind, route_id, frames)
+                elif not self._run_command(command):
+                    return False
+                continue
+            _, peer, kind, route_id, frames, charge = command
+            state = peers.get(peer)
+            if state is not None and not (state.outbound or state.app_seen):
+                with self.core.lock:  # see _run_command: sent on its hello, in order
+                    state.app_backlog.append(command)
+                continue
+            env = pack_envelope(VERSION, kind, 0, 0, route_id, charge)
+            self._send(app, peer, env, frames, state)
+        return True
+
     def _run_command(self, command: Command) -> bool:
         """Run one command; False for "stop"."""
         op = command[0]
@@ -249,9 +277,13 @@ class IoThread(threading.Thread):
             # costs more than the sends of a small message; and the backend's send
             # itself, past the Python wrapper of zmq.Socket.send (routing_id, group)
             _raw_send(sock, peer, _MORE)
-            if frames:
+            count = len(frames)
+            if count == 1:  # the usual message: one payload frame
                 _raw_send(sock, env, _MORE)
-                last = len(frames) - 1
+                _raw_send(sock, frames[0], _LAST)
+            elif count:
+                _raw_send(sock, env, _MORE)
+                last = count - 1
                 for i, frame in enumerate(frames):
                     _raw_send(sock, frame, _LAST if i == last else _MORE)
             else:
@@ -266,8 +298,11 @@ class IoThread(threading.Thread):
             return False
         # counters are written by this thread only; statistics() reads a snapshot
         size = len(env)
-        for frame in frames:
-            size += len(frame)
+        if count == 1:
+            size += len(frames[0])
+        else:
+            for frame in frames:
+                size += len(frame)
         core = self.core
         core.sent_frames += 1
         core.sent_bytes += size
@@ -291,10 +326,14 @@ class IoThread(threading.Thread):
                 if kind is not Kind.CREDIT:  # owed credit stays owed and goes later
                     state.completion_backlog.append(("comp", peer, kind, route_id, frames, aux))
                 return
-            credit, state.owed = state.owed, 0
-            core.credit_held -= credit
-            core.credit_dirty.discard(peer)
-        self._send(self.comp, peer, encode(kind, aux, route_id, credit), frames, state)
+            credit = state.owed
+            if credit:
+                state.owed = 0
+                core.credit_held -= credit
+                core.credit_dirty.discard(peer)
+        self._send(
+            self.comp, peer, pack_envelope(VERSION, kind, 0, aux, route_id, credit), frames, state
+        )
 
     def _send_flow(self) -> None:
         core = self.core
@@ -419,7 +458,6 @@ class IoThread(threading.Thread):
     # -- receiving --------------------------------------------------------------------
 
     def _read(self, sock: zmq.Socket[bytes], completion: bool) -> None:
-        recv = sock.recv
         count = self.core.config.batch
         if not completion and self.read_budget is not None:
             # The owner admits at most this many more records now (its inbound permits);
@@ -435,14 +473,19 @@ class IoThread(threading.Thread):
             if i == 1 and not events(_EVENTS) & _POLLIN:
                 break
             try:
-                # frame by frame: Frame.more is cheaper than recv_multipart's getsockopt
-                frame = recv(_NOBLOCK, copy=False)
-                msg = [frame.bytes]
-                while frame.more:
-                    frame = recv(_NOBLOCK, copy=False)
-                    msg.append(frame.bytes)
+                # The first frame is the routing id the ROUTER puts in front of every
+                # message, so more frames always follow it (libzmq hands a message over
+                # whole): it is read as bytes, the cheapest read. The rest are read as
+                # frames, whose `more` tells where the message ends (a getsockopt of
+                # RCVMORE costs more than a frame here).
+                peer = _raw_recv(sock, _NOBLOCK)
             except zmq.Again:
                 break
+            frame = _raw_recv(sock, _NOBLOCK, False)
+            msg = [peer, frame.bytes]
+            while frame.more:
+                frame = _raw_recv(sock, _NOBLOCK, False)
+                msg.append(frame.bytes)
             msgs.append(msg)
         if not msgs:
             return

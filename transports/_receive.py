@@ -14,9 +14,16 @@ from concurrent.futures import Future
 from ._errors import MalformedFrame, PayloadTooLarge
 from ._state import Command, Core, PeerState
 from ._types import FlowState, Inbound, InboundKind, PeerEvent, PeerEventKind, make_inbound
-from ._wire import Envelope, Kind, decode
+from ._wire import ENVELOPE_SIZE, KIND_OF, VERSION, Envelope, Kind, malformed, unpack_envelope
 
 __all__ = ["Receiver"]
+
+# module constants: an enum member read through its class costs an attribute walk
+_HELLO = Kind.HELLO
+_FLOW = Kind.FLOW
+_REPLY = Kind.REPLY
+_REQUEST = Kind.REQUEST
+_MESSAGE = Kind.MESSAGE
 
 
 class Receiver:
@@ -84,37 +91,65 @@ class Receiver:
     ) -> None:
         """Apply one message (the lock is held).
 
+        The hot path, once per received message: the envelope is unpacked here rather
+        than through `decode`, and a request, a message and a reply are applied inline;
+        every other kind, and every malformed frame, goes the general way.
+
         Raises:
             MalformedFrame: the message is dropped (the caller counts it).
         """
         if len(msg) < 2:
             raise MalformedFrame("a message without an envelope frame")
-        peer, env_frame, payload = msg[0], msg[1], msg[2:]
-        env = decode(env_frame)
-        core = self.core
+        env_frame = msg[1]
+        if len(env_frame) != ENVELOPE_SIZE:
+            malformed(env_frame)
+        version, code, flags, aux, route_id, credit = unpack_envelope(env_frame)
+        kind = KIND_OF.get(code)
+        if version != VERSION or kind is None or flags or (kind is _FLOW and aux > 1):
+            malformed(env_frame)  # decode's test, written out
+        peer = msg[0]
+        payload = msg[2:]
         payload_size = 0
         for frame in payload:
             payload_size += len(frame)
-        size = len(env_frame) + payload_size
+        size = ENVELOPE_SIZE + payload_size
+        core = self.core
         core.received_frames += 1
         core.received_bytes += size
         state = core.peers.get(peer)
-        kind = env.kind
-        if kind is Kind.HELLO:
+        if kind is _HELLO:
             state = self.hello_locked(peer, state, completion, now, flush)
         if state is None:
             raise MalformedFrame(f"a {kind.name} frame from a peer without a hello")
         state.received_frames += 1
         state.received_bytes += size
         state.deadline = now + self._heartbeat_timeout
-        if kind is Kind.HELLO:
-            pass
-        elif not completion:
-            self.inbound_locked(state, env, payload, payload_size, batch)
-        else:
-            self.completion_locked(state, env, payload, batch, now)
+        if kind is _HELLO:
+            return
+        if completion:
+            if kind is _REPLY:  # completion_locked's REPLY branch, inline
+                if credit:
+                    in_use = state.in_use - credit
+                    state.in_use = in_use if in_use > 0 else 0
+                if state.slots:
+                    state.slots -= 1
+                batch.append(make_inbound(peer, InboundKind.REPLY, route_id, payload, 0))
+            else:
+                env = Envelope(kind, aux, route_id, credit)
+                self.completion_locked(state, env, payload, batch, now)
             if state.parked:
                 admitted.extend(core.admit_parked_locked(state))
+        elif (kind is _REQUEST or kind is _MESSAGE) and payload_size <= self._max_message_size:
+            # inbound_locked's common case, inline: the record holds its charge
+            charge = credit if credit > 1 else 1
+            state.unreleased += charge
+            core.credit_held += charge
+            inbound = InboundKind.REQUEST if kind is _REQUEST else InboundKind.MESSAGE
+            batch.append(make_inbound(peer, inbound, route_id, payload, charge))
+        else:
+            self.inbound_locked(
+                state, Envelope(kind, aux, route_id, credit), payload, payload_size, batch
+            )
 
     def inbound_locked(
         self, state: PeerState, env: Envelope, payload: list[bytes], size: int, batch: list[Inbound]

@@ -157,23 +157,40 @@ class Core:
         route_id: int,
         frames: Sequence[bytes],
         refresh: Callable[[], Sequence[bytes]] | None = None,
+        size: int = -1,
     ) -> SubmitResult:
-        """Admit now (OK), park (BACKPRESSURED + future) or refuse a request (no slot)."""
-        charge = self.charge_of(frames)
+        """Admit now (OK), park (BACKPRESSURED + future) or refuse a request (no slot).
+
+        `size` is the frames' total length when the caller has summed it (else it is
+        summed here). The hot path of every send: `_fits` and `post` are written out in
+        the admitted case.
+        """
+        if size < 0:
+            charge = self.charge_of(frames)
+        elif size > self._max_message_size:
+            charge = self.charge_of(frames)  # raises PayloadTooLarge
+        else:
+            charge = size if size > self._min_charge else self._min_charge
         with self.lock:
             if self.closed:
                 raise Closed("the transport is closed")
             state = self.peers.get(peer)
             if state is None or not (state.outbound or state.ready):
                 raise UnknownPeer(f"no connection to peer {peer!r}")
-            if kind is Kind.REQUEST:
+            if kind is _REQUEST:
                 if state.slots >= self._slots:
                     return SubmitResult(SubmitStatus.BACKPRESSURED, None)
                 state.slots += 1
-            if not state.parked and self._fits(state, charge):
-                state.in_use += charge
-                self.post(("app", peer, kind, route_id, frames, charge))
-                return _OK
+            if not state.parked and not state.paused_by_peer:
+                in_use = state.in_use
+                # as _fits: within the window, or alone when nothing else is in flight
+                if in_use + charge <= (state.window or self._credit_window) or not in_use:
+                    state.in_use = in_use + charge
+                    self.commands.append(("app", peer, kind, route_id, frames, charge))
+                    if not self._wake_pending and not self.waker_closed:
+                        self._wake_pending = True
+                        os.eventfd_write(self.waker, 1)
+                    return _OK
             future: Future[None] = Future()
             future.set_running_or_notify_cancel()
             state.parked.append(Parked(kind, route_id, frames, charge, future, refresh))
@@ -202,7 +219,10 @@ class Core:
     # -- the receiving side's credit ------------------------------------------------
 
     def release(self, peer: bytes, nbytes: int) -> None:
-        if not isinstance(nbytes, int) or isinstance(nbytes, bool) or nbytes < 0:
+        if (
+            nbytes.__class__ is not int  # the usual call passes an int: no isinstance walk
+            and (not isinstance(nbytes, int) or isinstance(nbytes, bool))
+        ) or nbytes < 0:
             raise InvalidRelease(f"release of {nbytes!r} bytes: a non-negative int is needed")
         with self.lock:
             state = self.peers.get(peer)
@@ -263,6 +283,7 @@ class Core:
 
 
 _OK = SubmitResult(SubmitStatus.OK)
+_REQUEST = Kind.REQUEST
 
 
 def fail_all(

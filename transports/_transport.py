@@ -29,16 +29,38 @@ _U64 = 2**64 - 1
 
 
 _ONE_FRAME = (bytes, bytearray, memoryview, str)  # built once, not per call
+# module constants: an enum member read through its class costs an attribute walk
+_MESSAGE = Kind.MESSAGE
+_REQUEST = Kind.REQUEST
+_REPLY = Kind.REPLY
 
 
 def _check_frames(frames: Sequence[bytes]) -> tuple[bytes, ...]:
+    return _checked_frames(frames)[0]
+
+
+def _checked_frames(frames: Sequence[bytes]) -> tuple[tuple[bytes, ...], int]:
+    """The frames as a tuple, and their total size; TransportUsageError for anything but
+    a sequence of bytes frames. Once per submit: a list or tuple of exact `bytes` (the
+    usual call) is checked by class, the general test runs for anything else."""
+    if frames.__class__ is list or frames.__class__ is tuple:
+        checked = tuple(frames)
+        size = 0
+        for frame in checked:
+            if frame.__class__ is not bytes:
+                break
+            size += len(frame)
+        else:
+            return checked, size
     if isinstance(frames, _ONE_FRAME):
         raise TransportUsageError("frames must be a sequence of bytes frames, not one frame")
     checked = tuple(frames)
+    size = 0
     for frame in checked:
         if not isinstance(frame, bytes):
             raise TransportUsageError(f"a frame must be bytes, got {type(frame).__name__}")
-    return checked
+        size += len(frame)
+    return checked, size
 
 
 def _check_route_id(route_id: int) -> None:
@@ -169,7 +191,8 @@ class Transport:
             PayloadTooLarge: above `config.max_message_size`.
             Closed: the transport is closed.
         """
-        return self._core.submit(peer, Kind.MESSAGE, 0, _check_frames(frames))
+        checked, size = _checked_frames(frames)
+        return self._core.submit(peer, _MESSAGE, 0, checked, None, size)
 
     def submit_request(
         self,
@@ -192,8 +215,10 @@ class Transport:
 
         Raises: as `submit`, and TransportUsageError for a bad `route_id`.
         """
-        _check_route_id(route_id)
-        return self._core.submit(peer, Kind.REQUEST, route_id, _check_frames(frames), refresh)
+        if route_id.__class__ is not int or not 0 <= route_id <= _U64:
+            _check_route_id(route_id)
+        checked, size = _checked_frames(frames)
+        return self._core.submit(peer, _REQUEST, route_id, checked, refresh, size)
 
     def reply(self, peer: bytes, route_id: int, frames: Sequence[bytes]) -> None:
         """Send a reply on the completion connection: never charged, never parked.
@@ -203,16 +228,18 @@ class Transport:
         Raises:
             UnknownPeer: no such peer. Closed: the transport is closed.
         """
-        _check_route_id(route_id)
-        checked = _check_frames(frames)
-        self._core.charge_of(checked)  # PayloadTooLarge for oversize
+        if route_id.__class__ is not int or not 0 <= route_id <= _U64:
+            _check_route_id(route_id)
+        checked, size = _checked_frames(frames)
         core = self._core
+        if size > core.config.max_message_size:
+            core.charge_of(checked)  # raises PayloadTooLarge
         with core.lock:
             if core.closed:
                 raise Closed("the transport is closed")
             if peer not in core.peers:
                 raise UnknownPeer(f"no connection to peer {peer!r}")
-            core.post(("comp", peer, Kind.REPLY, route_id, checked))
+            core.post(("comp", peer, _REPLY, route_id, checked))
 
     def set_peer_window(self, peer: bytes, nbytes: int) -> None:
         """Send at most `nbytes` of credit towards `peer` (what the peer grants, when it

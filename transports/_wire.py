@@ -16,11 +16,22 @@ from __future__ import annotations
 
 import enum
 import struct
-from typing import NamedTuple
+from typing import NamedTuple, NoReturn
 
 from ._errors import MalformedFrame
 
-__all__ = ["ENVELOPE_SIZE", "VERSION", "Envelope", "Kind", "decode", "encode"]
+__all__ = [
+    "ENVELOPE_SIZE",
+    "KIND_OF",
+    "VERSION",
+    "Envelope",
+    "Kind",
+    "decode",
+    "encode",
+    "malformed",
+    "pack_envelope",
+    "unpack_envelope",
+]
 
 VERSION = 1
 _STRUCT = struct.Struct("!BBHIQQ")
@@ -47,6 +58,8 @@ class Kind(enum.IntEnum):
 
 
 _BY_VALUE: dict[int, Kind] = {int(k): k for k in Kind}
+#: The `Kind` of each valid kind byte (for hot paths that unpack an envelope themselves).
+KIND_OF = _BY_VALUE
 
 
 class Envelope(NamedTuple):
@@ -60,6 +73,12 @@ class Envelope(NamedTuple):
 
 _pack = _STRUCT.pack
 _unpack = _STRUCT.unpack
+#: The hot paths' envelope codec, without `encode`'s and `decode`'s call frames:
+#: `pack_envelope(VERSION, kind, 0, aux, route_id, credit)`, and `unpack_envelope(frame)`
+#: (a frame of exactly ENVELOPE_SIZE bytes) -> (version, kind, flags, aux, route_id,
+#: credit), whose fields the caller must check as `decode` does (else call `decode`).
+pack_envelope = _pack
+unpack_envelope = _unpack
 _FLOW = int(Kind.FLOW)
 _new_tuple = tuple.__new__  # an Envelope without NamedTuple.__new__'s Python frame
 
@@ -81,10 +100,12 @@ def decode(frame: bytes) -> Envelope:
         # one test for the valid frame; the slow path below says what is wrong
         if version == VERSION and known is not None and not flags and (kind != _FLOW or aux < 2):
             return _new_tuple(Envelope, (known, aux, route_id, credit))
-    return _malformed(frame)
+    malformed(frame)
 
 
-def _malformed(frame: bytes) -> Envelope:
+def malformed(frame: bytes) -> NoReturn:
+    """Raise the MalformedFrame that says what is wrong with an envelope frame that
+    failed `decode`'s test."""
     if len(frame) != ENVELOPE_SIZE:
         raise MalformedFrame(f"envelope of {len(frame)} bytes, expected {ENVELOPE_SIZE}")
     version, kind, flags, aux, _, _ = _unpack(frame)
