@@ -16,18 +16,30 @@ import logging
 import os
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
+from itertools import repeat
 from typing import cast
 
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from ._errors import Closed, PeerLost, TransportUsageError
-from ._receive import Receiver
+from ._errors import Closed, MalformedFrame, PeerLost, TransportUsageError
+from ._receive import Item, Receiver
 from ._state import Command, Core, PeerState, admit_all, fail_all
 from ._types import Endpoints, FlowState, Inbound, PeerEvent, PeerEventKind
-from ._wire import VERSION, Kind, encode, pack_envelope
+from ._wire import (
+    BODY_BYTES,
+    ENVELOPE_SIZE,
+    RECORDS_PER_MESSAGE,
+    VERSION,
+    Kind,
+    decode,
+    encode,
+    entry,
+    pack_single,
+)
 
 __all__ = ["IoThread"]
 
@@ -41,9 +53,27 @@ _raw_send = zmq.backend.Socket.send  # what zmq.Socket.send calls when given no 
 _raw_recv = zmq.backend.Socket.recv  # the same, past the wrapper
 _CREDIT_DELAY = 0.001  # seconds a small credit return may wait for a reply to carry it
 
+_pack_one = pack_single
+
 ReceiveCallback = Callable[[Sequence[Inbound]], None]
 EventCallback = Callable[[PeerEvent], None]
 ReadBudget = Callable[[], int]
+
+
+class _Out:
+    """The records one wake has for one peer on one socket, not sent yet: the entries of
+    a head and the frames of a body (`_wire`)."""
+
+    __slots__ = ("body", "body_bytes", "head", "peer", "records", "sock", "state")
+
+    def __init__(self, sock: zmq.Socket[bytes], peer: bytes, state: PeerState | None) -> None:
+        self.sock = sock
+        self.peer = peer
+        self.state = state
+        self.head: list[bytes] = []
+        self.body: list[bytes] = []
+        self.records = 0
+        self.body_bytes = 0
 
 
 class IoThread(threading.Thread):
@@ -95,6 +125,15 @@ class IoThread(threading.Thread):
         self._events: list[PeerEvent] = []
         self.receiver = Receiver(core, self._events)
         self._stopping = False
+        self._batch = core.config.batch
+        # payload bytes packed into one body at most: never above our own message size
+        self._body_bytes = min(BODY_BYTES, core.config.max_message_size)
+        # records received but not handed over yet: a message carries up to
+        # RECORDS_PER_MESSAGE, and the owner takes at most `batch` (and, on the
+        # application connection, its read budget) per wake; the rest wait here, first
+        # in line for the next wake
+        self._held_app: deque[Inbound] = deque()
+        self._held_comp: deque[Inbound] = deque()
 
     def _router(self) -> zmq.Socket[bytes]:
         cfg = self.core.config
@@ -133,11 +172,14 @@ class IoThread(threading.Thread):
             credit_wait = 1  # ms; see below
             while not self._stopping:
                 timeout_ms = int(max(0.0, next_tick - time.monotonic()) * 1000) + 1
-                if core.credit_held:
+                if core.credit_held or (self._held_app and self.app_polled):
                     # our owner holds delivered bytes: a small release does not wake us
                     # (its reply usually carries the credit back), so look again soon:
-                    # 1 ms after traffic, backing off to 64 ms while nothing moves
+                    # 1 ms after traffic, backing off to 64 ms while nothing moves; so
+                    # too while held records wait for the owner's read budget
                     timeout_ms = min(timeout_ms, credit_wait)
+                if self._held_comp:
+                    timeout_ms = 0  # held replies are handed over at once
                 ready = dict(self.poller.poll(timeout_ms))
                 credit_wait = 1 if ready else min(credit_wait * 2, 64)
                 # nothing queued and no wake: skip the lock (a wake written after the
@@ -146,10 +188,10 @@ class IoThread(threading.Thread):
                     core.take_commands()
                 ):
                     return
-                if ready.get(self.app) and self.app_polled:
-                    self._read(self.app, completion=False)
-                if ready.get(self.comp):
-                    self._read(self.comp, completion=True)
+                if self.app_polled and (ready.get(self.app) or self._held_app):
+                    self._read(self.app, False, bool(ready.get(self.app)))
+                if ready.get(self.comp) or self._held_comp:
+                    self._read(self.comp, True, bool(ready.get(self.comp)))
                 for monitor in self.monitors:
                     if ready.get(monitor):
                         self._read_monitor(monitor)
@@ -203,53 +245,54 @@ class IoThread(threading.Thread):
     # -- commands ---------------------------------------------------------------------
 
     def _run_commands(self, commands: Sequence[Command]) -> bool:
-        """Run the commands taken in one wake, in order; False once "stop" ran.
+        """Run queued commands in order; False once "stop" ran.
 
-        The hot path: an admitted message or request ("app") is sent here, without
-        `_run_command`'s dispatch and `encode`'s call; every other command goes there.
+        The hot path. What is sent ("app": an admitted message or request; "comp": a
+        reply or another completion record) is packed per peer and socket into as few
+        messages as the wire allows (`_pack`), and those go out before any other
+        command runs and at the end: each peer's records keep their order.
         """
-        peers = self.core.peers  # this thread alone adds and drops peers
-        app = self.app
+        core = self.core
+        peers = core.peers  # this thread alone adds and drops peers
+        app_out: dict[bytes, _Out] = {}
+        comp_out: dict[bytes, _Out] = {}
         for command in commands:
             op = command[0]
-            if op != "app":
-                if op == "comp" and len(command) == 5:  # a reply: see _run_command
+            if op == "app":
+                _, peer, kind, route_id, frames, charge = command
+                state = peers.get(peer)
+                if state is not None and not (state.outbound or state.app_seen):
+                    with core.lock:
+                        # its application connection is not known to be up yet (we may
+                        # be paused and not reading it): keep the order, send on its hello
+                        state.app_backlog.append(command)
+                    continue
+                self._pack(app_out, self.app, peer, state, kind, 0, route_id, charge, frames)
+            elif op == "comp":
+                if len(command) == 5:  # no aux: unpacked without a starred list
                     _, peer, kind, route_id, frames = command
-                    self._send_comp(peer, kind, route_id, frames)
-                elif not self._run_command(command):
+                    aux = 0
+                else:
+                    _, peer, kind, route_id, frames, aux = command
+                taken = self._comp_credit(peer, kind, route_id, frames, aux)
+                if taken is not None:
+                    state, credit = taken
+                    self._pack(
+                        comp_out, self.comp, peer, state, kind, aux, route_id, credit, frames
+                    )
+            else:
+                self._flush_all(app_out)  # what was queued before it goes first
+                self._flush_all(comp_out)
+                if not self._run_command(command):
                     return False
-                continue
-            _, peer, kind, route_id, frames, charge = command
-            state = peers.get(peer)
-            if state is not None and not (state.outbound or state.app_seen):
-                with self.core.lock:  # see _run_command: sent on its hello, in order
-                    state.app_backlog.append(command)
-                continue
-            env = pack_envelope(VERSION, kind, 0, 0, route_id, charge)
-            self._send(app, peer, env, frames, state)
+        self._flush_all(app_out)
+        self._flush_all(comp_out)
         return True
 
     def _run_command(self, command: Command) -> bool:
-        """Run one command; False for "stop"."""
+        """Run one command that sends nothing itself; False for "stop"."""
         op = command[0]
-        if op == "app":
-            _, peer, kind, route_id, frames, charge = command
-            state = self.core.peers.get(peer)  # app_seen is written by this thread only
-            if state is not None and not (state.outbound or state.app_seen):
-                with self.core.lock:
-                    # its application connection is not known to be up yet (we may be
-                    # paused and not reading it): keep the order, send on its hello
-                    state.app_backlog.append(command)
-                return True
-            self._send(self.app, peer, encode(kind, 0, route_id, charge), frames, state)
-        elif op == "comp":
-            if len(command) == 5:  # no aux: unpacked without a starred list
-                _, peer, kind, route_id, frames = command
-                self._send_comp(peer, kind, route_id, frames)
-            else:
-                _, peer, kind, route_id, frames, aux = command
-                self._send_comp(peer, kind, route_id, frames, aux)
-        elif op == "flow":
+        if op == "flow":
             self._send_flow()
         elif op == "call":
             _, function, future = command
@@ -262,32 +305,93 @@ class IoThread(threading.Thread):
             return False
         return True
 
-    def _send(
+    # -- sending ----------------------------------------------------------------------
+
+    def _pack(
+        self,
+        outs: dict[bytes, _Out],
+        sock: zmq.Socket[bytes],
+        peer: bytes,
+        state: PeerState | None,
+        kind: Kind,
+        aux: int,
+        route_id: int,
+        credit: int,
+        frames: Sequence[bytes],
+    ) -> None:
+        """Add one record to what goes to `peer` on `sock` (`outs`, one per socket). A
+        message is sent when it is full: RECORDS_PER_MESSAGE records, or the payload
+        bytes of a body; a larger payload travels alone, uncopied."""
+        out = outs.get(peer)
+        if out is None:
+            out = outs[peer] = _Out(sock, peer, state)
+        if len(frames) == 1:  # the usual record: `entry` written out
+            frame = frames[0]
+            nbytes = len(frame)
+            out_entry = _pack_one(VERSION, kind, 1, aux, route_id, credit, nbytes)
+        else:
+            nbytes = 0
+            for frame in frames:
+                nbytes += len(frame)
+            out_entry = entry(kind, aux, route_id, credit, frames)
+        limit = self._body_bytes
+        if out.records and (out.records >= RECORDS_PER_MESSAGE or out.body_bytes + nbytes > limit):
+            self._flush(out)
+        out.head.append(out_entry)
+        if len(frames) == 1:
+            out.body.append(frame)
+        else:
+            out.body.extend(frames)
+        out.records += 1
+        out.body_bytes += nbytes
+        if nbytes > limit:
+            self._flush(out)
+
+    def _flush_all(self, outs: dict[bytes, _Out]) -> None:
+        if outs:
+            for out in outs.values():
+                self._flush(out)
+            outs.clear()
+
+    def _flush(self, out: _Out) -> None:
+        """Send what `out` holds as one message, and count its records."""
+        records = out.records
+        if not records:
+            return
+        head = out.head[0] if records == 1 else b"".join(out.head)
+        body = out.body[0] if len(out.body) == 1 else b"".join(out.body)
+        size = records * ENVELOPE_SIZE + out.body_bytes
+        out.head = []
+        out.body = []
+        out.records = out.body_bytes = 0
+        if self._send_message(out.sock, out.peer, head, body):
+            self._count_sent(out.peer, out.state, records, size)
+
+    def _send_one(
         self,
         sock: zmq.Socket[bytes],
         peer: bytes,
-        env: bytes,
-        frames: Sequence[bytes],
+        kind: Kind,
+        aux: int = 0,
+        route_id: int = 0,
+        credit: int = 0,
+        frames: Sequence[bytes] = (),
         state: PeerState | None = None,
-    ) -> bool:
-        """Send one message; `state` is the peer's, when the caller has looked it up
-        (this thread alone adds and drops peers, so it cannot change meanwhile)."""
+    ) -> None:
+        """Send one record as a message of its own, now."""
+        head, body = encode(kind, aux, route_id, credit, frames)
+        if self._send_message(sock, peer, head, body):
+            self._count_sent(peer, state, 1, ENVELOPE_SIZE + len(body))
+
+    def _send_message(self, sock: zmq.Socket[bytes], peer: bytes, head: bytes, body: bytes) -> bool:
+        """Send one wire message `[head, body]` to `peer`; False when the peer was lost."""
         try:
             # frame by frame with plain int flags: send_multipart's enum arithmetic
             # costs more than the sends of a small message; and the backend's send
             # itself, past the Python wrapper of zmq.Socket.send (routing_id, group)
             _raw_send(sock, peer, _MORE)
-            count = len(frames)
-            if count == 1:  # the usual message: one payload frame
-                _raw_send(sock, env, _MORE)
-                _raw_send(sock, frames[0], _LAST)
-            elif count:
-                _raw_send(sock, env, _MORE)
-                last = count - 1
-                for i, frame in enumerate(frames):
-                    _raw_send(sock, frame, _LAST if i == last else _MORE)
-            else:
-                _raw_send(sock, env, _LAST)
+            _raw_send(sock, head, _MORE)
+            _raw_send(sock, body, _LAST)
         except zmq.ZMQError as exc:
             if exc.errno == errno.EHOSTUNREACH:
                 self.lose(peer, "no route to the peer (ROUTER_MANDATORY)")
@@ -296,44 +400,50 @@ class IoThread(threading.Thread):
             else:
                 raise
             return False
+        return True
+
+    def _count_sent(self, peer: bytes, state: PeerState | None, records: int, size: int) -> None:
         # counters are written by this thread only; statistics() reads a snapshot
-        size = len(env)
-        if count == 1:
-            size += len(frames[0])
-        else:
-            for frame in frames:
-                size += len(frame)
         core = self.core
-        core.sent_frames += 1
+        core.sent_messages += 1
+        core.sent_frames += records
         core.sent_bytes += size
         if state is None:
             state = core.peers.get(peer)
         if state is not None:
-            state.sent_frames += 1
+            state.sent_frames += records
             state.sent_bytes += size
-        return True
 
-    def _send_comp(
-        self, peer: bytes, kind: Kind, route_id: int, frames: Sequence[bytes], aux: int = 0
-    ) -> None:
-        """Send on the completion connection, returning what credit is owed with it."""
+    def _comp_credit(
+        self, peer: bytes, kind: Kind, route_id: int, frames: Sequence[bytes], aux: int
+    ) -> tuple[PeerState, int] | None:
+        """A completion record about to be sent: the peer's state and the credit owed to
+        it, which the record carries back; None when it is not sent now (the peer is
+        lost, or its completion connection is not up yet: then it waits in order)."""
         core = self.core
         with core.lock:
             state = core.peers.get(peer)
             if state is None:
-                return  # lost meanwhile: the reply goes with the peer
+                return None  # lost meanwhile: the reply goes with the peer
             if not (state.outbound or state.completion_seen):
                 if kind is not Kind.CREDIT:  # owed credit stays owed and goes later
                     state.completion_backlog.append(("comp", peer, kind, route_id, frames, aux))
-                return
+                return None
             credit = state.owed
             if credit:
                 state.owed = 0
                 core.credit_held -= credit
                 core.credit_dirty.discard(peer)
-        self._send(
-            self.comp, peer, pack_envelope(VERSION, kind, 0, aux, route_id, credit), frames, state
-        )
+        return state, credit
+
+    def _send_comp(
+        self, peer: bytes, kind: Kind, route_id: int, frames: Sequence[bytes], aux: int = 0
+    ) -> None:
+        """Send one record on the completion connection now, with the credit owed."""
+        taken = self._comp_credit(peer, kind, route_id, frames, aux)
+        if taken is not None:
+            state, credit = taken
+            self._send_one(self.comp, peer, kind, aux, route_id, credit, frames, state)
 
     def _send_flow(self) -> None:
         core = self.core
@@ -409,7 +519,7 @@ class IoThread(threading.Thread):
                     sock.setsockopt(zmq.CURVE_SERVER, 1)  # for a later bind
             dialled.append(sock)
         for sock in dialled:
-            self._send(sock, peer, encode(Kind.HELLO), ())
+            self._send_one(sock, peer, Kind.HELLO)
         with core.lock:
             flow, epoch = core.flow, core.flow_epoch
         if epoch:  # a peer dialled after a flow change hears the current state
@@ -457,15 +567,51 @@ class IoThread(threading.Thread):
 
     # -- receiving --------------------------------------------------------------------
 
-    def _read(self, sock: zmq.Socket[bytes], completion: bool) -> None:
-        count = self.core.config.batch
+    def _read(self, sock: zmq.Socket[bytes], completion: bool, readable: bool) -> None:
+        """Hand the owner at most `batch` records (on the application connection at most
+        its read budget too): held records first, then what the socket has."""
+        held = self._held_comp if completion else self._held_app
+        count = self._batch
         if not completion and self.read_budget is not None:
             # The owner admits at most this many more records now (its inbound permits);
             # at 0 it has paused us, so the socket leaves the poll set next wake.
             count = min(count, max(0, self.read_budget()))
-        msgs: list[list[bytes]] = []
+        batch: list[Inbound] = []
+        while held and len(batch) < count:
+            batch.append(held.popleft())
+        if readable and len(batch) < count:
+            items, malformed = self._receive(sock, count - len(batch))
+            if malformed:
+                with self.core.lock:
+                    self.core.dropped_frames += len(malformed)
+            if items:
+                fresh: list[Inbound] = []
+                malformed += self.receiver.handle_batch(
+                    items, completion, fresh, time.monotonic(), self._after_handle
+                )
+                batch += fresh
+                if len(batch) > count:  # the last message carried more than was wanted
+                    held.extend(batch[count:])
+                    del batch[count:]
+            for peer, why in malformed:
+                log.warning("transports %r dropped a frame from %r: %s", self.core.name, peer, why)
+        if batch:
+            try:
+                self.on_receive(batch)
+            except Exception:
+                log.exception("on_receive callback failed on a batch of %d", len(batch))
+
+    def _receive(
+        self, sock: zmq.Socket[bytes], wanted: int
+    ) -> tuple[list[Item], list[tuple[bytes, str]]]:
+        """Read messages until they carry `wanted` records (or `batch` messages, or none
+        is left); returns their records and the malformed messages, as (peer, why)."""
+        items: list[Item] = []
+        malformed: list[tuple[bytes, str]] = []
         events = cast(Callable[[int], int], sock.getsockopt)  # EVENTS is an int option
-        for i in range(count):
+        for i in range(self._batch):
+            if len(items) >= wanted:
+                break
             # The poll said readable, so the first read finds a message. Before the
             # second, ask the socket (a getsockopt): a wake that brought one message (a
             # request/reply) then ends without libzmq raising Again, which costs more
@@ -475,31 +621,34 @@ class IoThread(threading.Thread):
             try:
                 # The first frame is the routing id the ROUTER puts in front of every
                 # message, so more frames always follow it (libzmq hands a message over
-                # whole): it is read as bytes, the cheapest read. The rest are read as
-                # frames, whose `more` tells where the message ends (a getsockopt of
-                # RCVMORE costs more than a frame here).
+                # whole): it is read as bytes, the cheapest read. The head and the body
+                # are read as frames, whose `more` tells where the message ends (a
+                # getsockopt of RCVMORE costs more than a frame here).
                 peer = _raw_recv(sock, _NOBLOCK)
             except zmq.Again:
                 break
-            frame = _raw_recv(sock, _NOBLOCK, False)
-            msg = [peer, frame.bytes]
-            while frame.more:
-                frame = _raw_recv(sock, _NOBLOCK, False)
-                msg.append(frame.bytes)
-            msgs.append(msg)
-        if not msgs:
-            return
-        batch: list[Inbound] = []
-        dropped = self.receiver.handle_batch(
-            msgs, completion, batch, time.monotonic(), self._after_handle
-        )
-        for peer, why in dropped:
-            log.warning("transports %r dropped a frame from %r: %s", self.core.name, peer, why)
-        if batch:
+            head = _raw_recv(sock, _NOBLOCK, False)
+            if not head.more:
+                malformed.append((peer, "a message of one frame: no body after its head"))
+                continue
+            body = _raw_recv(sock, _NOBLOCK, False)
+            if body.more:
+                more: bool = True
+                while more:  # the rest of this message
+                    more = _raw_recv(sock, _NOBLOCK, False).more
+                malformed.append((peer, "a message of more than two frames"))
+                continue
+            self.core.received_messages += 1  # this thread alone writes it
             try:
-                self.on_receive(batch)
-            except Exception:
-                log.exception("on_receive callback failed on a batch of %d", len(batch))
+                records = decode(head.bytes, body.bytes)
+            except MalformedFrame as exc:
+                malformed.append((peer, str(exc)))
+                continue
+            if len(records) == 1:
+                items.append((peer, records[0]))
+            else:
+                items += zip(repeat(peer), records, strict=False)
+        return items, malformed
 
     def _after_handle(
         self,
@@ -514,8 +663,7 @@ class IoThread(threading.Thread):
         fail_all(restarted, PeerLost, f"peer {peer!r} restarted")
 
     def _run_all(self, commands: list[Command]) -> None:
-        for command in commands:
-            self._run_command(command)
+        self._run_commands(commands)  # never "stop": what a hello released
 
     # -- liveness ---------------------------------------------------------------------
 

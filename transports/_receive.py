@@ -1,9 +1,10 @@
-"""The receiving half of the protocol: what each received frame does to the peer table.
+"""The receiving half of the protocol: what each received record does to the peer table.
 
-No socket lives here. The I/O thread (`_io.py`) reads a batch of messages and hands it
-to `Receiver.handle_batch`, which decodes each envelope, runs the hello exchange, counts credit,
-slots and flow state under the `Core` lock, and appends what the owner gets to the batch;
-it returns what must happen after the lock is released (sends, futures to complete).
+No socket lives here. The I/O thread (`_io.py`) reads messages, decodes each into its
+records (`_wire.decode`) and hands them to `Receiver.handle_batch`, which runs the hello
+exchange, counts credit, slots and flow state under the `Core` lock, and appends what the
+owner gets to the batch; it returns what must happen after the lock is released (sends,
+futures to complete).
 """
 
 from __future__ import annotations
@@ -14,20 +15,22 @@ from concurrent.futures import Future
 from ._errors import MalformedFrame, PayloadTooLarge
 from ._state import Command, Core, PeerState
 from ._types import FlowState, Inbound, InboundKind, PeerEvent, PeerEventKind, make_inbound
-from ._wire import ENVELOPE_SIZE, KIND_OF, VERSION, Envelope, Kind, malformed, unpack_envelope
+from ._wire import ENVELOPE_SIZE, Envelope, Kind, Record
 
-__all__ = ["Receiver"]
+__all__ = ["Item", "Receiver"]
+
+#: One received record and the peer it came from.
+Item = tuple[bytes, Record]
 
 # module constants: an enum member read through its class costs an attribute walk
 _HELLO = Kind.HELLO
-_FLOW = Kind.FLOW
 _REPLY = Kind.REPLY
 _REQUEST = Kind.REQUEST
 _MESSAGE = Kind.MESSAGE
 
 
 class Receiver:
-    """Applies received frames to one transport's `Core`; used by its I/O thread only."""
+    """Applies received records to one transport's `Core`; used by its I/O thread only."""
 
     def __init__(self, core: Core, events: list[PeerEvent]) -> None:
         self.core = core
@@ -38,81 +41,72 @@ class Receiver:
 
     def handle_batch(
         self,
-        msgs: list[list[bytes]],
+        items: list[Item],
         completion: bool,
         batch: list[Inbound],
         now: float,
         run: Callable[[bytes, list[Command], list[Future[None]], list[Future[None]]], None],
     ) -> list[tuple[bytes, str]]:
-        """Apply received messages in order; append what the owner gets to `batch`.
+        """Apply received records in order; append what the owner gets to `batch`.
 
-        The messages are applied under one acquisition of the lock, until one of them
+        The records are applied under one acquisition of the lock, until one of them
         leaves something to do outside it: commands to run (what a hello released),
         futures now admitted, futures to fail (a restarted peer's parked ones). Then
         `run(peer, commands, admitted, restarted)` is called with the lock released (a send
-        may lose a peer) before the next message is applied, as if each message had
-        been handled alone.
+        may lose a peer) before the next record is applied, as if each record had been
+        handled alone.
 
         Returns:
-            The dropped messages, as (peer, why), in order: the caller counts and logs
-            them (each a MalformedFrame, already counted in `dropped_frames`).
+            The dropped records, as (peer, why), in order: the caller logs them (each a
+            MalformedFrame, already counted in `dropped_frames`).
         """
         core = self.core
         dropped: list[tuple[bytes, str]] = []
-        count = len(msgs)
+        count = len(items)
         i = 0
+        peer = b""
         while i < count:
             flush: list[Command] = []
             admitted: list[Future[None]] = []
             with core.lock:
                 while i < count:
-                    msg = msgs[i]
+                    peer, record = items[i]
                     i += 1
                     try:
-                        self._handle_locked(msg, completion, batch, now, flush, admitted)
+                        self._handle_locked(peer, record, completion, batch, now, flush, admitted)
                     except MalformedFrame as exc:
                         core.dropped_frames += 1
-                        dropped.append((msg[0] if msg else b"", str(exc)))
+                        dropped.append((peer, str(exc)))
                     if flush or admitted or self._restarted:
                         break
             restarted, self._restarted = self._restarted, []
             if flush or admitted or restarted:
-                run(msg[0] if msg else b"", flush, admitted, restarted)
+                run(peer, flush, admitted, restarted)
         return dropped
 
     def _handle_locked(
         self,
-        msg: list[bytes],
+        peer: bytes,
+        record: Record,
         completion: bool,
         batch: list[Inbound],
         now: float,
         flush: list[Command],
         admitted: list[Future[None]],
     ) -> None:
-        """Apply one message (the lock is held).
+        """Apply one record (the lock is held).
 
-        The hot path, once per received message: the envelope is unpacked here rather
-        than through `decode`, and a request, a message and a reply are applied inline;
-        every other kind, and every malformed frame, goes the general way.
+        The hot path, once per received record: a request, a message and a reply are
+        applied inline; every other kind goes the general way.
 
         Raises:
-            MalformedFrame: the message is dropped (the caller counts it).
+            MalformedFrame: the record is dropped (the caller counts it).
         """
-        if len(msg) < 2:
-            raise MalformedFrame("a message without an envelope frame")
-        env_frame = msg[1]
-        if len(env_frame) != ENVELOPE_SIZE:
-            malformed(env_frame)
-        version, code, flags, aux, route_id, credit = unpack_envelope(env_frame)
-        kind = KIND_OF.get(code)
-        if version != VERSION or kind is None or flags or (kind is _FLOW and aux > 1):
-            malformed(env_frame)  # decode's test, written out
-        peer = msg[0]
-        payload = msg[2:]
+        kind, aux, route_id, credit, payload = record
         payload_size = 0
         for frame in payload:
             payload_size += len(frame)
-        size = ENVELOPE_SIZE + payload_size
+        size = ENVELOPE_SIZE + payload_size  # what the counters count of a record
         core = self.core
         core.received_frames += 1
         core.received_bytes += size
@@ -120,7 +114,7 @@ class Receiver:
         if kind is _HELLO:
             state = self.hello_locked(peer, state, completion, now, flush)
         if state is None:
-            raise MalformedFrame(f"a {kind.name} frame from a peer without a hello")
+            raise MalformedFrame(f"a {kind.name} record from a peer without a hello")
         state.received_frames += 1
         state.received_bytes += size
         state.deadline = now + self._heartbeat_timeout
@@ -160,7 +154,7 @@ class Receiver:
         elif env.kind is Kind.REQUEST:
             kind = InboundKind.REQUEST
         else:
-            raise MalformedFrame(f"a {env.kind.name} frame on the application connection")
+            raise MalformedFrame(f"a {env.kind.name} record on the application connection")
         charge = max(env.credit, 1)
         if size > self._max_message_size:
             state.owed += charge  # rejected: its credit goes straight back
@@ -183,7 +177,7 @@ class Receiver:
     ) -> None:
         """A frame on the completion connection; any of them may return credit."""
         if env.kind in (Kind.MESSAGE, Kind.REQUEST):
-            raise MalformedFrame(f"a {env.kind.name} frame on the completion connection")
+            raise MalformedFrame(f"a {env.kind.name} record on the completion connection")
         if env.credit:
             state.in_use = max(0, state.in_use - env.credit)
         if env.kind is Kind.HELLO_ACK:

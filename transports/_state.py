@@ -110,6 +110,8 @@ class Core:
         self.sent_bytes = 0
         self.received_frames = 0
         self.received_bytes = 0
+        self.sent_messages = 0  # wire messages, each carrying one or more records
+        self.received_messages = 0
         self._wake_pending = False
         self.waker_closed = False  # set by the I/O thread before it closes the eventfd
         self.waker = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)

@@ -19,7 +19,7 @@ from ._types import (
     TransportConfig,
     TransportStatistics,
 )
-from ._wire import Kind
+from ._wire import MAX_FRAMES, Kind
 
 __all__ = ["Transport"]
 
@@ -51,7 +51,8 @@ def _checked_frames(frames: Sequence[bytes]) -> tuple[tuple[bytes, ...], int]:
                 break
             size += len(frame)
         else:
-            return checked, size
+            if len(checked) <= MAX_FRAMES:
+                return checked, size
     if isinstance(frames, _ONE_FRAME):
         raise TransportUsageError("frames must be a sequence of bytes frames, not one frame")
     checked = tuple(frames)
@@ -60,6 +61,8 @@ def _checked_frames(frames: Sequence[bytes]) -> tuple[tuple[bytes, ...], int]:
         if not isinstance(frame, bytes):
             raise TransportUsageError(f"a frame must be bytes, got {type(frame).__name__}")
         size += len(frame)
+    if len(checked) > MAX_FRAMES:
+        raise TransportUsageError(f"{len(checked)} frames: a message carries at most {MAX_FRAMES}")
     return checked, size
 
 
@@ -358,6 +361,8 @@ class Transport:
                 received_frames=core.received_frames,
                 received_bytes=core.received_bytes,
                 per_peer=per_peer,
+                sent_messages=core.sent_messages,
+                received_messages=core.received_messages,
             )
 
     def peer_statistics(self, peer: bytes) -> PeerStatistics:

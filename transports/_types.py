@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from zmq.utils import z85
 
 from ._errors import TransportError, TransportUsageError
+from ._wire import MAX_MESSAGE_SIZE
 
 __all__ = [
     "MIB",
@@ -104,6 +105,11 @@ class TransportConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise TransportUsageError(f"{name} must be a positive int, got {value!r}")
+        if self.max_message_size > MAX_MESSAGE_SIZE:
+            raise TransportUsageError(
+                f"max_message_size must be at most {MAX_MESSAGE_SIZE} (4 GiB - 1), "
+                f"got {self.max_message_size}"
+            )
         if self.min_charge > self.credit_window:
             raise TransportUsageError("min_charge must not exceed credit_window")
         cap = self.hard_message_cap
@@ -267,7 +273,13 @@ class PeerStatistics:
 
 @dataclass(frozen=True)
 class TransportStatistics:
-    """A snapshot of the whole transport."""
+    """A snapshot of the whole transport.
+
+    The `*_frames` counters count records (a message, request, reply or protocol
+    record, with its payload frames), `*_bytes` their envelopes and payloads; the
+    `*_messages` counters count the wire messages that carried them (the I/O thread
+    packs the records of one wake to one peer into as few as it can).
+    """
 
     name: bytes
     flow: FlowState
@@ -282,3 +294,5 @@ class TransportStatistics:
     received_frames: int
     received_bytes: int
     per_peer: tuple[PeerStatistics, ...] = field(default=())
+    sent_messages: int = 0
+    received_messages: int = 0

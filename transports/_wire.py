@@ -1,47 +1,66 @@
-"""The envelope: the first frame of every transport message, fixed size, own version.
+"""The wire: what one zmq message of the transport carries, with its own version.
 
-A message on the wire is ``[envelope, *payload]`` (a ROUTER prepends the routing id).
-The envelope travels in its own frame so that a receiver reads the kind and the
-reply-route id before it looks at (or rejects) the payload. Layout, network order::
+A message on the wire is ``[head, body]`` (a ROUTER prepends the routing id) and carries
+one or more records: the I/O thread packs what it sends to one peer in one wake into as
+few messages as it can (at most `RECORDS_PER_MESSAGE` records and `BODY_BYTES` of
+payload each; a larger payload travels alone). The head holds each record's envelope,
+in order; the body holds every payload frame of every record, back to back. So a
+receiver reads every record's kind and reply-route id before it looks at (or rejects)
+a payload, and reads two frames per message however many records it carries.
 
-    version u8 | kind u8 | flags u16 | aux u32 | route_id u64 | credit u64   (24 bytes)
+One record's entry in the head, network order::
+
+    version u8 | kind u8 | frames u16 | aux u32 | route_id u64 | credit u64   (24 bytes)
+    then `frames` x u32: the length of each of the record's payload frames in the body
 
 `aux` is the flow state for FLOW; `route_id` is the opaque reply-route id of a REQUEST
-or REPLY, the epoch of a FLOW, the sequence of a PING/PONG; `credit` is the number of
-bytes the sender of the frame returns to its peer (any completion-connection frame may
-carry it).
+or REPLY, the epoch of a FLOW, the sequence of a PING/PONG; `credit` is the charge of a
+MESSAGE or REQUEST, and on the completion connection the number of bytes the sender of
+the record returns to its peer.
 """
 
 from __future__ import annotations
 
 import enum
 import struct
+from collections.abc import Sequence
 from typing import NamedTuple, NoReturn
 
 from ._errors import MalformedFrame
 
 __all__ = [
+    "BODY_BYTES",
     "ENVELOPE_SIZE",
-    "KIND_OF",
+    "RECORDS_PER_MESSAGE",
     "VERSION",
     "Envelope",
+    "MAX_FRAMES",
+    "MAX_MESSAGE_SIZE",
     "Kind",
+    "Record",
     "decode",
     "encode",
-    "malformed",
-    "pack_envelope",
-    "unpack_envelope",
+    "entry",
+    "pack_single",
 ]
 
-VERSION = 1
-_STRUCT = struct.Struct("!BBHIQQ")
-ENVELOPE_SIZE = _STRUCT.size
-_U32 = 2**32 - 1
-_U64 = 2**64 - 1
+VERSION = 2
+_HEAD = struct.Struct("!BBHIQQ")
+_ONE = struct.Struct("!BBHIQQI")  # the entry of a record with one payload frame
+_LENGTH = struct.Struct("!I")
+ENVELOPE_SIZE = _HEAD.size
+#: The most records one message carries (the receiver's own `batch` bounds what it
+#: hands its owner per wake; a message's surplus waits for the next wake).
+RECORDS_PER_MESSAGE = 64
+#: The most payload bytes packed into one body with other records: a larger record
+#: travels in a message of its own, so its payload is never copied into a body.
+BODY_BYTES = 256 * 1024
+MAX_FRAMES = 2**16 - 1  # a record's payload frames (u16)
+MAX_MESSAGE_SIZE = 2**32 - 1  # the largest payload: its frames' lengths are u32
 
 
 class Kind(enum.IntEnum):
-    """What a frame is. Application connection: HELLO, MESSAGE, REQUEST. Completion
+    """What a record is. Application connection: HELLO, MESSAGE, REQUEST. Completion
     connection: HELLO, HELLO_ACK, REPLY, CREDIT, FLOW, PING, PONG, NOTICE (the owner's
     one-way word that must not wait for credit)."""
 
@@ -58,12 +77,11 @@ class Kind(enum.IntEnum):
 
 
 _BY_VALUE: dict[int, Kind] = {int(k): k for k in Kind}
-#: The `Kind` of each valid kind byte (for hot paths that unpack an envelope themselves).
-KIND_OF = _BY_VALUE
+_FLOW = Kind.FLOW
 
 
 class Envelope(NamedTuple):
-    """A decoded envelope."""
+    """A record's envelope, without its payload."""
 
     kind: Kind
     aux: int = 0
@@ -71,48 +89,88 @@ class Envelope(NamedTuple):
     credit: int = 0
 
 
-_pack = _STRUCT.pack
-_unpack = _STRUCT.unpack
-#: The hot paths' envelope codec, without `encode`'s and `decode`'s call frames:
-#: `pack_envelope(VERSION, kind, 0, aux, route_id, credit)`, and `unpack_envelope(frame)`
-#: (a frame of exactly ENVELOPE_SIZE bytes) -> (version, kind, flags, aux, route_id,
-#: credit), whose fields the caller must check as `decode` does (else call `decode`).
-pack_envelope = _pack
-unpack_envelope = _unpack
-_FLOW = int(Kind.FLOW)
-_new_tuple = tuple.__new__  # an Envelope without NamedTuple.__new__'s Python frame
+#: A decoded record: (kind, aux, route_id, credit, payload frames).
+Record = tuple[Kind, int, int, int, list[bytes]]
+
+_pack_one = _ONE.pack
+#: `entry` of a record with one payload frame, for the sender's hot path:
+#: `pack_single(VERSION, kind, 1, aux, route_id, credit, len(frame))`.
+pack_single = _pack_one
+_pack_head = _HEAD.pack
+_head_from = _HEAD.unpack_from
+_length_from = _LENGTH.unpack_from
 
 
-def encode(kind: Kind, aux: int = 0, route_id: int = 0, credit: int = 0) -> bytes:
-    """The envelope frame; the fields must fit their widths (checked by struct)."""
-    return _pack(VERSION, kind, 0, aux, route_id, credit)
+def entry(kind: Kind, aux: int, route_id: int, credit: int, frames: Sequence[bytes]) -> bytes:
+    """One record's entry in a head; its frames go into the body, in order. The fields
+    must fit their widths (struct checks), the frames `MAX_FRAMES` and their size
+    `MAX_MESSAGE_SIZE` (the submit and the configuration check)."""
+    count = len(frames)
+    if count == 1:  # the usual record
+        return _pack_one(VERSION, kind, 1, aux, route_id, credit, len(frames[0]))
+    head = _pack_head(VERSION, kind, count, aux, route_id, credit)
+    if count:
+        head += struct.pack(f"!{count}I", *[len(frame) for frame in frames])
+    return head
 
 
-def decode(frame: bytes) -> Envelope:
-    """Decode one envelope frame.
+def encode(
+    kind: Kind, aux: int = 0, route_id: int = 0, credit: int = 0, frames: Sequence[bytes] = ()
+) -> list[bytes]:
+    """One record as a whole message, `[head, body]`."""
+    return [entry(kind, aux, route_id, credit, frames), b"".join(frames)]
+
+
+def decode(head: bytes, body: bytes) -> list[Record]:
+    """The records of one message, in order; the whole message or nothing.
 
     Raises:
-        MalformedFrame: wrong length, version, kind, flags or flow state.
+        MalformedFrame: no record, a truncated entry, a wrong version, an unknown kind,
+            a bad flow state, or a body that is not exactly the frames the head lists.
     """
-    if len(frame) == ENVELOPE_SIZE:
-        version, kind, flags, aux, route_id, credit = _unpack(frame)
-        known = _BY_VALUE.get(kind)
-        # one test for the valid frame; the slow path below says what is wrong
-        if version == VERSION and known is not None and not flags and (kind != _FLOW or aux < 2):
-            return _new_tuple(Envelope, (known, aux, route_id, credit))
-    malformed(frame)
+    end = len(head)
+    if not end:
+        raise MalformedFrame("a message with no record in its head")
+    size = len(body)
+    records: list[Record] = []
+    pos = offset = 0
+    while pos < end:
+        if end - pos < ENVELOPE_SIZE:
+            raise MalformedFrame(
+                f"a head entry of {end - pos} bytes, expected at least {ENVELOPE_SIZE}"
+            )
+        version, code, count, aux, route_id, credit = _head_from(head, pos)
+        kind = _BY_VALUE.get(code)
+        if version != VERSION or kind is None or (kind is _FLOW and aux > 1):
+            _bad_envelope(version, code, aux)
+        pos += ENVELOPE_SIZE
+        if end - pos < 4 * count:
+            raise MalformedFrame(f"a head entry lists {count} frames but is truncated")
+        if count == 1:  # the usual record: one frame
+            stop = offset + _length_from(head, pos)[0]
+            pos += 4
+            if stop > size:
+                raise MalformedFrame("the body is shorter than its head says")
+            frames = [body[offset:stop]]  # the whole body: the same bytes, no copy
+            offset = stop
+        else:
+            frames = []
+            for length in struct.unpack_from(f"!{count}I", head, pos):
+                stop = offset + length
+                if stop > size:
+                    raise MalformedFrame("the body is shorter than its head says")
+                frames.append(body[offset:stop])
+                offset = stop
+            pos += 4 * count
+        records.append((kind, aux, route_id, credit, frames))
+    if offset != size:
+        raise MalformedFrame(f"{size - offset} bytes of the body belong to no record")
+    return records
 
 
-def malformed(frame: bytes) -> NoReturn:
-    """Raise the MalformedFrame that says what is wrong with an envelope frame that
-    failed `decode`'s test."""
-    if len(frame) != ENVELOPE_SIZE:
-        raise MalformedFrame(f"envelope of {len(frame)} bytes, expected {ENVELOPE_SIZE}")
-    version, kind, flags, aux, _, _ = _unpack(frame)
+def _bad_envelope(version: int, code: int, aux: int) -> NoReturn:
     if version != VERSION:
         raise MalformedFrame(f"envelope version {version}, this side speaks {VERSION}")
-    if kind not in _BY_VALUE:
-        raise MalformedFrame(f"unknown frame kind {kind}")
-    if flags:
-        raise MalformedFrame(f"unknown flags {flags:#x}")
+    if code not in _BY_VALUE:
+        raise MalformedFrame(f"unknown record kind {code}")
     raise MalformedFrame(f"flow state {aux} is neither RUNNING (0) nor PAUSED (1)")

@@ -177,8 +177,8 @@ def test_the_bound_side_stops_reading_while_paused_so_frames_wait_in_libzmq(
         raw.setsockopt(zmq.ROUTING_ID, b"R")
         try:
             raw.connect(endpoints.application)
-            raw.send_multipart([encode(Kind.HELLO)])
-            raw.send_multipart([encode(Kind.MESSAGE, credit=256), b"held"])
+            raw.send_multipart(encode(Kind.HELLO))
+            raw.send_multipart(encode(Kind.MESSAGE, credit=256, frames=[b"held"]))
             received = b.statistics().received_frames
             b.set_flow(t.FlowState.RUNNING)
             assert owner.wait(lambda: len(owner.records) == 1)
@@ -191,11 +191,15 @@ def test_malformed_frames_from_a_raw_socket_are_counted_drops_with_a_log_line(
     tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING, logger="transports")
+    head, body = encode(Kind.MESSAGE, credit=256, frames=[b"no hello first"])
     bad_frames = [
-        [b"garbage"],  # not an envelope
-        [encode(Kind.MESSAGE)[:10]],  # truncated
-        [struct.pack("!BBHIQQ", VERSION + 1, 3, 0, 0, 0, 0), b"x"],  # wrong version
-        [encode(Kind.MESSAGE, credit=256), b"no hello first"],
+        [b"garbage"],  # one frame: no body
+        [b"garbage", b""],  # not a head
+        [head[:10], body],  # truncated
+        [struct.pack("!BBHIQQI", VERSION + 1, 3, 1, 0, 0, 0, 1), b"x"],  # wrong version
+        [head, body, b"a third frame"],
+        [head, body],  # no hello first
+        [head + struct.pack("!BBHIQQ", VERSION, 99, 0, 0, 0, 0), body],  # a bad second record
     ]
     with pair("tcp", tmp_path) as (a, _, b, b_owner), zmq.Context() as ctx:
         endpoints = b.peer_statistics(b"A") and b.statistics()
@@ -210,7 +214,7 @@ def test_malformed_frames_from_a_raw_socket_are_counted_drops_with_a_log_line(
                 raw.send_multipart(frames)
             raw.send(b"")  # an empty message: a ROUTER delivers [id, b""]
             assert wait_until(lambda: b.statistics().dropped_frames == len(bad_frames) + 1)
-            assert sum("dropped a frame" in r.getMessage() for r in caplog.records) == 5
+            assert sum("dropped a frame" in r.getMessage() for r in caplog.records) == 8
             # the I/O thread is alive and the real peer is served as before
             assert a.submit(b"B", [b"still fine"]).status is t.SubmitStatus.OK
             assert b_owner.wait(lambda: len(b_owner.records) == 1)

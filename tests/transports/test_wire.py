@@ -1,5 +1,6 @@
-"""The envelope codec (`transports._wire`): round trips, each kind of bad frame, and a
-hypothesis fuzz that any bytes either decode or raise `MalformedFrame`, nothing else."""
+"""The wire codec (`transports._wire`): messages of one or many records round trip, each
+kind of bad message is a `MalformedFrame`, and hypothesis fuzzes that any bytes either
+decode into records that encode back to the same bytes or raise `MalformedFrame`."""
 
 from __future__ import annotations
 
@@ -10,56 +11,98 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from transports import MalformedFrame
-from transports._wire import ENVELOPE_SIZE, VERSION, Envelope, Kind, decode, encode
+from transports._wire import ENVELOPE_SIZE, VERSION, Kind, Record, decode, encode, entry
 
-
-@given(
-    kind=st.sampled_from(list(Kind)),
-    aux=st.integers(0, 1),
-    route_id=st.integers(0, 2**64 - 1),
-    credit=st.integers(0, 2**64 - 1),
+_records = st.lists(
+    st.tuples(
+        st.sampled_from(list(Kind)),
+        st.integers(0, 1),
+        st.integers(0, 2**64 - 1),
+        st.integers(0, 2**64 - 1),
+        st.lists(st.binary(max_size=40), max_size=4),
+    ),
+    min_size=1,
+    max_size=8,
 )
-def test_every_envelope_round_trips(kind: Kind, aux: int, route_id: int, credit: int) -> None:
-    assert decode(encode(kind, aux, route_id, credit)) == Envelope(kind, aux, route_id, credit)
 
 
-@given(st.binary(max_size=64))
-def test_arbitrary_bytes_decode_or_raise_malformed_frame(data: bytes) -> None:
+def _message(records: list[Record]) -> tuple[bytes, bytes]:
+    head = b"".join(entry(k, aux, rid, credit, frames) for k, aux, rid, credit, frames in records)
+    return head, b"".join(b"".join(frames) for *_, frames in records)
+
+
+@given(_records)
+def test_a_message_of_any_records_round_trips(records: list[Record]) -> None:
+    assert decode(*_message(records)) == records
+
+
+def test_a_record_with_one_frame_is_one_entry_of_28_bytes_and_its_frame_is_the_body() -> None:
+    head, body = encode(Kind.REQUEST, 0, 7, 300, [b"payload"])
+    assert len(head) == ENVELOPE_SIZE + 4
+    assert body == b"payload"
+    assert decode(head, body) == [(Kind.REQUEST, 0, 7, 300, [b"payload"])]
+
+
+def test_a_record_without_payload_has_an_empty_body() -> None:
+    assert encode(Kind.HELLO) == [entry(Kind.HELLO, 0, 0, 0, ()), b""]
+    assert decode(*encode(Kind.PING, 0, 3)) == [(Kind.PING, 0, 3, 0, [])]
+
+
+@given(st.binary(max_size=120), st.binary(max_size=60))
+def test_arbitrary_bytes_decode_or_raise_malformed_frame(head: bytes, body: bytes) -> None:
     try:
-        env = decode(data)
+        records = decode(head, body)
     except MalformedFrame:
         return
-    assert len(data) == ENVELOPE_SIZE
-    assert encode(env.kind, env.aux, env.route_id, env.credit) == data
+    assert records
+    assert _message(records) == (head, body)
 
 
 @given(st.binary(min_size=ENVELOPE_SIZE - 1, max_size=ENVELOPE_SIZE - 1))
-def test_an_envelope_sized_frame_decodes_exactly_when_its_fields_are_valid(rest: bytes) -> None:
-    frame = bytes([VERSION]) + rest
-    _, kind, flags, aux, _, _ = struct.unpack("!BBHIQQ", frame)
-    valid = kind in {int(k) for k in Kind} and flags == 0
-    valid = valid and (kind != Kind.FLOW or aux in (0, 1))
+def test_an_entry_without_frames_decodes_exactly_when_its_fields_are_valid(rest: bytes) -> None:
+    head = bytes([VERSION]) + rest[0:1] + b"\x00\x00" + rest[3:]
+    _, kind, _, aux, _, _ = struct.unpack("!BBHIQQ", head)
+    valid = kind in {int(k) for k in Kind} and (kind != Kind.FLOW or aux in (0, 1))
     try:
-        decode(frame)
+        decode(head, b"")
     except MalformedFrame:
         assert not valid
     else:
         assert valid
 
 
+_GOOD = entry(Kind.MESSAGE, 0, 0, 256, [b"abc"])
+
+
 @pytest.mark.parametrize(
-    ("frame", "words"),
+    ("head", "body", "words"),
     [
-        (encode(Kind.MESSAGE)[:-1], "bytes"),
-        (b"", "bytes"),
-        (encode(Kind.MESSAGE) + b"x", "bytes"),
-        (struct.pack("!BBHIQQ", 2, 3, 0, 0, 0, 0), "version 2"),
-        (struct.pack("!BBHIQQ", VERSION, 99, 0, 0, 0, 0), "kind 99"),
-        (struct.pack("!BBHIQQ", VERSION, 3, 1, 0, 0, 0), "flags"),
-        (struct.pack("!BBHIQQ", VERSION, int(Kind.FLOW), 0, 7, 1, 0), "flow state 7"),
+        (b"", b"", "no record"),
+        (_GOOD[:10], b"abc", "entry of 10 bytes"),
+        (_GOOD[:-1], b"abc", "truncated"),
+        (_GOOD + b"x", b"abc", "entry of 1 bytes"),
+        (_GOOD, b"ab", "shorter"),
+        (_GOOD, b"abcd", "1 bytes of the body"),
+        (struct.pack("!BBHIQQ", 1, 3, 0, 0, 0, 0), b"", "version 1"),
+        (struct.pack("!BBHIQQ", VERSION, 99, 0, 0, 0, 0), b"", "kind 99"),
+        (struct.pack("!BBHIQQ", VERSION, int(Kind.FLOW), 0, 7, 1, 0), b"", "flow state 7"),
+        (struct.pack("!BBHIQQII", VERSION, 3, 2, 0, 0, 0, 1, 5), b"abc", "shorter"),
+        (_GOOD + struct.pack("!BBHIQQ", VERSION, 99, 0, 0, 0, 0), b"abc", "kind 99"),
     ],
-    ids=["truncated", "empty", "long", "version", "kind", "flags", "flow-state"],
+    ids=[
+        "empty",
+        "truncated-entry",
+        "truncated-lengths",
+        "trailing-bytes",
+        "short-body",
+        "long-body",
+        "old-version",
+        "kind",
+        "flow-state",
+        "two-frames-short-body",
+        "second-record-bad",
+    ],
 )
-def test_each_bad_envelope_is_a_malformed_frame(frame: bytes, words: str) -> None:
+def test_each_bad_message_is_a_malformed_frame(head: bytes, body: bytes, words: str) -> None:
     with pytest.raises(MalformedFrame, match=words):
-        decode(frame)
+        decode(head, body)
