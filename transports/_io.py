@@ -30,7 +30,6 @@ from ._receive import Item, Receiver
 from ._state import Command, Core, PeerState, admit_all, fail_all
 from ._types import Endpoints, FlowState, Inbound, PeerEvent, PeerEventKind
 from ._wire import (
-    BODY_BYTES,
     ENVELOPE_SIZE,
     RECORDS_PER_MESSAGE,
     VERSION,
@@ -64,7 +63,7 @@ class _Out:
     """The records one wake has for one peer on one socket, not sent yet: the entries of
     a head and the frames of a body (`_wire`)."""
 
-    __slots__ = ("body", "body_bytes", "head", "peer", "records", "sock", "state")
+    __slots__ = ("body", "body_bytes", "head", "head_bytes", "peer", "records", "sock", "state")
 
     def __init__(self, sock: zmq.Socket[bytes], peer: bytes, state: PeerState | None) -> None:
         self.sock = sock
@@ -74,6 +73,7 @@ class _Out:
         self.body: list[bytes] = []
         self.records = 0
         self.body_bytes = 0
+        self.head_bytes = 0
 
 
 class IoThread(threading.Thread):
@@ -123,11 +123,9 @@ class IoThread(threading.Thread):
         self.app_polled = False
         self._poll_app(True)
         self._events: list[PeerEvent] = []
-        self.receiver = Receiver(core, self._events)
+        self.receiver = Receiver(core, self._events, self._forget_held)
         self._stopping = False
         self._batch = core.config.batch
-        # payload bytes packed into one body at most: never above our own message size
-        self._body_bytes = min(BODY_BYTES, core.config.max_message_size)
         # records received but not handed over yet: a message carries up to
         # RECORDS_PER_MESSAGE, and the owner takes at most `batch` (and, on the
         # application connection, its read budget) per wake; the rest wait here, first
@@ -320,8 +318,10 @@ class IoThread(threading.Thread):
         frames: Sequence[bytes],
     ) -> None:
         """Add one record to what goes to `peer` on `sock` (`outs`, one per socket). A
-        message is sent when it is full: RECORDS_PER_MESSAGE records, or the payload
-        bytes of a body; a larger payload travels alone, uncopied."""
+        message is sent when it is full: RECORDS_PER_MESSAGE records, or a head or a
+        body at the peer's pack limit (what its hello said it accepts, within our own
+        256 KiB); a record above the limit travels alone, and before the peer's hello
+        every record does."""
         out = outs.get(peer)
         if out is None:
             out = outs[peer] = _Out(sock, peer, state)
@@ -334,8 +334,13 @@ class IoThread(threading.Thread):
             for frame in frames:
                 nbytes += len(frame)
             out_entry = entry(kind, aux, route_id, credit, frames)
-        limit = self._body_bytes
-        if out.records and (out.records >= RECORDS_PER_MESSAGE or out.body_bytes + nbytes > limit):
+        limit = state.pack_limit if state is not None else 0
+        entry_bytes = len(out_entry)
+        if out.records and (
+            out.records >= RECORDS_PER_MESSAGE
+            or out.body_bytes + nbytes > limit
+            or out.head_bytes + entry_bytes > limit
+        ):
             self._flush(out)
         out.head.append(out_entry)
         if len(frames) == 1:
@@ -344,7 +349,8 @@ class IoThread(threading.Thread):
             out.body.extend(frames)
         out.records += 1
         out.body_bytes += nbytes
-        if nbytes > limit:
+        out.head_bytes += entry_bytes
+        if nbytes > limit or entry_bytes > limit:
             self._flush(out)
 
     def _flush_all(self, outs: dict[bytes, _Out]) -> None:
@@ -363,7 +369,7 @@ class IoThread(threading.Thread):
         size = records * ENVELOPE_SIZE + out.body_bytes
         out.head = []
         out.body = []
-        out.records = out.body_bytes = 0
+        out.records = out.body_bytes = out.head_bytes = 0
         if self._send_message(out.sock, out.peer, head, body):
             self._count_sent(out.peer, out.state, records, size)
 
@@ -519,7 +525,7 @@ class IoThread(threading.Thread):
                     sock.setsockopt(zmq.CURVE_SERVER, 1)  # for a later bind
             dialled.append(sock)
         for sock in dialled:
-            self._send_one(sock, peer, Kind.HELLO)
+            self._send_one(sock, peer, Kind.HELLO, core.advertised_cap)
         with core.lock:
             flow, epoch = core.flow, core.flow_epoch
         if epoch:  # a peer dialled after a flow change hears the current state
@@ -627,6 +633,7 @@ class IoThread(threading.Thread):
                 peer = _raw_recv(sock, _NOBLOCK)
             except zmq.Again:
                 break
+            self.core.received_messages += 1  # this thread alone writes it
             head = _raw_recv(sock, _NOBLOCK, False)
             if not head.more:
                 malformed.append((peer, "a message of one frame: no body after its head"))
@@ -638,7 +645,6 @@ class IoThread(threading.Thread):
                     more = _raw_recv(sock, _NOBLOCK, False).more
                 malformed.append((peer, "a message of more than two frames"))
                 continue
-            self.core.received_messages += 1  # this thread alone writes it
             try:
                 records = decode(head.bytes, body.bytes)
             except MalformedFrame as exc:
@@ -664,6 +670,15 @@ class IoThread(threading.Thread):
 
     def _run_all(self, commands: list[Command]) -> None:
         self._run_commands(commands)  # never "stop": what a hello released
+
+    def _forget_held(self, peer: bytes) -> None:
+        """Drop the held records of a peer that is lost or restarted: read before it went,
+        not handed over yet (as if still unread; its credit went with the peer)."""
+        for held in (self._held_app, self._held_comp):
+            if any(record.peer == peer for record in held):
+                kept = [record for record in held if record.peer != peer]
+                held.clear()
+                held.extend(kept)
 
     # -- liveness ---------------------------------------------------------------------
 
@@ -693,6 +708,7 @@ class IoThread(threading.Thread):
             futures = core.drop_peer_locked(peer)
         if state is None:
             return
+        self._forget_held(peer)
         if state.outbound:
             for sock, address in zip((self.app, self.comp), state.addresses, strict=True):
                 with contextlib.suppress(zmq.ZMQError):  # already gone

@@ -32,9 +32,12 @@ _MESSAGE = Kind.MESSAGE
 class Receiver:
     """Applies received records to one transport's `Core`; used by its I/O thread only."""
 
-    def __init__(self, core: Core, events: list[PeerEvent]) -> None:
+    def __init__(
+        self, core: Core, events: list[PeerEvent], forget: Callable[[bytes], None]
+    ) -> None:
         self.core = core
         self.events = events  # shared with the I/O thread, which emits them
+        self.forget = forget  # drops what the I/O thread holds of a restarted peer
         self._restarted: list[Future[None]] = []  # parked for a restarted peer, to fail
         self._heartbeat_timeout = core.config.heartbeat_timeout
         self._max_message_size = core.config.max_message_size
@@ -112,7 +115,7 @@ class Receiver:
         core.received_bytes += size
         state = core.peers.get(peer)
         if kind is _HELLO:
-            state = self.hello_locked(peer, state, completion, now, flush)
+            state = self.hello_locked(peer, state, completion, now, flush, aux)
         if state is None:
             raise MalformedFrame(f"a {kind.name} record from a peer without a hello")
         state.received_frames += 1
@@ -181,6 +184,7 @@ class Receiver:
         if env.credit:
             state.in_use = max(0, state.in_use - env.credit)
         if env.kind is Kind.HELLO_ACK:
+            state.pack_limit = self.core.pack_limit_for(env.aux)
             if not state.ready:
                 state.ready = True
                 state.next_ping = now + self.core.config.heartbeat_interval
@@ -204,6 +208,7 @@ class Receiver:
         completion: bool,
         now: float,
         flush: list[Command],
+        cap: int = 0,
     ) -> PeerState:
         """A hello on one of the two connections; the completion one makes an inbound peer
         ready (its application hello may wait unread while we are paused). What was held
@@ -214,6 +219,7 @@ class Receiver:
             # a second hello on the same connection: the peer restarted under its name;
             # its old incarnation is lost (its parked futures fail)
             self._restarted.extend(core.drop_peer_locked(peer))
+            self.forget(peer)
             self.events.append(PeerEvent(peer, PeerEventKind.LOST, "restarted"))
             state = None
         if state is None:
@@ -222,11 +228,12 @@ class Receiver:
             self.events.append(PeerEvent(peer, PeerEventKind.CONNECTED))
         if state.outbound:
             return state
+        state.pack_limit = core.pack_limit_for(cap)  # what the peer's hello says it accepts
         if completion and not state.completion_seen:
             state.completion_seen = True
             state.ready = True
             state.next_ping = now + core.config.heartbeat_interval
-            flush.append(("comp", peer, Kind.HELLO_ACK, 0, ()))
+            flush.append(("comp", peer, Kind.HELLO_ACK, 0, (), core.advertised_cap))
             if core.flow_epoch:
                 flush.append(("comp", peer, Kind.FLOW, core.flow_epoch, (), core.flow.value))
             flush.extend(state.completion_backlog)

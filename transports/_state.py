@@ -21,7 +21,7 @@ from typing import Any
 
 from ._errors import Closed, InvalidRelease, PayloadTooLarge, PeerLost, UnknownPeer
 from ._types import FlowState, PeerStatistics, SubmitResult, SubmitStatus, TransportConfig
-from ._wire import Kind
+from ._wire import BODY_BYTES, Kind
 
 __all__ = ["Command", "Core", "Parked", "PeerState"]
 
@@ -58,6 +58,9 @@ class PeerState:
     # sending side: our frames to the peer
     in_use: int = 0
     window: int = 0  # the credit window towards this peer; 0: the configured one
+    # the bytes of head or body one packed message to the peer may have: 0 until its
+    # hello (or hello ack) said what frame it accepts, and then each record goes alone
+    pack_limit: int = 0
     parked: deque[Parked] = field(default_factory=deque)
     parked_bytes: int = 0
     slots: int = 0
@@ -100,6 +103,9 @@ class Core:
         self._min_charge = config.min_charge
         self._slots = config.slots
         self._credit_window = config.credit_window
+        # what our hellos say we accept: the largest frame libzmq lets in here
+        self.advertised_cap = min(config.frame_cap, _U32)
+        self._pack_most = min(BODY_BYTES, config.max_message_size)
         self.flow = FlowState.RUNNING
         self.flow_epoch = 0
         self.closed = False
@@ -115,6 +121,11 @@ class Core:
         self._wake_pending = False
         self.waker_closed = False  # set by the I/O thread before it closes the eventfd
         self.waker = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+
+    def pack_limit_for(self, peer_cap: int) -> int:
+        """The pack limit towards a peer that accepts frames of `peer_cap` bytes (a
+        margin below it; 0, every record alone, for a cap too small to pack under)."""
+        return max(0, min(self._pack_most, peer_cap - _CAP_MARGIN))
 
     # -- the waker ------------------------------------------------------------------
 
@@ -285,6 +296,8 @@ class Core:
 
 
 _OK = SubmitResult(SubmitStatus.OK)
+_U32 = 2**32 - 1
+_CAP_MARGIN = 1024  # bytes a packed frame stays below the peer's cap
 _REQUEST = Kind.REQUEST
 
 

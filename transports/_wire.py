@@ -13,7 +13,10 @@ One record's entry in the head, network order::
     version u8 | kind u8 | frames u16 | aux u32 | route_id u64 | credit u64   (24 bytes)
     then `frames` x u32: the length of each of the record's payload frames in the body
 
-`aux` is the flow state for FLOW; `route_id` is the opaque reply-route id of a REQUEST
+`aux` is the flow state for FLOW, and for HELLO and HELLO_ACK the largest frame the
+sender of the record accepts (its libzmq `MAXMSGSIZE`, at most 2**32 - 1): a peer packs
+no message towards it with a head or a body above that (and packs nothing before it
+knows); `route_id` is the opaque reply-route id of a REQUEST
 or REPLY, the epoch of a FLOW, the sequence of a PING/PONG; `credit` is the charge of a
 MESSAGE or REQUEST, and on the completion connection the number of bytes the sender of
 the record returns to its peer.
@@ -125,8 +128,9 @@ def decode(head: bytes, body: bytes) -> list[Record]:
     """The records of one message, in order; the whole message or nothing.
 
     Raises:
-        MalformedFrame: no record, a truncated entry, a wrong version, an unknown kind,
-            a bad flow state, or a body that is not exactly the frames the head lists.
+        MalformedFrame: no record, more than RECORDS_PER_MESSAGE, a truncated entry, a
+            wrong version, an unknown kind, a bad flow state, or a body that is not
+            exactly the frames the head lists.
     """
     end = len(head)
     if not end:
@@ -163,6 +167,8 @@ def decode(head: bytes, body: bytes) -> list[Record]:
                 offset = stop
             pos += 4 * count
         records.append((kind, aux, route_id, credit, frames))
+        if len(records) > RECORDS_PER_MESSAGE:
+            raise MalformedFrame(f"more than {RECORDS_PER_MESSAGE} records in one message")
     if offset != size:
         raise MalformedFrame(f"{size - offset} bytes of the body belong to no record")
     return records

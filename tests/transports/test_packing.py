@@ -123,3 +123,68 @@ def test_a_receiver_hands_over_no_more_than_its_read_budget_and_holds_the_rest_i
             assert owner.over == []
     finally:
         b.close()
+
+
+def test_packing_keeps_each_frame_within_what_the_receivers_hello_said_it_accepts(
+    tmp_path: pathlib.Path,
+) -> None:
+    # B accepts frames of at most 64 KiB + 1: five records of 60,000 bytes each fit it
+    # alone, but one body of all five would not (libzmq would drop the connection)
+    b_config = t.TransportConfig(
+        max_message_size=64 * 1024,
+        hard_message_cap=64 * 1024 + 1,
+        heartbeat_interval=1.0,
+        heartbeat_timeout=5.0,
+    )
+    with pair("tcp", tmp_path, QUIET, b_config) as (a, a_owner, b, b_owner):
+        before = b.statistics().received_messages
+        with io_held(a):
+            for i in range(5):
+                a.submit(b"B", [bytes([i]) * 60_000])
+        assert b_owner.wait(lambda: len(b_owner.records) == 5)
+        assert b.statistics().received_messages - before >= 5  # one message each
+        assert [r.frames[0][:1] for r in b_owner.records] == [bytes([i]) for i in range(5)]
+        assert t.PeerEventKind.LOST not in a_owner.event_kinds(b"B")
+
+
+def test_packing_bounds_the_head_too(tmp_path: pathlib.Path) -> None:
+    # records with no payload bytes but 400 empty frames each: 1,624 bytes of head apiece,
+    # so five of them would make a head above B's 4 KiB frame cap
+    b_config = t.TransportConfig(
+        max_message_size=1024, hard_message_cap=4096, heartbeat_interval=1.0, heartbeat_timeout=5.0
+    )
+    with pair("tcp", tmp_path, QUIET, b_config) as (a, a_owner, b, b_owner):
+        before = b.statistics().received_messages
+        with io_held(a):
+            for _ in range(5):
+                a.submit(b"B", [b""] * 400)
+        assert b_owner.wait(lambda: len(b_owner.records) == 5)
+        assert b.statistics().received_messages - before >= 5  # two heads would pass its cap
+        assert all(len(r.frames) == 400 for r in b_owner.records)
+        assert t.PeerEventKind.LOST not in a_owner.event_kinds(b"B")
+
+
+def test_held_records_of_a_lost_peer_are_never_handed_over(tmp_path: pathlib.Path) -> None:
+    owner = Budget(free=3)
+    b = t.Transport(b"B", owner.on_receive, config=QUIET, read_budget=owner.budget)
+    owner.transport = b
+    a_owner = Owner()
+    try:
+        with transport(b"A", a_owner, QUIET) as a:
+            a.connect(b"B", b.bind("tcp://127.0.0.1:*", "tcp://127.0.0.1:*"))
+            assert a_owner.wait(lambda: t.PeerEventKind.READY in a_owner.event_kinds(b"B"))
+            with io_held(a):
+                for i in range(10):
+                    a.submit(b"B", [b"%d" % i])
+            assert owner.wait(3)
+            assert wait_until(lambda: b.statistics().received_frames >= 10)  # 7 held
+            b.disconnect(b"A")
+            owner.give(100)
+            # two round trips through B's I/O thread: the wake that ran RUNNING, and its
+            # read of what was held, are over
+            b._call(lambda io: None)
+            b._call(lambda io: None)
+            assert len(owner.records) == 3
+            assert b.statistics().credit_in_use == 0
+    finally:
+        b.close()

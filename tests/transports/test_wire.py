@@ -11,7 +11,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from transports import MalformedFrame
-from transports._wire import ENVELOPE_SIZE, VERSION, Kind, Record, decode, encode, entry
+from transports._wire import (
+    ENVELOPE_SIZE,
+    RECORDS_PER_MESSAGE,
+    VERSION,
+    Kind,
+    Record,
+    decode,
+    encode,
+    entry,
+)
 
 _records = st.lists(
     st.tuples(
@@ -41,6 +50,13 @@ def test_a_record_with_one_frame_is_one_entry_of_28_bytes_and_its_frame_is_the_b
     assert len(head) == ENVELOPE_SIZE + 4
     assert body == b"payload"
     assert decode(head, body) == [(Kind.REQUEST, 0, 7, 300, [b"payload"])]
+
+
+def test_a_message_of_more_records_than_a_sender_packs_is_malformed() -> None:
+    one = entry(Kind.MESSAGE, 0, 0, 256, ())
+    assert len(decode(one * RECORDS_PER_MESSAGE, b"")) == RECORDS_PER_MESSAGE
+    with pytest.raises(MalformedFrame, match="more than 64 records"):
+        decode(one * (RECORDS_PER_MESSAGE + 1), b"")
 
 
 def test_a_record_without_payload_has_an_empty_body() -> None:
