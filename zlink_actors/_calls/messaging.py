@@ -397,15 +397,52 @@ class RequestCall(_MessageCall[T], Generic[T]):
         `CancelledError`.
         """
         if cancel is None and not self._used and self._intent is None:
-            found = self._fast_target()
-            if found is not None:
-                self._used = True
-                return self._admit(found[0], found[1], None)
+            if self._route is None and self._kind in self._runtime.remote.first:
+                if self._remote_ready():
+                    return self._remote_first()
+            else:
+                found = self._fast_target()
+                if found is not None:
+                    self._used = True
+                    return self._admit(found[0], found[1], None)
         return super().submit(cancel)
+
+    def _remote_ready(self) -> bool:
+        """A call not routed yet to a kind the remote routes decide first (a mesh's nodes
+        and channels) can take `_remote_first`: on a serving Host without `check_codec=`
+        (which checks the payload between routing and sending)."""
+        runtime = self._runtime
+        return runtime.state is _SERVING and runtime.codec_check is None
+
+    def _remote_first(self) -> Completion[T]:
+        """`submit()` of a call that `_remote_ready` allowed, in one step: the route
+        (asked once), then the remote request; a call the routes keep here goes on
+        through the full path. What the full path does for such a call, without its
+        seven frames: its admission and cancellation checks pass on a serving Host with
+        no token, and the turn it reads matters only to a local target."""
+        self._used = True
+        try:
+            decided = self._runtime.remote.route(self._kind, self._target)
+            if decided is None:
+                self._route = _LOCAL
+                self._used = False
+                return Call.submit(self, None)
+            if isinstance(decided, Completion):
+                return decided
+            self._route = decided
+            return self._remote(None)
+        except BaseException:
+            # As `_start_claimed`: a usage error raised before anything was submitted.
+            self._used = False
+            raise
 
     def submit_sync(self, cancel: CancellationToken | None = None) -> T:
         """Send from an application thread and block for the reply (see `submit()`)."""
         if cancel is None and not self._used and self._intent is None:
+            if self._route is None and self._kind in self._runtime.remote.first:
+                if self._remote_ready() and runtime_var.get() is None:
+                    return self._remote_first().result()
+                return super().submit_sync(cancel)
             found = self._fast_target()
             if found is not None:
                 self._used = True
@@ -651,7 +688,13 @@ def deliver_request(
     """
     act = runtime.engine.tables[kind].get(target)
     info = None if act is None or act.closed else act.type.table.find(type(payload))
-    if info is None or act is None or runtime.state is not _SERVING or runtime.fenced:
+    fence = runtime.admission_deadline  # `runtime.fenced`, without the property's frame
+    if (
+        info is None
+        or act is None
+        or runtime.state is not _SERVING
+        or (fence is not None and _monotonic() >= fence)
+    ):
         call = _ServedCall(runtime, kind, target, payload, done)
         call._route = _LOCAL
         call._metadata = metadata
