@@ -4,7 +4,7 @@ the replies that come back (docs/mesh.md "What each call waits for")."""
 from __future__ import annotations
 
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, Final
 
 import transports as t
 
@@ -38,6 +38,11 @@ from .state import (
 
 __all__ = ["Calls"]
 
+#: The envelope's `target_kind` of a route's kind (`ObjectKind.value` is a Python-level
+#: property: two calls per message); None is the global objects' own request.
+_KIND_NAMES: Final[dict[ObjectKind | None, str]] = {kind: kind.value for kind in ObjectKind}
+_KIND_NAMES[None] = wire.OBJECTS
+
 
 class Calls(Handshake):
     """Calls (see the module docstring)."""
@@ -52,7 +57,12 @@ class Calls(Handshake):
             if picked is LOCAL:
                 return None
             assert isinstance(picked, Peer)
-            return _Route(picked, kind, target)
+            # One route object per peer and channel, made once (a frozen dataclass costs
+            # a microsecond to build, on every call).
+            route = picked.channel_routes.get(target)
+            if route is None:
+                route = picked.channel_routes[target] = _Route(picked, kind, target)
+            return route
         if kind is _NODE:
             mesh, _, rid = target.partition("\x00")
             if mesh != self.config.name:
@@ -73,7 +83,10 @@ class Calls(Handshake):
                 return failed(UnavailableError(f"node {rid!r} is {peer.state.value}"))
             if not peer.has_node_handler:
                 return failed(NotFoundError(f"node {rid!r} has no node_handler"))
-            return _Route(peer, kind, rid)
+            route = peer.node_route  # made once per peer, as the channel routes above
+            if route is None:
+                route = peer.node_route = _Route(peer, kind, rid)
+            return route
         return None  # Spots and Actors: the global objects (routing.py) decide
 
     def send(
@@ -94,7 +107,7 @@ class Calls(Handshake):
             type_name, data = self._encode(payload, route.peer)
             env = wire.encode_fields(
                 wire.SEND,
-                target_kind=wire.OBJECTS if route.kind is None else route.kind.value,
+                target_kind=_KIND_NAMES[route.kind],
                 target=route.target,
                 mesh=self.config.name,
                 metadata=metadata,
@@ -175,7 +188,7 @@ class Calls(Handshake):
                 entry, UnavailableError(f"node {peer.routing_id!r} is {peer.state.value}")
             )
             return handle
-        if route_id not in runtime.pending:
+        if route_id not in runtime.pending._entries:  # (not `in pending`: a Python call)
             # It ended meanwhile (deadline, cancellation, shutdown), maybe before its
             # `on_finish` was set: clean up here, and send nothing.
             self._request_finished(peer, route_id, cell)
@@ -183,7 +196,7 @@ class Calls(Handshake):
         transport = self._transport
         assert transport is not None
         due = runtime.timers._now() + timeout
-        kind_name = wire.OBJECTS if route.kind is None else route.kind.value
+        kind_name = _KIND_NAMES[route.kind]
 
         def envelope(budget: float) -> bytes:
             return wire.encode_fields(
@@ -245,16 +258,20 @@ class Calls(Handshake):
         it still waits for credit: then it is never sent. True if it was."""
         with self._lock:
             parked = self._parked.pop(route_id, None)
+        return parked is not None and self._take_back(peer, parked)
+
+    def _take_back(self, peer: Peer, parked: Future[None]) -> bool:
         transport = self._transport
-        if parked is None or parked.done() or transport is None:
+        if parked.done() or transport is None:
             return False
         return transport.withdraw(peer.conn, parked)
 
     def _request_finished(self, peer: Peer, route_id: int, cell: _Cell[Any]) -> None:
-        with self._lock:
+        with self._lock:  # once (`_withdraw` inlined): this runs for every request
             peer.inflight.discard(route_id)
             self._calls.pop(route_id, None)
-        if self._withdraw(peer, route_id):
+            parked = self._parked.pop(route_id, None)
+        if parked is not None and self._take_back(peer, parked):
             return  # never sent: nothing to tell the peer
         if isinstance(cell._exc, CancelledError) and peer.state is PeerState.READY:
             # Best effort: the receiver skips the request if its handler has not started.

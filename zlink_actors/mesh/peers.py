@@ -51,6 +51,9 @@ class Peer:
     #: Route ids of our requests in flight to it.
     inflight: set[int] = field(default_factory=set)
     lost_at: float = 0.0
+    #: The node calls' route to it, and its channels' (made on first use: `Calls.route`).
+    node_route: object = field(default=None, repr=False)
+    channel_routes: dict[str, object] = field(default_factory=dict, repr=False)
 
     def info(self) -> PeerInfo:
         return PeerInfo(

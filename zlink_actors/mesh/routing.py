@@ -195,10 +195,10 @@ class Routing(Inbound):
         cancel: CancellationToken | None,
     ) -> Completion[Any]:
         if isinstance(route, _Route):
-            if route.kind is _SPOT or route.kind is _ACTOR:
-                key = (route.kind, route.target)
-                return self._request(route, payload, metadata, reply, timeout, cancel, None, key)
-            return super().request(route, payload, metadata, reply, timeout, cancel)
+            kind = route.kind
+            # What `Calls.request` does for the other kinds, without its frame.
+            key = (kind, route.target) if kind is _SPOT or kind is _ACTOR else None
+            return self._request(route, payload, metadata, reply, timeout, cancel, None, key)
         assert type(route) is _Resolve
         kind, target = route.kind, route.target
         runtime = self.runtime
