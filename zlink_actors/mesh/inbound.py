@@ -8,6 +8,7 @@ import contextlib
 import math
 import threading
 from collections.abc import Callable, Sequence
+from typing import Final
 
 import transports as t
 
@@ -35,6 +36,9 @@ from .state import (
 )
 
 __all__ = ["Inbound"]
+
+_NODE_KIND: Final = _NODE.value
+_TIMEOUT_MAX: Final = threading.TIMEOUT_MAX
 
 
 class Inbound(Calls):
@@ -201,12 +205,25 @@ class Inbound(Calls):
 
     def _receive_request(self, rec: t.Inbound, env: Envelope, peer: Peer) -> None:
         route = rec.route_id
-        where = self._local_target(env)
+        kind: ObjectKind
         try:
-            if isinstance(where, ZlinkError):
-                raise where
+            if (
+                env.target_kind == _NODE_KIND
+                and env.target == self.routing_id
+                and env.mesh == self.config.name
+                and self.has_node_handler
+            ):
+                # This node's handler, the common case: what `_local_target` decides,
+                # without its two frames (the global objects' override adds nothing here).
+                kind, target = _NODE, self.node_key
+            else:
+                where = self._local_target(env)
+                if isinstance(where, ZlinkError):
+                    raise where
+                kind, target = where
+            frames = rec.frames
             payload = self.codec.decode_payload(
-                env.type_name, rec.frames[1] if len(rec.frames) > 1 else b""
+                env.type_name, frames[1] if len(frames) > 1 else b""
             )
         except ZlinkError as exc:
             self._release(rec)
@@ -228,22 +245,31 @@ class Inbound(Calls):
             )
             return
         key = (peer.routing_id, route)
-        meta = RemoteMetadata(env.metadata or {}, peer.routing_id, self._permit())
+        # `_permit()`, inlined: this runs for every request.
+        with self._lock:
+            self._permits_in_use += 1
+            change = not self._paused and self._permits_in_use >= self._pause_at
+        if change:
+            self._apply_flow()
+        meta = RemoteMetadata(env.metadata or {}, peer.routing_id, self._release_permit)
         served = _Served(self, rec.peer, key, meta)
         # On a 10 ms grid, rounded up: never before the caller's deadline, and requests
         # with about the same budget share one timer FIFO (no timer entry of their own).
-        timeout = min(math.ceil(remaining * 100.0) / 100.0, threading.TIMEOUT_MAX)
-        queued = deliver_request(self.runtime, where[0], where[1], payload, meta, timeout, served)
+        timeout = min(math.ceil(remaining * 100.0) / 100.0, _TIMEOUT_MAX)
+        queued = deliver_request(self.runtime, kind, target, payload, meta, timeout, served)
         self._release(rec)  # admitted into the target's queue, or refused: decided now
         if isinstance(queued, Completion):  # ended before it was queued
             if queued.done():
                 failure = queued.exception()
                 served(None if failure is not None else queued.result(), failure)
             return
-        # A CANCEL notice cancels the request itself (`ctx.cancellation` follows).
-        with self._lock:
-            if not served.sent:  # else it settled meanwhile, and nothing is left to cancel
-                self._serving[key] = queued
+        # A CANCEL notice cancels the request itself (`ctx.cancellation` follows). No
+        # lock (one per request saved): single dict operations are atomic, and the
+        # settling thread sets `sent` before it removes the entry, so whichever order the
+        # two threads run in, an entry of a settled request does not stay.
+        self._serving[key] = queued
+        if served.sent:  # it settled meanwhile: nothing is left to cancel
+            self._serving.pop(key, None)
 
     def _served(
         self,
@@ -256,8 +282,7 @@ class Inbound(Calls):
         """Answer a request we served (on the thread that settled it)."""
         never_ran = meta._on_start is not None
         meta.started()
-        with self._lock:
-            self._serving.pop(key, None)
+        self._serving.pop(key, None)  # no lock: see the end of `_receive_request`
         route = key[1]
         if exc is not None:
             if never_ran and isinstance(exc, CapacityExceededError):
@@ -295,4 +320,18 @@ class _Served:
         if self.sent:
             return
         self.sent = True
-        self.node._served(self.conn, self.key, self.meta, value, exc)
+        node = self.node
+        if exc is None and self.meta._on_start is None:
+            # The common answer, a value from a handler that ran: `_served` and
+            # `_reply_value` in one frame (this runs for every request served).
+            key = self.key
+            node._serving.pop(key, None)  # no lock: see the end of `_receive_request`
+            try:
+                type_name, data = node.codec.encode_payload(value)
+            except ProtocolError as error:
+                node._reply_error(self.conn, key[1], error)
+                return
+            envelope = wire.encode_fields(wire.REPLY, type_name=type_name)
+            node._reply_frames(self.conn, key[1], [envelope, data])
+            return
+        node._served(self.conn, self.key, self.meta, value, exc)

@@ -256,8 +256,11 @@ class GlobalObjects(Ownership):
             super()._receive_send(rec, env, peer)
 
     def _receive_request(self, rec: t.Inbound, env: Envelope, peer: Peer) -> None:
-        if not self._received_global(rec, env, peer):
+        # `_received_global`'s test, here: the common request costs no frame more.
+        if env.target_kind != wire.OBJECTS and env.intent is None:
             super()._receive_request(rec, env, peer)
+        else:
+            self._received_global(rec, env, peer)
 
     def _received_global(self, rec: t.Inbound, env: Envelope, peer: Peer) -> bool:
         """Take a record only the global objects handle (an operation between nodes, a
