@@ -321,11 +321,18 @@ class Codec:
                 f"max_message_size must be an int > 0, got {max_message_size!r}"
             )
         self._registry = registry
+        self._by_class = registry._by_class
         self._max = max_message_size
         self._encoder = msgspec.msgpack.Encoder()
         self._plain = msgspec.msgpack.Decoder()
         self._decoders: dict[object, msgspec.msgpack.Decoder[Any]] = {}
         self._expected: dict[type, str | None] = {}  # each `into` class's type name
+        # The decoder of every message, found in one dict read (`_target` and `_decoder`
+        # are two frames more). A registered name never changes class, so `_named` (one
+        # entry per registered name) never goes stale; `_exact` keeps only the pairs
+        # whose payload is the expected class itself, which no registration can change.
+        self._named: dict[str, msgspec.msgpack.Decoder[Any]] = {}
+        self._exact: dict[tuple[str, type], msgspec.msgpack.Decoder[Any]] = {}
 
     @property
     def registry(self) -> TypeRegistry:
@@ -348,7 +355,7 @@ class Codec:
                 or it encodes to more than `max_message_size` bytes. Nothing was sent.
         """
         cls = type(value)
-        name = self._registry.name_of(cls)
+        name = self._by_class.get(cls)  # `registry.name_of`, without its frame
         if name is None:
             name = "" if cls in _PLAIN else self._learn(cls)
         try:
@@ -406,12 +413,21 @@ class Codec:
             if not name:
                 decoder = self._plain
             else:
-                cls = self._registry.get(name)
-                if cls is None:
-                    raise ProtocolError(f"unknown payload type {name!r}")
-                decoder = self._decoder(cls)
+                found = self._named.get(name)
+                if found is None:
+                    cls = self._registry.get(name)
+                    if cls is None:
+                        raise ProtocolError(f"unknown payload type {name!r}")
+                    found = self._named[name] = self._decoder(cls)
+                decoder = found
         elif isinstance(into, type):
-            decoder = self._decoder(self._target(name, into))
+            exact = self._exact.get((name, into))
+            if exact is None:
+                target = self._target(name, into)
+                exact = self._decoder(target)
+                if target is into and len(self._exact) < _MAX_DECODERS:
+                    self._exact[(name, into)] = exact
+            decoder = exact
         else:
             decoder = self._decoder(into)
         try:
