@@ -38,6 +38,9 @@ from .state import (
 
 __all__ = ["Calls"]
 
+#: A request envelope's leading fields: command, op, route, target kind, target, mesh.
+_Head = tuple[int, bytes, int, str, str, str]
+
 #: The envelope's `target_kind` of a route's kind (`ObjectKind.value` is a Python-level
 #: property: two calls per message); None is the global objects' own request.
 _KIND_NAMES: Final[dict[ObjectKind | None, str]] = {kind: kind.value for kind in ObjectKind}
@@ -172,17 +175,18 @@ class Calls(Handshake):
         runtime = self.runtime
         cell: _Cell[Any] = _Cell()
         entry = runtime.begin(cell, timeout, cancel)
-        handle = runtime.handle(entry)
+        handle = Completion(cell, entry.cancel)  # `runtime.handle(entry)`, inlined
         route_id = entry.route_id
         if route_id is None:
             return handle
+        out = _Outgoing(self, peer, route_id, cell, reply, cache_key)
         # Before it is entered below: whichever terminal wins from now on cleans up.
-        entry.on_finish = lambda: self._request_finished(peer, route_id, cell)
+        entry.on_finish = out.finished
         with self._lock:
             live = peer.state is PeerState.READY and not self._closed
             if live:
                 peer.inflight.add(route_id)
-                self._calls[route_id] = (peer, reply, cache_key)
+                self._calls[route_id] = out
         if not live:
             runtime.fail_entry(
                 entry, UnavailableError(f"node {peer.routing_id!r} is {peer.state.value}")
@@ -195,33 +199,25 @@ class Calls(Handshake):
             return handle
         transport = self._transport
         assert transport is not None
-        due = runtime.timers._now() + timeout
-        kind_name = _KIND_NAMES[route.kind]
-
-        def envelope(budget: float) -> bytes:
-            return wire.encode_fields(
-                wire.REQUEST,
-                op=operation_bytes(route_id),
-                route=route_id,
-                target_kind=kind_name,
-                target=route.target,
-                mesh=self.config.name,
-                deadline=budget,
-                metadata=metadata,
-                type_name=type_name,
-                intent=intent,
-            )
-
-        def refresh() -> list[bytes]:
-            # Parked, then admitted: the budget it has left now travels (never 0, which
-            # the receiver reads as "already late"; a request that ended was withdrawn).
-            return [envelope(max(due - runtime.timers._now(), 1e-6)), data]
-
+        fields: _Head = (
+            wire.REQUEST,
+            operation_bytes(route_id),
+            route_id,
+            _KIND_NAMES[route.kind],
+            route.target,
+            self.config.name,
+        )
         try:
-            frames = [envelope(timeout), data]
+            frames = [
+                wire.encode_fields(*fields, timeout, metadata, type_name, intent=intent),
+                data,
+            ]
         except ProtocolError as exc:  # metadata msgspec cannot encode: nothing is sent
             runtime.fail_entry(entry, exc)
             return handle
+        # What a parked request sends once admitted (`_Outgoing.refresh`).
+        out.resend = (fields, runtime.timers._now() + timeout, metadata, type_name, intent, data)
+        refresh = out.refresh
         try:
             result = transport.submit_request(peer.conn, route_id, frames, refresh=refresh)
         except t.UnknownPeer:
@@ -305,7 +301,7 @@ class Calls(Handshake):
             self._receive_admit(rec, env)
             return
         call = self._calls.get(route)  # one dict read: atomic
-        if call is None or rec.peer not in call[0].conns:
+        if call is None or rec.peer not in call.peer.conns:
             with self._lock:
                 if call is None:
                     self.late_replies += 1
@@ -322,10 +318,10 @@ class Calls(Handshake):
         exc: BaseException | None = None
         if env.error_kind >= 0:
             exc = Codec.decode_error(env.error_kind, env.error)
-            if call[2] is not None and isinstance(exc, UnavailableError):
-                self._routes.pop(call[2], None)  # a stale owner: resolve again next call
+            if call.cache_key is not None and isinstance(exc, UnavailableError):
+                self._routes.pop(call.cache_key, None)  # a stale owner: resolve again next call
         else:
-            reply = call[1]
+            reply = call.reply
             try:
                 data = rec.frames[1] if len(rec.frames) > 1 else b""
                 name = env.type_name
@@ -341,3 +337,43 @@ class Calls(Handshake):
         if not self.runtime.pending.finish(route, value, exc):
             with self._lock:
                 self.late_replies += 1
+
+
+class _Outgoing:
+    """One request of ours in flight (`NodeState._calls`): what its reply is checked
+    against, what a parked request sends once admitted, and its cleanup. One object,
+    where closures over the call's variables were three functions and a dozen cells."""
+
+    __slots__ = ("cache_key", "cell", "node", "peer", "reply", "resend", "route_id")
+
+    def __init__(
+        self,
+        node: Calls,
+        peer: Peer,
+        route_id: int,
+        cell: _Cell[Any],
+        reply: type | None,
+        cache_key: object,
+    ) -> None:
+        self.node = node
+        self.peer = peer
+        self.route_id = route_id
+        self.cell = cell
+        #: The `reply=` rule, and the route-cache entry an `UnavailableError` reply drops.
+        self.reply = reply
+        self.cache_key = cache_key
+        #: (the envelope's leading fields, due, metadata, type name, intent, payload).
+        self.resend: (
+            tuple[_Head, float, dict[str, object] | None, str, str | None, bytes] | None
+        ) = None
+
+    def refresh(self) -> list[bytes]:
+        # Parked, then admitted: the budget it has left now travels (never 0, which
+        # the receiver reads as "already late"; a request that ended was withdrawn).
+        assert self.resend is not None
+        fields, due, metadata, type_name, intent, data = self.resend
+        budget = max(due - self.node.runtime.timers._now(), 1e-6)
+        return [wire.encode_fields(*fields, budget, metadata, type_name, intent=intent), data]
+
+    def finished(self) -> None:
+        self.node._request_finished(self.peer, self.route_id, self.cell)

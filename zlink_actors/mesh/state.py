@@ -22,7 +22,7 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 import msgspec
 
@@ -223,9 +223,9 @@ class NodeState:
         self._dials: dict[bytes, _Dial] = {}
         self._dial_numbers = itertools.count(1)
         self._handshakes = itertools.count(1)
-        #: Our requests in flight: route id -> (peer, reply rule, the route-cache key of
-        #: a global object's request: an `UnavailableError` reply drops that entry).
-        self._calls: dict[int, tuple[Peer, type | None, object]] = {}
+        #: Our requests in flight: route id -> its `calls._Outgoing` (peer, reply rule,
+        #: the route-cache key an `UnavailableError` reply drops).
+        self._calls: dict[int, Any] = {}
         #: The route cache of global objects ((kind, id) -> entry; `objects.py`).
         self._routes: dict[object, object] = {}
         #: Those of them still parked for credit: route id -> their `admitted` future.
