@@ -398,7 +398,8 @@ class RequestCall(_MessageCall[T], Generic[T]):
         """
         if cancel is None and not self._used and self._intent is None:
             if self._route is None and self._kind in self._runtime.remote.first:
-                if self._remote_ready():
+                runtime = self._runtime
+                if runtime.state is _SERVING and runtime.codec_check is None:
                     return self._remote_first()
             else:
                 found = self._fast_target()
@@ -407,22 +408,18 @@ class RequestCall(_MessageCall[T], Generic[T]):
                     return self._admit(found[0], found[1], None)
         return super().submit(cancel)
 
-    def _remote_ready(self) -> bool:
-        """A call not routed yet to a kind the remote routes decide first (a mesh's nodes
-        and channels) can take `_remote_first`: on a serving Host without `check_codec=`
-        (which checks the payload between routing and sending)."""
-        runtime = self._runtime
-        return runtime.state is _SERVING and runtime.codec_check is None
-
     def _remote_first(self) -> Completion[T]:
-        """`submit()` of a call that `_remote_ready` allowed, in one step: the route
-        (asked once), then the remote request; a call the routes keep here goes on
-        through the full path. What the full path does for such a call, without its
-        seven frames: its admission and cancellation checks pass on a serving Host with
-        no token, and the turn it reads matters only to a local target."""
+        """`submit()` with no token of a call not routed yet to a kind the remote routes
+        decide first (a mesh's nodes and channels), on a serving Host without
+        `check_codec=` (which checks the payload between routing and sending): the
+        route (asked once), then the remote request, in one step; a call the routes keep
+        here goes on through the full path. What the full path does for such a call,
+        without its seven frames: its admission and cancellation checks pass, and the
+        turn it reads matters only to a local target."""
         self._used = True
         try:
-            decided = self._runtime.remote.route(self._kind, self._target)
+            runtime = self._runtime
+            decided = runtime.remote.route(self._kind, self._target)
             if decided is None:
                 self._route = _LOCAL
                 self._used = False
@@ -430,7 +427,12 @@ class RequestCall(_MessageCall[T], Generic[T]):
             if isinstance(decided, Completion):
                 return decided
             self._route = decided
-            return self._remote(None)
+            timeout = self._timeout  # as `_remote`
+            if timeout is None:
+                timeout = runtime.default_request_timeout
+            return runtime.remote.request(
+                decided, self._payload, self._metadata, self._reply, timeout, None
+            )
         except BaseException:
             # As `_start_claimed`: a usage error raised before anything was submitted.
             self._used = False
@@ -440,7 +442,12 @@ class RequestCall(_MessageCall[T], Generic[T]):
         """Send from an application thread and block for the reply (see `submit()`)."""
         if cancel is None and not self._used and self._intent is None:
             if self._route is None and self._kind in self._runtime.remote.first:
-                if self._remote_ready() and runtime_var.get() is None:
+                runtime = self._runtime
+                if (
+                    runtime.state is _SERVING
+                    and runtime.codec_check is None
+                    and runtime_var.get() is None
+                ):
                     return self._remote_first().result()
                 return super().submit_sync(cancel)
             found = self._fast_target()

@@ -41,7 +41,7 @@ from .lifecycle import drop_record, maybe_await, remove_activation
 from .membership import start_move
 from .objects import ObjectKind
 from .registry import Activation
-from .remote import started
+from .remote import RemoteMetadata
 from .turn import TurnContext
 
 __all__ = ["ContextTypes", "RecordRunner"]
@@ -136,9 +136,11 @@ class RecordRunner:
 
     def _run_delivery(self, act: Activation, box: Mailbox, msg: Delivery) -> bool:
         """A message or request with metadata, to an Actor, or an Instance Spot's first."""
-        ctx = self.contexts[act.kind](self.runtime, act, box, msg.metadata)
+        metadata = msg.metadata
+        ctx = self.contexts[act.kind](self.runtime, act, box, metadata)
         ctx._rec = msg
-        started(msg.metadata)  # a remote record's inbound permit goes back now
+        if type(metadata) is RemoteMetadata:  # `started(metadata)`, without its frame
+            metadata.started()  # a remote record's inbound permit goes back now
         fn: Callable[..., object] = msg.handler.fn
         args: tuple[object, ...] = (act.instance, ctx, msg.payload)
         on_done: OnDone = self._message_done if msg.kind == K_MESSAGE else msg.reply
