@@ -519,7 +519,9 @@ class PendingTable:
 
     def finish(self, route: int, value: object = None, exc: BaseException | None = None) -> bool:
         """Complete the call behind `route` if this path wins; False if it lost."""
-        entry = self.pop(route)
+        entry = self._entries.pop(route, None)  # `pop`, written out: every call ends here
+        if self._watching:
+            self.check_empty()
         if entry is None:
             return False
         entry.settle(value, exc)

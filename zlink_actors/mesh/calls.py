@@ -4,6 +4,7 @@ the replies that come back (docs/mesh.md "What each call waits for")."""
 from __future__ import annotations
 
 from concurrent.futures import Future
+from functools import partial
 from typing import Any, Final
 
 import transports as t
@@ -180,8 +181,9 @@ class Calls(Handshake):
         if route_id is None:
             return handle
         out = _Outgoing(self, peer, route_id, cell, reply, cache_key)
-        # Before it is entered below: whichever terminal wins from now on cleans up.
-        entry.on_finish = out.finished
+        # Before it is entered below: whichever terminal wins from now on cleans up (a
+        # partial: no frame of its own between the settle and the cleanup).
+        entry.on_finish = partial(self._request_finished, peer, route_id, cell)
         with self._lock:
             live = peer.state is PeerState.READY and not self._closed
             if live:
@@ -284,7 +286,12 @@ class Calls(Handshake):
     def _receive_reply(self, rec: t.Inbound) -> None:
         route = rec.route_id
         try:
-            env = wire.decode_envelope(rec.frames[0]) if rec.frames else None
+            env = wire._ENVELOPE_DECODER.decode(rec.frames[0])  # as in `Inbound._receive`
+        except Exception:
+            env = None
+        try:
+            if env is None:
+                env = wire.decode_envelope(rec.frames[0]) if rec.frames else None
             if env is None:
                 raise ProtocolError("a reply with no envelope")
         except ProtocolError as bad:
@@ -341,8 +348,8 @@ class Calls(Handshake):
 
 class _Outgoing:
     """One request of ours in flight (`NodeState._calls`): what its reply is checked
-    against, what a parked request sends once admitted, and its cleanup. One object,
-    where closures over the call's variables were three functions and a dozen cells."""
+    against, and what a parked request sends once admitted. One object, where
+    closures over the call's variables were three functions and a dozen cells."""
 
     __slots__ = ("cache_key", "cell", "node", "peer", "reply", "resend", "route_id")
 
@@ -374,6 +381,3 @@ class _Outgoing:
         fields, due, metadata, type_name, intent, data = self.resend
         budget = max(due - self.node.runtime.timers._now(), 1e-6)
         return [wire.encode_fields(*fields, budget, metadata, type_name, intent=intent), data]
-
-    def finished(self) -> None:
-        self.node._request_finished(self.peer, self.route_id, self.cell)

@@ -64,12 +64,18 @@ class Inbound(Calls):
             self._bad(rec, f"refused by the transport: {rec.rejected}")
             return
         try:
-            env = wire.decode_envelope(rec.frames[0]) if rec.frames else None
-            if env is None:
-                raise ProtocolError("a record with no envelope")
-        except ProtocolError as exc:
-            self._bad(rec, str(exc))
-            return
+            # The decoder itself (`decode_envelope`'s frame saved, on every record);
+            # whatever it refuses goes through `decode_envelope` for its ProtocolError.
+            env = wire._ENVELOPE_DECODER.decode(rec.frames[0])
+        except Exception:
+            try:
+                found = wire.decode_envelope(rec.frames[0]) if rec.frames else None
+                if found is None:
+                    raise ProtocolError("a record with no envelope") from None
+            except ProtocolError as exc:
+                self._bad(rec, str(exc))
+                return
+            env = found
         command = env.command
         if command == wire.HELLO and rec.kind is t.InboundKind.REQUEST:
             self._receive_hello(rec, env)
