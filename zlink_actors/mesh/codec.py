@@ -421,7 +421,10 @@ class Codec:
                     found = self._named[name] = self._decoder(cls)
                 decoder = found
         elif isinstance(into, type):
-            exact = self._exact.get((name, into))
+            try:
+                exact = self._exact.get((name, into))
+            except TypeError:  # a class that refuses hashing: the full path, uncached
+                exact = self._decoder(self._target(name, into))
             if exact is None:
                 target = self._target(name, into)
                 exact = self._decoder(target)
