@@ -43,6 +43,7 @@ class TurnHost(Protocol):
     _gate: Gate[Mailbox]
     _frame: Frame | None
     _rec: Record | None
+    _metadata: dict[str, object] | None
 
     @property
     def _act(self) -> Parking: ...

@@ -69,10 +69,10 @@ class RecordRunner:
     def run_record(self, box: Mailbox, rec: Record) -> bool:
         """Run one record under its gate; True if the turn was handed off.
 
-        The hot path is the second branch: a message or request without metadata to a
-        Spot (or channel handler) whose last turn left its context pristine (synchronous,
-        no context variable of its own) reuses that context; everything else builds a
-        turn context and runs through `_run_turn`.
+        The hot path is the second branch: a message or request to a Spot (or channel
+        or node handler) whose last turn left its context pristine (synchronous, no
+        context variable of its own) reuses that context, with this record's metadata;
+        everything else builds a turn context and runs through `_run_turn`.
         """
         kind = rec.kind
         if kind == K_RESUME:
@@ -87,7 +87,7 @@ class RecordRunner:
                     # Already terminal (cancelled, expired, or shut down while queued):
                     # its caller has its result, so its handler never runs.
                     return False
-            if msg.metadata is not None or act.kind is _ACTOR or act.init_pending:
+            if act.kind is _ACTOR or act.init_pending:
                 return self._run_delivery(act, box, msg)
             ctx: TurnHost | None = act.spare
             context = act.spare_context
@@ -98,6 +98,13 @@ class RecordRunner:
             else:
                 act.spare = None
             ctx._rec = msg
+            metadata = msg.metadata
+            if metadata is not None:
+                # Every record another node sends has metadata (`RemoteMetadata`): it
+                # takes this path too, its context only carrying it for this turn.
+                ctx._metadata = metadata
+                if type(metadata) is RemoteMetadata:
+                    metadata.started()  # its inbound permit goes back now
             try:
                 result = context.run(msg.handler.fn, act.instance, ctx, msg.payload)
             except BaseException as exc:
@@ -109,6 +116,7 @@ class RecordRunner:
             marker = context.get(runtime_var)
             if len(context) == 1 and marker is cast(object, ctx) and ctx._box is box:
                 ctx._rec = None  # a spare context keeps no request (nor its reply) alive
+                ctx._metadata = None  # nor metadata: the next record brings its own
                 act.spare_context = context
                 act.spare = ctx
             if kind != K_MESSAGE:
@@ -135,7 +143,7 @@ class RecordRunner:
         return self._run_turn(ctx_, rec, fn, args, on_done_)
 
     def _run_delivery(self, act: Activation, box: Mailbox, msg: Delivery) -> bool:
-        """A message or request with metadata, to an Actor, or an Instance Spot's first."""
+        """A message or request to an Actor, or an Instance Spot's first."""
         metadata = msg.metadata
         ctx = self.contexts[act.kind](self.runtime, act, box, metadata)
         ctx._rec = msg
