@@ -232,6 +232,9 @@ class NodeState:
         self._parked: dict[int, Future[None]] = {}
         #: Requests we serve: (sender routing id, route id) -> the local request.
         self._serving: dict[tuple[str, int], Request] = {}
+        #: While `_on_receive` runs (on the transport's I/O thread, the only caller of
+        #: `_receive` as well): the credit its admitted requests owe, by connection.
+        self._batch_owed: dict[bytes, int] | None = None
         self._permits = config.permits()
         self._permits_in_use = 0
         self._pause_at = max(1, (self._permits * 8) // 10)
