@@ -50,6 +50,8 @@ __all__ = [
 VERSION = 2
 _HEAD = struct.Struct("!BBHIQQ")
 _ONE = struct.Struct("!BBHIQQI")  # the entry of a record with one payload frame
+_TWO = struct.Struct("!BBHIQQII")  # ... with two (the mesh's: its envelope, a payload)
+_LENGTHS2 = struct.Struct("!II")
 _LENGTH = struct.Struct("!I")
 ENVELOPE_SIZE = _HEAD.size
 #: The most records one message carries (the receiver's own `batch` bounds what it
@@ -102,6 +104,7 @@ pack_single = _pack_one
 _pack_head = _HEAD.pack
 _head_from = _HEAD.unpack_from
 _length_from = _LENGTH.unpack_from
+_lengths2_from = _LENGTHS2.unpack_from
 
 
 def entry(kind: Kind, aux: int, route_id: int, credit: int, frames: Sequence[bytes]) -> bytes:
@@ -111,6 +114,8 @@ def entry(kind: Kind, aux: int, route_id: int, credit: int, frames: Sequence[byt
     count = len(frames)
     if count == 1:  # the usual record
         return _pack_one(VERSION, kind, 1, aux, route_id, credit, len(frames[0]))
+    if count == 2:  # the mesh's: no format string built per record
+        return _TWO.pack(VERSION, kind, 2, aux, route_id, credit, len(frames[0]), len(frames[1]))
     head = _pack_head(VERSION, kind, count, aux, route_id, credit)
     if count:
         head += struct.pack(f"!{count}I", *[len(frame) for frame in frames])
@@ -156,6 +161,15 @@ def decode(head: bytes, body: bytes) -> list[Record]:
             if stop > size:
                 raise MalformedFrame("the body is shorter than its head says")
             frames = [body[offset:stop]]  # the whole body: the same bytes, no copy
+            offset = stop
+        elif count == 2:  # the mesh's records: its envelope and a payload
+            first, second = _lengths2_from(head, pos)
+            pos += 8
+            middle = offset + first
+            stop = middle + second
+            if stop > size:
+                raise MalformedFrame("the body is shorter than its head says")
+            frames = [body[offset:middle], body[middle:stop]]
             offset = stop
         else:
             frames = []
