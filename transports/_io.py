@@ -427,6 +427,12 @@ class IoThread(threading.Thread):
         it, which the record carries back; None when it is not sent now (the peer is
         lost, or its completion connection is not up yet: then it waits in order)."""
         core = self.core
+        state = core.peers.get(peer)  # this thread alone adds and drops peers
+        if state is not None and (state.outbound or state.completion_seen) and not state.owed:
+            # Nothing owed: no lock (once per reply). A release racing this read leaves
+            # its credit owed, for the next record or the credit timer, as if it came
+            # just after this record went.
+            return state, 0
         with core.lock:
             state = core.peers.get(peer)
             if state is None:
