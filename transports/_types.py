@@ -86,7 +86,8 @@ class TransportConfig:
         heartbeat_interval: seconds between application probes to each peer.
         heartbeat_timeout: seconds of silence after which a peer is lost; also the
             longest a `connect()` may take to complete its hello exchange.
-        batch: records read per socket per wake.
+        batch: records handed to `on_receive` per socket per wake (32: see
+            docs/transports.md, "Why one I/O thread").
         curve: CURVE keys for both ROUTERs; None (the default) is plaintext.
     """
 
@@ -97,7 +98,7 @@ class TransportConfig:
     slots: int = 65_536
     heartbeat_interval: float = 1.0
     heartbeat_timeout: float = 5.0
-    batch: int = 64
+    batch: int = 32
     curve: CurveConfig | None = None
 
     def __post_init__(self) -> None:
