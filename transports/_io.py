@@ -50,6 +50,9 @@ _EVENTS = int(zmq.EVENTS)
 _POLLIN = int(zmq.POLLIN)
 _raw_send = zmq.backend.Socket.send  # what zmq.Socket.send calls when given no routing_id
 _raw_recv = zmq.backend.Socket.recv  # the same, past the wrapper
+# for EVENTS, an int option: typed once here, not by a `cast(Callable[[int], int], ...)`
+# at the call, which builds a typing alias on every read
+_raw_get = cast(Callable[[zmq.Socket[bytes], int], int], zmq.backend.Socket.get)
 _CREDIT_DELAY = 0.001  # seconds a small credit return may wait for a reply to carry it
 
 _pack_one = pack_single
@@ -620,7 +623,6 @@ class IoThread(threading.Thread):
         is left); returns their records and the malformed messages, as (peer, why)."""
         items: list[Item] = []
         malformed: list[tuple[bytes, str]] = []
-        events = cast(Callable[[int], int], sock.getsockopt)  # EVENTS is an int option
         for i in range(self._batch):
             if len(items) >= wanted:
                 break
@@ -628,7 +630,7 @@ class IoThread(threading.Thread):
             # second, ask the socket (a getsockopt): a wake that brought one message (a
             # request/reply) then ends without libzmq raising Again, which costs more
             # than a small read; a batch reads on until Again, as before.
-            if i == 1 and not events(_EVENTS) & _POLLIN:
+            if i == 1 and not _raw_get(sock, _EVENTS) & _POLLIN:
                 break
             try:
                 # The first frame is the routing id the ROUTER puts in front of every
