@@ -2,9 +2,10 @@
 
 It sleeps in `zmq.Poller.poll` on the two ROUTERs and the waker (an eventfd other
 threads write when they queue a command), never in a polling sleep. Each wake it runs
-the queued commands in order, reads at most `batch` records from each socket in turn
-(paused: the application socket is not read at all, so RCVHWM and TCP push back), hands
-each socket's batch to the owner's callback, returns released credit, and runs the
+the queued commands in order, packing what they send to each peer into few wire
+messages (`_wire`); hands the owner's callback at most `batch` records from each socket
+in turn, the records held from an earlier wake first (paused: the application socket is
+not read at all, so RCVHWM and TCP push back); returns released credit; and runs the
 heartbeat. The lock of `Core` is never held while a callback runs or a future completes.
 """
 
