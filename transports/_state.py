@@ -169,21 +169,18 @@ class Core:
         kind: Kind,
         route_id: int,
         frames: Sequence[bytes],
+        size: int,
         refresh: Callable[[], Sequence[bytes]] | None = None,
-        size: int = -1,
     ) -> SubmitResult:
         """Admit now (OK), park (BACKPRESSURED + future) or refuse a request (no slot).
 
-        `size` is the frames' total length when the caller has summed it (else it is
-        summed here). The hot path of every send: `_fits` and `post` are written out in
-        the admitted case.
+        `size` is the frames' total length (the caller summed it while checking them).
+        The hot path of every send: `_fits` and `post` are written out in the admitted
+        case.
         """
-        if size < 0:
-            charge = self.charge_of(frames)
-        elif size > self._max_message_size:
-            charge = self.charge_of(frames)  # raises PayloadTooLarge
-        else:
-            charge = size if size > self._min_charge else self._min_charge
+        if size > self._max_message_size:
+            self.charge_of(frames)  # raises PayloadTooLarge
+        charge = size if size > self._min_charge else self._min_charge
         with self.lock:
             if self.closed:
                 raise Closed("the transport is closed")

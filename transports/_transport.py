@@ -35,10 +35,6 @@ _REQUEST = Kind.REQUEST
 _REPLY = Kind.REPLY
 
 
-def _check_frames(frames: Sequence[bytes]) -> tuple[bytes, ...]:
-    return _checked_frames(frames)[0]
-
-
 def _checked_frames(frames: Sequence[bytes]) -> tuple[tuple[bytes, ...], int]:
     """The frames as a tuple, and their total size; TransportUsageError for anything but
     a sequence of bytes frames. Once per submit: a list or tuple of exact `bytes` (the
@@ -195,7 +191,7 @@ class Transport:
             Closed: the transport is closed.
         """
         checked, size = _checked_frames(frames)
-        return self._core.submit(peer, _MESSAGE, 0, checked, None, size)
+        return self._core.submit(peer, _MESSAGE, 0, checked, size)
 
     def submit_request(
         self,
@@ -221,7 +217,7 @@ class Transport:
         if route_id.__class__ is not int or not 0 <= route_id <= _U64:
             _check_route_id(route_id)
         checked, size = _checked_frames(frames)
-        return self._core.submit(peer, _REQUEST, route_id, checked, refresh, size)
+        return self._core.submit(peer, _REQUEST, route_id, checked, size, refresh)
 
     def reply(self, peer: bytes, route_id: int, frames: Sequence[bytes]) -> None:
         """Send a reply on the completion connection: never charged, never parked.
@@ -233,16 +229,7 @@ class Transport:
         """
         if route_id.__class__ is not int or not 0 <= route_id <= _U64:
             _check_route_id(route_id)
-        checked, size = _checked_frames(frames)
-        core = self._core
-        if size > core.config.max_message_size:
-            core.charge_of(checked)  # raises PayloadTooLarge
-        with core.lock:
-            if core.closed:
-                raise Closed("the transport is closed")
-            if peer not in core.peers:
-                raise UnknownPeer(f"no connection to peer {peer!r}")
-            core.post(("comp", peer, _REPLY, route_id, checked))
+        self._post_completion(peer, _REPLY, route_id, frames)
 
     def set_peer_window(self, peer: bytes, nbytes: int) -> None:
         """Send at most `nbytes` of credit towards `peer` (what the peer grants, when it
@@ -303,15 +290,26 @@ class Transport:
         Raises:
             UnknownPeer: no such peer. PayloadTooLarge. Closed: the transport is closed.
         """
-        checked = _check_frames(frames)
-        self._core.charge_of(checked)  # PayloadTooLarge for oversize
+        self._post_completion(peer, Kind.NOTICE, 0, frames)
+
+    def _post_completion(
+        self, peer: bytes, kind: Kind, route_id: int, frames: Sequence[bytes]
+    ) -> None:
+        """Queue a reply or a notice for the completion connection (no credit, no slot).
+
+        Raises:
+            TransportUsageError, PayloadTooLarge, Closed, UnknownPeer.
+        """
+        checked, size = _checked_frames(frames)
         core = self._core
+        if size > core.config.max_message_size:
+            core.charge_of(checked)  # raises PayloadTooLarge
         with core.lock:
             if core.closed:
                 raise Closed("the transport is closed")
             if peer not in core.peers:
                 raise UnknownPeer(f"no connection to peer {peer!r}")
-            core.post(("comp", peer, Kind.NOTICE, 0, checked))
+            core.post(("comp", peer, kind, route_id, checked))
 
     def release(self, peer: bytes, nbytes: int) -> None:
         """Return `nbytes` of credit (the `charge` of consumed records) to `peer`.

@@ -96,10 +96,11 @@ class Budget:
             return self.changed.wait_for(lambda: len(self.records) >= count, WAIT)
 
 
-def test_a_receiver_hands_over_no_more_than_its_read_budget_and_holds_the_rest_in_order(
-    tmp_path: pathlib.Path,
-) -> None:
-    owner = Budget(free=3)
+@contextmanager
+def budgeted_pair(free: int) -> Iterator[tuple[t.Transport, t.Transport, Budget]]:
+    """A connected to B, READY; B's owner has `free` inbound permits; and ten records
+    from A, packed in one message, already on their way (three handed over, seven held)."""
+    owner = Budget(free)
     b = t.Transport(b"B", owner.on_receive, config=QUIET, read_budget=owner.budget)
     owner.transport = b
     a_owner = Owner()
@@ -110,19 +111,26 @@ def test_a_receiver_hands_over_no_more_than_its_read_budget_and_holds_the_rest_i
             with io_held(a):  # ten records, packed in one message
                 for i in range(10):
                     a.submit(b"B", [b"%d" % i])
-            assert owner.wait(3)
-            # all ten were read (one message) but only three handed over: the owner's
-            # budget; the other seven are held while the owner has paused
+            assert owner.wait(free)
+            # all ten were read (one message) but only `free` handed over: the owner's
+            # budget; the others are held while the owner has paused
             assert wait_until(lambda: b.statistics().received_frames >= 10)
-            assert len(owner.records) == 3
-            owner.give(4)
-            assert owner.wait(7)
-            owner.give(100)
-            assert owner.wait(10)
-            assert [r.frames[0] for r in owner.records] == [b"%d" % i for i in range(10)]
-            assert owner.over == []
+            yield a, b, owner
     finally:
         b.close()
+
+
+def test_a_receiver_hands_over_no_more_than_its_read_budget_and_holds_the_rest_in_order(
+    tmp_path: pathlib.Path,
+) -> None:
+    with budgeted_pair(free=3) as (_, _, owner):
+        assert len(owner.records) == 3
+        owner.give(4)
+        assert owner.wait(7)
+        owner.give(100)
+        assert owner.wait(10)
+        assert [r.frames[0] for r in owner.records] == [b"%d" % i for i in range(10)]
+        assert owner.over == []
 
 
 def test_packing_keeps_each_frame_within_what_the_receivers_hello_said_it_accepts(
@@ -165,26 +173,12 @@ def test_packing_bounds_the_head_too(tmp_path: pathlib.Path) -> None:
 
 
 def test_held_records_of_a_lost_peer_are_never_handed_over(tmp_path: pathlib.Path) -> None:
-    owner = Budget(free=3)
-    b = t.Transport(b"B", owner.on_receive, config=QUIET, read_budget=owner.budget)
-    owner.transport = b
-    a_owner = Owner()
-    try:
-        with transport(b"A", a_owner, QUIET) as a:
-            a.connect(b"B", b.bind("tcp://127.0.0.1:*", "tcp://127.0.0.1:*"))
-            assert a_owner.wait(lambda: t.PeerEventKind.READY in a_owner.event_kinds(b"B"))
-            with io_held(a):
-                for i in range(10):
-                    a.submit(b"B", [b"%d" % i])
-            assert owner.wait(3)
-            assert wait_until(lambda: b.statistics().received_frames >= 10)  # 7 held
-            b.disconnect(b"A")
-            owner.give(100)
-            # two round trips through B's I/O thread: the wake that ran RUNNING, and its
-            # read of what was held, are over
-            b._call(lambda io: None)
-            b._call(lambda io: None)
-            assert len(owner.records) == 3
-            assert b.statistics().credit_in_use == 0
-    finally:
-        b.close()
+    with budgeted_pair(free=3) as (_, b, owner):  # seven held
+        b.disconnect(b"A")
+        owner.give(100)
+        # two round trips through B's I/O thread: the wake that ran RUNNING, and its
+        # read of what was held, are over
+        b._call(lambda io: None)
+        b._call(lambda io: None)
+        assert len(owner.records) == 3
+        assert b.statistics().credit_in_use == 0

@@ -18,6 +18,7 @@ from zlink_actors import (
     Actor,
     ActorContext,
     ActorRef,
+    Host,
     InstanceSpot,
     JoinResult,
     Rejected,
@@ -154,6 +155,11 @@ class Journal:
 
 
 _current = Journal()
+
+
+def where(host: Host, spot_id: str) -> str:
+    """The routing id of the node that runs `spot_id`, asked from `host`."""
+    return host.request_to_spot(spot_id, Where(), reply=str).submit_sync()
 
 
 def install(log: Journal) -> None:

@@ -12,7 +12,6 @@ and asserted.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -53,12 +52,6 @@ def _wait_fenced(owner: Host, spot_id: str) -> None:
         return False
 
     assert wait_until(refused)
-
-
-@pytest.fixture
-def mesh() -> Iterator[GlobalMesh]:
-    with GlobalMesh() as m:
-        yield m
 
 
 def test_a_healthy_node_admits_and_counts_the_objects_it_owns(mesh: GlobalMesh) -> None:

@@ -8,7 +8,6 @@ tcp loopback; the objects journal what they do, and every wait is bounded and as
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -44,19 +43,8 @@ from ._global_objects import (
     Where,
     WhichSpot,
     journal,
+    where,
 )
-
-
-@pytest.fixture
-def mesh() -> Iterator[GlobalMesh]:
-    with GlobalMesh() as m:
-        yield m
-
-
-def _where(host: Host, spot_id: str) -> str:
-    """The routing id of the node that runs `spot_id`, asked from `host`."""
-    return host.request_to_spot(spot_id, Where(), reply=str).submit_sync()
-
 
 # -- get_or_create racing from several nodes ---------------------------------------------
 
@@ -151,7 +139,7 @@ def test_an_object_client_creates_spots_and_actors_on_a_peer_that_registers_the_
     assert len(suffix) == 32
     assert made.ref.routing_id == srid
     assert made.reply == f"made on {srid}"
-    assert _where(client, made.ref.spot_id) == srid
+    assert where(client, made.ref.spot_id) == srid
 
     got = client.spots.get_or_create("lobby", Room).submit_sync()
     assert type(got) is Created
@@ -222,7 +210,7 @@ def test_a_rejected_creation_leaves_the_id_free_for_another_host(mesh: GlobalMes
     made = b.spots.get_or_create("r", Room).submit_sync()
     assert type(made) is Created
     assert made.ref.routing_id == b.node.routing_id  # b registers Room: placed on b
-    assert _where(a, "r") == b.node.routing_id
+    assert where(a, "r") == b.node.routing_id
 
 
 # -- close -------------------------------------------------------------------------------
@@ -234,7 +222,7 @@ def test_close_from_another_host_closes_at_the_owner_and_the_id_is_free_at_once(
     a = mesh.add(spots=[Room])
     b = mesh.add(spots=[Room])
     old = a.spots.get_or_create("r1", Room).submit_sync()
-    assert _where(b, "r1") == a.node.routing_id
+    assert where(b, "r1") == a.node.routing_id
     assert mesh_stats(a).owned_objects == 1
 
     assert b.spots.close("r1").submit_sync() is True
@@ -247,7 +235,7 @@ def test_close_from_another_host_closes_at_the_owner_and_the_id_is_free_at_once(
     assert type(new) is Created
     assert new.ref.routing_id == b.node.routing_id
     assert new.ref != old.ref
-    assert _where(a, "r1") == b.node.routing_id
+    assert where(a, "r1") == b.node.routing_id
 
 
 def test_close_of_an_actor_from_an_object_client(mesh: GlobalMesh) -> None:

@@ -9,13 +9,11 @@ every wait is bounded and asserted.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
 
 from zlink_actors import (
     Created,
-    Host,
     NotFoundError,
     UnavailableError,
 )
@@ -27,20 +25,9 @@ from ._global_objects import (
     Ping,
     Player,
     Room,
-    Where,
     journal,
+    where,
 )
-
-
-@pytest.fixture
-def mesh() -> Iterator[GlobalMesh]:
-    with GlobalMesh() as m:
-        yield m
-
-
-def _where(host: Host, spot_id: str) -> str:
-    """The routing id of the node that runs `spot_id`, asked from `host`."""
-    return host.request_to_spot(spot_id, Where(), reply=str).submit_sync()
 
 
 def test_route_cache_hits_and_misses_are_counted(mesh: GlobalMesh) -> None:
@@ -67,16 +54,16 @@ def test_after_the_owner_is_replaced_a_stale_route_fails_once_then_the_new_owner
     old = mesh.add(spots=[Room], mesh=age)
     new = mesh.add(spots=[Room], mesh=age)
     old.spots.get_or_create("r", Room).submit_sync()
-    assert _where(client, "r") == old.node.routing_id  # cached: old is the owner
+    assert where(client, "r") == old.node.routing_id  # cached: old is the owner
 
     assert new.spots.close("r").submit_sync() is True
     assert type(new.spots.get_or_create("r", Room).submit_sync()) is Created
     try:
-        first = _where(client, "r")
+        first = where(client, "r")
     except UnavailableError:
         first = "unavailable"  # the stale route: "not the owner", once
     assert first in (new.node.routing_id, "unavailable")
-    assert _where(client, "r") == new.node.routing_id  # resolved again
+    assert where(client, "r") == new.node.routing_id  # resolved again
 
 
 def test_a_cached_route_lives_at_most_route_cache_max_age(mesh: GlobalMesh) -> None:
@@ -85,7 +72,7 @@ def test_a_cached_route_lives_at_most_route_cache_max_age(mesh: GlobalMesh) -> N
     old = mesh.add(spots=[Room])
     new = mesh.add(spots=[Room])
     old.spots.get_or_create("r", Room).submit_sync()
-    assert _where(client, "r") == old.node.routing_id
+    assert where(client, "r") == old.node.routing_id
     cached_at = time.monotonic()
     assert new.spots.close("r").submit_sync() is True
     new.spots.get_or_create("r", Room).submit_sync()
@@ -144,7 +131,7 @@ def test_a_stream_of_one_ways_keeps_its_order_across_route_cache_refreshes(
     server = mesh.add(spots=[Room])
     client = mesh.add(mesh={"route_cache_max_age": 0.02})
     server.spots.get_or_create("x", Room).submit_sync()
-    assert _where(client, "x") == server.node.routing_id  # warm
+    assert where(client, "x") == server.node.routing_id  # warm
     total = 0
     for round_ in range(6):  # each round spans several cache lifetimes
         sends = [client.send_to_spot("x", Note(total + n)).submit() for n in range(2000)]

@@ -11,7 +11,6 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
 
 import pytest
 
@@ -21,7 +20,6 @@ from zlink_actors import (
     Completion,
     Created,
     DeadlineExceededError,
-    Host,
     HostState,
     InternalFailureError,
     NotFoundError,
@@ -48,19 +46,8 @@ from ._global_objects import (
     Room,
     Where,
     journal,
+    where,
 )
-
-
-@pytest.fixture
-def mesh() -> Iterator[GlobalMesh]:
-    with GlobalMesh() as m:
-        yield m
-
-
-def _where(host: Host, spot_id: str) -> str:
-    """The routing id of the node that runs `spot_id`, asked from `host`."""
-    return host.request_to_spot(spot_id, Where(), reply=str).submit_sync()
-
 
 # -- reaching an object on another node --------------------------------------------------
 
@@ -85,7 +72,7 @@ def test_sends_and_requests_from_an_application_thread_reach_objects_on_another_
     assert [n for s, n, _ in notes if s == "r1"] == [0, 1, 2]  # type: ignore[misc]
     assert [n for s, n, _ in notes if s == "ana"] == [0, 1, 2]  # type: ignore[misc]
     assert {rid for _, _, rid in notes} == {srid}  # type: ignore[misc]
-    assert _where(client, "r1") == srid
+    assert where(client, "r1") == srid
 
 
 def test_a_one_way_to_a_remote_spot_completes_before_its_handler_runs(
@@ -200,7 +187,7 @@ def test_a_closed_id_is_not_found_also_for_a_caller_that_had_its_route_cached(
     server = mesh.add(spots=[Room])
     client = mesh.add()
     server.spots.get_or_create("r", Room).submit_sync()
-    assert _where(client, "r") == server.node.routing_id  # the route is cached now
+    assert where(client, "r") == server.node.routing_id  # the route is cached now
     assert server.spots.close("r").submit_sync() is True
 
     # The stale route reaches the old owner, which no longer has it: NotFound, or
@@ -222,7 +209,7 @@ def test_the_objects_of_a_draining_owner_are_unavailable_and_no_handler_runs(
     orid = owner.node.routing_id
     owner.spots.get_or_create("busy", Room).submit_sync()
     owner.spots.get_or_create("idle", Room).submit_sync()
-    assert _where(client, "idle") == orid
+    assert where(client, "idle") == orid
     held = client.request_to_spot("busy", Hold(), reply=str).timeout(WAIT * 2).submit()
     assert journal().event("entered").wait(WAIT)
 
@@ -251,7 +238,7 @@ def test_after_a_graceful_shutdown_the_owners_objects_are_not_found_and_their_id
     owner = mesh.add(spots=[Room])
     other = mesh.add(spots=[Room])
     owner.spots.get_or_create("r", Room).submit_sync()
-    assert _where(other, "r") == owner.node.routing_id
+    assert where(other, "r") == owner.node.routing_id
     assert owner.shutdown(WAIT).outcome is ShutdownOutcome.STOPPED
     assert mesh.journal.items("closed") == [("r", owner.node.routing_id)]
 
@@ -274,7 +261,7 @@ def test_the_objects_of_a_dead_owner_are_unavailable_no_handler_runs_and_nothing
     other = mesh.add(spots=[Room], actors=[Player])
     owner.spots.get_or_create("r", Room).submit_sync()
     owner.actors.get_or_create("ana", Player).submit_sync()
-    assert _where(client, "r") == owner.node.routing_id  # one route cached, one not
+    assert where(client, "r") == owner.node.routing_id  # one route cached, one not
     mesh.kill(owner)
     # The record is Ready at a dead owner: get_or_create is no way around it. (Asked
     # first, while the others list the owner LOST; see the next test for later.)

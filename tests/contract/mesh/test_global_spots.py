@@ -8,13 +8,11 @@ tcp loopback; the objects journal what they do, and every wait is bounded and as
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
 
 import pytest
 
 from zlink_actors import (
     Completion,
-    Host,
     InvalidOperationError,
     JoinResult,
     NotFoundError,
@@ -23,19 +21,19 @@ from zlink_actors import (
 from zlink_actors.testing import WAIT
 
 from ._global import GlobalMesh, run_racers
-from ._global_objects import Board, Enter, Hit, Lounge, Match, News, Player, Room, Where, WhichSpot
-
-
-@pytest.fixture
-def mesh() -> Iterator[GlobalMesh]:
-    with GlobalMesh() as m:
-        yield m
-
-
-def _where(host: Host, spot_id: str) -> str:
-    """The routing id of the node that runs `spot_id`, asked from `host`."""
-    return host.request_to_spot(spot_id, Where(), reply=str).submit_sync()
-
+from ._global_objects import (
+    Board,
+    Enter,
+    Hit,
+    Lounge,
+    Match,
+    News,
+    Player,
+    Room,
+    Where,
+    WhichSpot,
+    where,
+)
 
 # -- Instance Spots ----------------------------------------------------------------------
 
@@ -166,7 +164,7 @@ def test_publish_reaches_each_subscribed_spot_on_every_node_once(
         for j in range(2):
             spot_id = f"board-{k}-{j}"
             host.spots.get_or_create(spot_id, Board).submit_sync()
-            assert _where(publisher, spot_id) == host.node.routing_id
+            assert where(publisher, spot_id) == host.node.routing_id
             boards.append(spot_id)
         host.spots.get_or_create(f"room-{k}", Room).submit_sync()  # not subscribed
 
@@ -198,7 +196,7 @@ def test_a_join_to_a_spot_on_another_node_is_declined_with_invalid_operation(
     players = mesh.add(actors=[Player])
     lounges = mesh.add(spots=[Lounge])
     players.spots.get_or_create("far", Lounge).submit_sync()
-    assert _where(players, "far") == lounges.node.routing_id
+    assert where(players, "far") == lounges.node.routing_id
     players.actors.create("ana", Player).submit_sync()
 
     players.send_to_actor("ana", Enter("far")).submit_sync()
