@@ -1,7 +1,12 @@
 """The I/O thread: the one thread that owns every socket of a transport.
 
-It sleeps in `zmq.Poller.poll` on the two ROUTERs and the waker (an eventfd other
-threads write when they queue a command), never in a polling sleep. Each wake it runs
+It sleeps in one `select.poll` on the file descriptors of its sockets (the two ROUTERs,
+their monitors, ZAP) and the waker (an eventfd other threads write when they queue a
+command), never in a polling sleep. A socket's descriptor only signals that the socket
+has new internal commands, and a send or a read on it may take that signal, so a socket
+touched since its last look is asked for its events (EVENTS) before each sleep; an
+untouched one is asked only when its descriptor signals. (`zmq.Poller` asks every
+socket twice per sleep, and each ask is a syscall or two: 8 - 10 per wake here.) Each wake it runs
 the queued commands in order, packing what they send to each peer into few wire
 messages (`_wire`); hands the owner's callback at most `batch` records from each socket
 in turn, the records held from an earlier wake first (paused: the application socket is
@@ -15,6 +20,7 @@ import contextlib
 import errno
 import logging
 import os
+import select
 import threading
 import time
 from collections import deque
@@ -54,6 +60,13 @@ _raw_recv = zmq.backend.Socket.recv  # the same, past the wrapper
 # for EVENTS, an int option: typed once here, not by a `cast(Callable[[int], int], ...)`
 # at the call, which builds a typing alias on every read
 _raw_get = cast(Callable[[zmq.Socket[bytes], int], int], zmq.backend.Socket.get)
+
+
+def _fd(sock: zmq.Socket[bytes]) -> int:
+    """The descriptor that signals the socket's new internal commands (ZMQ_FD)."""
+    return int(sock.getsockopt(zmq.FD))
+
+
 _CREDIT_DELAY = 0.001  # seconds a small credit return may wait for a reply to carry it
 
 _pack_one = pack_single
@@ -106,7 +119,9 @@ class IoThread(threading.Thread):
         # as the loss of that peer; the heartbeat covers what the monitors cannot see
         events = zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED
         self.monitors = [self.app.get_monitor_socket(events), self.comp.get_monitor_socket(events)]
-        self.poller = zmq.Poller()
+        self.poller = select.poll()
+        #: the sockets other than the two ROUTERs, by descriptor: read when it signals
+        self.others: dict[int, zmq.Socket[bytes]] = {}
         self.zap: zmq.Socket[bytes] | None = None
         curve = core.config.curve
         if curve is not None:
@@ -115,15 +130,26 @@ class IoThread(threading.Thread):
             self.zap = self.context.socket(zmq.ROUTER)
             self.zap.setsockopt(zmq.LINGER, 0)
             self.zap.bind("inproc://zeromq.zap.01")
-            self.poller.register(self.zap, zmq.POLLIN)
+            self._watch(self.zap)
             for sock in (self.app, self.comp):
                 sock.setsockopt(zmq.CURVE_PUBLICKEY, curve.public_key)
                 sock.setsockopt(zmq.CURVE_SECRETKEY, curve.secret_key)
                 sock.setsockopt(zmq.ZAP_DOMAIN, b"transports")
-        self.poller.register(self.comp, zmq.POLLIN)
-        self.poller.register(core.waker, zmq.POLLIN)
+        self.app_fd = _fd(self.app)
+        self.comp_fd = _fd(self.comp)
+        self.poller.register(self.comp_fd, select.POLLIN)
+        self.poller.register(core.waker, select.POLLIN)
         for monitor in self.monitors:
-            self.poller.register(monitor, zmq.POLLIN)
+            self._watch(monitor)
+        #: touched (sent on, read from, connected...) since EVENTS was last read: EVENTS
+        #: is read before the next sleep, since its descriptor may not signal again
+        #: (all at first: a pipe attached without a command, as a connect's or the
+        #: monitors' are, signals only once a read has found it empty)
+        self.app_dirty = True
+        self.comp_dirty = True
+        #: other sockets whose last read stopped before `Again`: read again at once
+        self._others_left: list[zmq.Socket[bytes]] = list(self.others.values())
+        self._looked = False  # the last `_receive` ended on an EVENTS that said empty
         self.app_polled = False
         self._poll_app(True)
         self._events: list[PeerEvent] = []
@@ -156,11 +182,18 @@ class IoThread(threading.Thread):
         sock.setsockopt(zmq.HEARTBEAT_TTL, max(ivl, int(cfg.heartbeat_timeout * 1000)))
         return sock
 
+    def _watch(self, sock: zmq.Socket[bytes]) -> None:
+        fd = _fd(sock)
+        self.others[fd] = sock
+        self.poller.register(fd, select.POLLIN)
+
     def _poll_app(self, on: bool) -> None:
         if on and not self.app_polled:
-            self.poller.register(self.app, zmq.POLLIN)
+            self.poller.register(self.app_fd, select.POLLIN)
+            # what arrived while paused may have taken its signal already: look first
+            self.app_dirty = True
         elif not on and self.app_polled:
-            self.poller.unregister(self.app)
+            self.poller.unregister(self.app_fd)
         self.app_polled = on
 
     # -- the loop ---------------------------------------------------------------------
@@ -172,6 +205,10 @@ class IoThread(threading.Thread):
         next_tick = time.monotonic() + tick
         try:
             credit_wait = 1  # ms; see below
+            app, comp = self.app, self.comp
+            app_fd, comp_fd = self.app_fd, self.comp_fd
+            poll = self.poller.poll
+            others = self.others
             while not self._stopping:
                 timeout_ms = int(max(0.0, next_tick - time.monotonic()) * 1000) + 1
                 if core.credit_held or (self._held_app and self.app_polled):
@@ -182,23 +219,48 @@ class IoThread(threading.Thread):
                     timeout_ms = min(timeout_ms, credit_wait)
                 if self._held_comp:
                     timeout_ms = 0  # held replies are handed over at once
-                ready = dict(self.poller.poll(timeout_ms))
-                credit_wait = 1 if ready else min(credit_wait * 2, 64)
+                # Before sleeping, ask each socket touched since its last look: a
+                # message that arrived meanwhile may have no signal left to wake us.
+                app_in = comp_in = False
+                if self.app_dirty:
+                    self.app_dirty = False
+                    app_in = self.app_polled and bool(_raw_get(app, _EVENTS) & _POLLIN)
+                if self.comp_dirty:
+                    self.comp_dirty = False
+                    comp_in = bool(_raw_get(comp, _EVENTS) & _POLLIN)
+                if app_in or comp_in or self._others_left:
+                    timeout_ms = 0
+                woke = False
+                ready = self._others_left
+                self._others_left = []
+                for fd, _ in poll(timeout_ms):
+                    if fd == waker:
+                        woke = True
+                    elif fd == app_fd:
+                        # (the signal is taken here even if nothing is to read)
+                        if not app_in and self.app_polled:
+                            app_in = bool(_raw_get(app, _EVENTS) & _POLLIN)
+                    elif fd == comp_fd:
+                        if not comp_in:
+                            comp_in = bool(_raw_get(comp, _EVENTS) & _POLLIN)
+                    else:
+                        sock = others.get(fd)
+                        if sock is not None and sock not in ready:
+                            ready.append(sock)
+                credit_wait = 1 if woke or app_in or comp_in or ready else min(credit_wait * 2, 64)
                 # nothing queued and no wake: skip the lock (a wake written after the
                 # poll returned is seen by the next poll)
-                if (core.commands or waker in ready) and not self._run_commands(
-                    core.take_commands()
-                ):
+                if (core.commands or woke) and not self._run_commands(core.take_commands()):
                     return
-                if self.app_polled and (ready.get(self.app) or self._held_app):
-                    self._read(self.app, False, bool(ready.get(self.app)))
-                if ready.get(self.comp) or self._held_comp:
-                    self._read(self.comp, True, bool(ready.get(self.comp)))
-                for monitor in self.monitors:
-                    if ready.get(monitor):
-                        self._read_monitor(monitor)
-                if self.zap is not None and ready.get(self.zap):
-                    self._answer_zap(self.zap)
+                if self.app_polled and (app_in or self._held_app):
+                    self._read(app, False, app_in)
+                if comp_in or self._held_comp:
+                    self._read(comp, True, comp_in)
+                for sock in ready:
+                    if sock is self.zap:
+                        self._answer_zap(sock)
+                    else:
+                        self._read_monitor(sock)
                 self._flush_credit()
                 now = time.monotonic()
                 if now >= next_tick:
@@ -298,6 +360,7 @@ class IoThread(threading.Thread):
             self._send_flow()
         elif op == "call":
             _, function, future = command
+            self.app_dirty = self.comp_dirty = True  # it may connect, bind, disconnect
             try:
                 future.set_result(function(self))
             except Exception as exc:
@@ -395,6 +458,10 @@ class IoThread(threading.Thread):
 
     def _send_message(self, sock: zmq.Socket[bytes], peer: bytes, head: bytes, body: bytes) -> bool:
         """Send one wire message `[head, body]` to `peer`; False when the peer was lost."""
+        if sock is self.comp:  # a send may take the descriptor's signal (see `run`)
+            self.comp_dirty = True
+        else:
+            self.app_dirty = True
         try:
             # frame by frame with plain int flags: send_multipart's enum arithmetic
             # costs more than the sends of a small message; and the backend's send
@@ -560,6 +627,7 @@ class IoThread(threading.Thread):
                 log.warning("transports %r refused a %s client", self.core.name, mechanism)
             status = (b"200", b"OK") if ok else (b"400", b"key not accepted")
             zap.send_multipart([rid, b"", version, request_id, *status, b"", b""])
+        self._others_left.append(zap)  # more may wait, with no signal left: next wake
 
     def _read_monitor(self, monitor: zmq.Socket[bytes]) -> None:
         for _ in range(self.core.config.batch):
@@ -580,6 +648,7 @@ class IoThread(threading.Thread):
                     self._events.append(PeerEvent(peer, PeerEventKind.CONNECTED))
             elif event["event"] == zmq.EVENT_DISCONNECTED:
                 self.lose(peer, f"disconnected from {address}")
+        self._others_left.append(monitor)  # more may wait, with no signal left: next wake
 
     # -- receiving --------------------------------------------------------------------
 
@@ -595,6 +664,7 @@ class IoThread(threading.Thread):
         batch: list[Inbound] = []
         while held and len(batch) < count:
             batch.append(held.popleft())
+        self._looked = False
         if readable and len(batch) < count:
             items, malformed = self._receive(sock, count - len(batch))
             if malformed:
@@ -611,6 +681,13 @@ class IoThread(threading.Thread):
                     del batch[count:]
             for peer, why in malformed:
                 log.warning("transports %r dropped a frame from %r: %s", self.core.name, peer, why)
+        if readable and not self._looked:
+            # read from (or left unread: held records filled the batch) since EVENTS
+            # last said empty: look again before sleeping (see `run`)
+            if completion:
+                self.comp_dirty = True
+            else:
+                self.app_dirty = True
         if batch:
             try:
                 self.on_receive(batch)
@@ -632,6 +709,7 @@ class IoThread(threading.Thread):
             # request/reply) then ends without libzmq raising Again, which costs more
             # than a small read; a batch reads on until Again, as before.
             if i == 1 and not _raw_get(sock, _EVENTS) & _POLLIN:
+                self._looked = True  # the socket is clean again (see `run`)
                 break
             try:
                 # The first frame is the routing id the ROUTER puts in front of every
@@ -719,6 +797,7 @@ class IoThread(threading.Thread):
             return
         self._forget_held(peer)
         if state.outbound:
+            self.app_dirty = self.comp_dirty = True
             for sock, address in zip((self.app, self.comp), state.addresses, strict=True):
                 with contextlib.suppress(zmq.ZMQError):  # already gone
                     sock.disconnect(address)
