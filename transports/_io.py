@@ -234,15 +234,16 @@ class IoThread(threading.Thread):
                 ready = self._others_left
                 self._others_left = []
                 for fd, _ in poll(timeout_ms):
+                    # A ROUTER that signalled is read at once, without asking EVENTS
+                    # first: a read that finds nothing processes the socket's commands
+                    # itself (taking the signal) and raises Again, and the socket is
+                    # then asked before the next sleep (`_read` marks it touched).
                     if fd == waker:
                         woke = True
                     elif fd == app_fd:
-                        # (the signal is taken here even if nothing is to read)
-                        if not app_in and self.app_polled:
-                            app_in = bool(_raw_get(app, _EVENTS) & _POLLIN)
+                        app_in = self.app_polled
                     elif fd == comp_fd:
-                        if not comp_in:
-                            comp_in = bool(_raw_get(comp, _EVENTS) & _POLLIN)
+                        comp_in = True
                     else:
                         sock = others.get(fd)
                         if sock is not None and sock not in ready:
@@ -704,10 +705,10 @@ class IoThread(threading.Thread):
         for i in range(self._batch):
             if len(items) >= wanted:
                 break
-            # The poll said readable, so the first read finds a message. Before the
-            # second, ask the socket (a getsockopt): a wake that brought one message (a
-            # request/reply) then ends without libzmq raising Again, which costs more
-            # than a small read; a batch reads on until Again, as before.
+            # The first read usually finds a message (the socket signalled, or EVENTS
+            # said so). Before the second, ask the socket (a getsockopt): a wake that
+            # brought one message (a request/reply) then ends without libzmq raising
+            # Again, which costs more than a small read; a batch reads on until Again.
             if i == 1 and not _raw_get(sock, _EVENTS) & _POLLIN:
                 self._looked = True  # the socket is clean again (see `run`)
                 break
