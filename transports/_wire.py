@@ -105,6 +105,10 @@ _pack_head = _HEAD.pack
 _head_from = _HEAD.unpack_from
 _length_from = _LENGTH.unpack_from
 _lengths2_from = _LENGTHS2.unpack_from
+_one_unpack = _ONE.unpack
+_two_unpack = _TWO.unpack
+_ONE_SIZE = _ONE.size
+_TWO_SIZE = _TWO.size
 
 
 def entry(kind: Kind, aux: int, route_id: int, credit: int, frames: Sequence[bytes]) -> bytes:
@@ -138,6 +142,31 @@ def decode(head: bytes, body: bytes) -> list[Record]:
             exactly the frames the head lists.
     """
     end = len(head)
+    # A message of one record with one or two frames (a request or a reply that went
+    # alone: every sequential call) is decoded in one unpack; anything these checks do
+    # not accept goes the general way below, which says what is wrong with it.
+    if end == _TWO_SIZE:
+        version, code, count, aux, route_id, credit, first, second = _two_unpack(head)
+        kind = _BY_VALUE.get(code)
+        if (
+            count == 2
+            and version == VERSION
+            and kind is not None
+            and (kind is not _FLOW or aux <= 1)
+            and first + second == len(body)
+        ):
+            return [(kind, aux, route_id, credit, [body[:first], body[first:]])]
+    elif end == _ONE_SIZE:
+        version, code, count, aux, route_id, credit, length = _one_unpack(head)
+        kind = _BY_VALUE.get(code)
+        if (
+            count == 1
+            and version == VERSION
+            and kind is not None
+            and (kind is not _FLOW or aux <= 1)
+            and length == len(body)
+        ):
+            return [(kind, aux, route_id, credit, [body])]
     if not end:
         raise MalformedFrame("a message with no record in its head")
     size = len(body)
