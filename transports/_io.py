@@ -44,6 +44,7 @@ from ._wire import (
     decode,
     encode,
     entry,
+    pack_pair,
     pack_single,
 )
 
@@ -393,10 +394,15 @@ class IoThread(threading.Thread):
         out = outs.get(peer)
         if out is None:
             out = outs[peer] = _Out(sock, peer, state)
-        if len(frames) == 1:  # the usual record: `entry` written out
+        count = len(frames)
+        if count == 1:  # the usual record: `entry` written out
             frame = frames[0]
             nbytes = len(frame)
             out_entry = _pack_one(VERSION, kind, 1, aux, route_id, credit, nbytes)
+        elif count == 2:  # the mesh's (envelope, payload): the same
+            first, second = len(frames[0]), len(frames[1])
+            nbytes = first + second
+            out_entry = pack_pair(VERSION, kind, 2, aux, route_id, credit, first, second)
         else:
             nbytes = 0
             for frame in frames:
@@ -411,7 +417,7 @@ class IoThread(threading.Thread):
         ):
             self._flush(out)
         out.head.append(out_entry)
-        if len(frames) == 1:
+        if count == 1:
             out.body.append(frame)
         else:
             out.body.extend(frames)

@@ -106,9 +106,12 @@ class Receiver:
             MalformedFrame: the record is dropped (the caller counts it).
         """
         kind, aux, route_id, credit, payload = record
-        payload_size = 0
-        for frame in payload:
-            payload_size += len(frame)
+        if len(payload) == 2:  # the mesh's records (envelope, payload): no loop
+            payload_size = len(payload[0]) + len(payload[1])
+        else:
+            payload_size = 0
+            for frame in payload:
+                payload_size += len(frame)
         size = ENVELOPE_SIZE + payload_size  # what the counters count of a record
         core = self.core
         core.received_frames += 1

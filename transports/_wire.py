@@ -44,6 +44,7 @@ __all__ = [
     "decode",
     "encode",
     "entry",
+    "pack_pair",
     "pack_single",
 ]
 
@@ -101,6 +102,9 @@ _pack_one = _ONE.pack
 #: `entry` of a record with one payload frame, for the sender's hot path:
 #: `pack_single(VERSION, kind, 1, aux, route_id, credit, len(frame))`.
 pack_single = _pack_one
+#: The same for a record with two payload frames (the mesh's):
+#: `pack_pair(VERSION, kind, 2, aux, route_id, credit, len(first), len(second))`.
+pack_pair = _TWO.pack
 _pack_head = _HEAD.pack
 _head_from = _HEAD.unpack_from
 _length_from = _LENGTH.unpack_from
@@ -119,7 +123,7 @@ def entry(kind: Kind, aux: int, route_id: int, credit: int, frames: Sequence[byt
     if count == 1:  # the usual record
         return _pack_one(VERSION, kind, 1, aux, route_id, credit, len(frames[0]))
     if count == 2:  # the mesh's: no format string built per record
-        return _TWO.pack(VERSION, kind, 2, aux, route_id, credit, len(frames[0]), len(frames[1]))
+        return pack_pair(VERSION, kind, 2, aux, route_id, credit, len(frames[0]), len(frames[1]))
     head = _pack_head(VERSION, kind, count, aux, route_id, credit)
     if count:
         head += struct.pack(f"!{count}I", *[len(frame) for frame in frames])
