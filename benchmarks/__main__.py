@@ -20,7 +20,7 @@ from . import (
     spots10k,
     transports,
 )
-from ._harness import Scenario, report, run, run_shared
+from ._harness import Machine, Scenario, report, run, run_shared
 
 
 def main() -> int:
@@ -53,6 +53,7 @@ def main() -> int:
         for number, scenarios in groups.items():
             if args.only and number not in args.only:
                 continue
+            machine = Machine()
             # 9a and 9b share one mesh run per repetition.
             results = (
                 run_shared(scenarios, reps)
@@ -69,6 +70,9 @@ def main() -> int:
                 lines, found = mesh.versus_ray(args.quick, reps)
                 print("\n".join(lines), flush=True)
                 checks.extend(found)
+            note = machine.line()
+            if note:
+                print(note, flush=True)
     finally:
         http.SERVER.close()  # the HTTP scenario's server process
         mesh.SERVER.close()  # the mesh scenario's serving node

@@ -144,3 +144,33 @@ def report(result: Result) -> tuple[list[str], list[tuple[str, float, float | No
     for note in sc.notes:
         lines.append(f"   note: {note}")
     return lines, checks
+
+
+class Machine:
+    """What else the machine did while a scenario ran: the share of CPU time its
+    hypervisor took (steal, from /proc/stat) and the load average. On a shared VM every
+    figure above depends on it, so each scenario reports it. Empty where /proc is not."""
+
+    def __init__(self) -> None:
+        self._start = _cpu_times()
+
+    def line(self) -> str:
+        end = _cpu_times()
+        if self._start is None or end is None:
+            return ""
+        total = sum(end) - sum(self._start)
+        # /proc/stat's cpu line: user nice system idle iowait irq softirq steal ...
+        steal = end[7] - self._start[7] if len(end) > 7 else 0
+        with open("/proc/loadavg") as loadavg:
+            load = loadavg.read().split()[0]
+        share = steal / total if total > 0 else 0.0
+        return f"   machine: steal (the hypervisor's share of CPU time) {share:.0%}; load {load}"
+
+
+def _cpu_times() -> list[int] | None:
+    try:
+        with open("/proc/stat") as stat:
+            fields = stat.readline().split()
+    except OSError:
+        return None
+    return [int(value) for value in fields[1:]] if fields and fields[0] == "cpu" else None
