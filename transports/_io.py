@@ -263,12 +263,14 @@ class IoThread(threading.Thread):
                         self._answer_zap(sock)
                     else:
                         self._read_monitor(sock)
-                self._flush_credit()
+                if core.credit_dirty:  # (tested here: two calls saved on most wakes)
+                    self._flush_credit()
                 now = time.monotonic()
                 if now >= next_tick:
                     self._heartbeat(now)
                     next_tick = now + tick
-                self._emit()
+                if self._events:
+                    self._emit()
         except Exception:  # a bug here must not leave futures hanging silently
             log.exception("transports I/O thread of %r failed", core.name)
             # Nothing more can be done through this transport: it is closed. What is

@@ -13,6 +13,7 @@ import pytest
 
 import transports as t
 from transports._io import IoThread
+from transports._state import Command
 
 from .helpers import WAIT, Owner, pair, wait_until
 
@@ -29,16 +30,16 @@ def test_a_failed_io_thread_fails_what_is_parked_with_closed(
         assert parked.admitted is not None
 
         armed = threading.Event()
-        original = IoThread._flush_credit
+        original = IoThread._run_command
 
-        def failing(self: IoThread) -> None:
+        def failing(self: IoThread, command: Command) -> bool:
             if armed.is_set() and self.core.name == b"A":
                 raise RuntimeError("a planted bug")
-            original(self)
+            return original(self, command)
 
-        monkeypatch.setattr(IoThread, "_flush_credit", failing)
+        monkeypatch.setattr(IoThread, "_run_command", failing)
         armed.set()
-        a.set_flow(t.FlowState.PAUSED)  # any command wakes the loop: the bug runs
+        a.set_flow(t.FlowState.PAUSED)  # a command the loop runs: the bug runs
         with pytest.raises(t.Closed):
             parked.admitted.result(WAIT)
         assert wait_until(lambda: not a._io.is_alive())
