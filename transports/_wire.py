@@ -149,28 +149,17 @@ def decode(head: bytes, body: bytes) -> list[Record]:
     # A message of one record with one or two frames (a request or a reply that went
     # alone: every sequential call) is decoded in one unpack; anything these checks do
     # not accept goes the general way below, which says what is wrong with it.
-    if end == _TWO_SIZE:
-        version, code, count, aux, route_id, credit, first, second = _two_unpack(head)
+    if end in (_TWO_SIZE, _ONE_SIZE):
+        if end == _TWO_SIZE:
+            version, code, count, aux, route_id, credit, first, second = _two_unpack(head)
+            lone = count == 2 and first + second == len(body)
+        else:
+            version, code, count, aux, route_id, credit, first = _one_unpack(head)
+            lone = count == 1 and first == len(body)
         kind = _BY_VALUE.get(code)
-        if (
-            count == 2
-            and version == VERSION
-            and kind is not None
-            and (kind is not _FLOW or aux <= 1)
-            and first + second == len(body)
-        ):
-            return [(kind, aux, route_id, credit, [body[:first], body[first:]])]
-    elif end == _ONE_SIZE:
-        version, code, count, aux, route_id, credit, length = _one_unpack(head)
-        kind = _BY_VALUE.get(code)
-        if (
-            count == 1
-            and version == VERSION
-            and kind is not None
-            and (kind is not _FLOW or aux <= 1)
-            and length == len(body)
-        ):
-            return [(kind, aux, route_id, credit, [body])]
+        if lone and version == VERSION and kind is not None and (kind is not _FLOW or aux <= 1):
+            frames = [body] if count == 1 else [body[:first], body[first:]]
+            return [(kind, aux, route_id, credit, frames)]
     if not end:
         raise MalformedFrame("a message with no record in its head")
     size = len(body)
