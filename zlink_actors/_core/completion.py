@@ -30,6 +30,7 @@ __all__ = [
     "Completion",
     "CompletionSource",
     "Notify",
+    "_DONE",
     "_PENDING",
     "_Cell",
     "_notify",

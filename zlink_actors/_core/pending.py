@@ -32,6 +32,7 @@ from .record import K_REQUEST, Handler, Record
 from .validation import reply_mismatch
 
 __all__ = [
+    "CellEntry",
     "DeadlineScan",
     "FailureCount",
     "OperationId",
@@ -42,6 +43,7 @@ __all__ = [
     "ScannedEntry",
     "ServedRequest",
     "SyncRequest",
+    "next_route_id",
     "operation_bytes",
     "settle",
     "turn_cancellation",
@@ -126,6 +128,8 @@ class ReplyRouteId(int):
 _PROCESS_HIGH: Final = secrets.randbits(63) | 1
 _HIGH_BYTES: Final = _PROCESS_HIGH.to_bytes(8, "big")
 _low_counter = itertools.count(1)
+#: The next route id (what `PendingTable.register` gives an entry), without a frame.
+next_route_id: Final = _low_counter.__next__
 
 
 def operation_bytes(route: int) -> bytes:
@@ -471,8 +475,24 @@ class SyncRequest(_SelfReplying):
             source.cancel()
 
 
-#: What a pending table holds: a general entry, or a request that is its own entry.
-Pending = PendingEntry | _SelfReplying
+class CellEntry(_Cell[Any]):
+    """A result cell that is its own pending entry: one object where a `PendingEntry`
+    and its `_Cell` are two (the mesh's remote requests, `mesh/calls.py`). Its maker
+    registers it (`next_route_id`, then `PendingTable._entries`); subclasses say what
+    winning does (`settle`, called once, by the winner of the table removal)."""
+
+    __slots__ = ("expires", "route_id", "table")
+
+    expires: float | None
+    route_id: int
+    table: PendingTable
+
+    def settle(self, value: object, exc: BaseException | None) -> None:
+        raise NotImplementedError
+
+
+#: What a pending table holds: a general entry, or a request or cell that is its own entry.
+Pending = PendingEntry | _SelfReplying | CellEntry
 
 
 class PendingTable:

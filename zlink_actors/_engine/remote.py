@@ -73,6 +73,19 @@ class RemoteRoutes(Protocol):
         """A request along `route`, with its whole deadline `timeout`."""
         ...
 
+    def request_sync(
+        self,
+        route: object,
+        payload: object,
+        metadata: dict[str, object] | None,
+        reply: type | None,
+        timeout: float,
+    ) -> Any:
+        """`request(route, ..., timeout, None).result()`, for an application thread that
+        blocks for the result (`submit_sync()` with no token): the value, or the error
+        raised."""
+        ...
+
 
 class GlobalObjects(Protocol):
     """Spots and Actors that are global across a mesh (a Host with `location=`): the
@@ -161,6 +174,16 @@ class LocalOnly:
         timeout: float,
         cancel: CancellationToken | None,
     ) -> Completion[Any]:
+        raise AssertionError("a local-only Host has no remote route")
+
+    def request_sync(
+        self,
+        route: object,
+        payload: object,
+        metadata: dict[str, object] | None,
+        reply: type | None,
+        timeout: float,
+    ) -> Any:
         raise AssertionError("a local-only Host has no remote route")
 
 
