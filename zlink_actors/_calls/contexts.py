@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from types import MappingProxyType
-from typing import Any, Protocol, TypeVar, overload
+from typing import Any, Final, Protocol, TypeVar, overload
 
 from .._core.cancellation import CancellationToken
 from .._core.clock import Deadline
@@ -80,6 +80,26 @@ _EMPTY: Mapping[str, Any] = MappingProxyType({})
 def _check_channel(name: object) -> str:
     # A ChannelName follows the id rule: 1-255 bytes of strict UTF-8.
     return check_id("channel", name)
+
+
+#: The targets of node calls already checked, by (mesh, routing id): a program calls
+#: the same few nodes again and again, and their two checks and the key are three
+#: frames a call. Bounded; plain `str` arguments only (what `check_id` passes as is).
+_NODE_TARGETS: dict[tuple[str, str], str] = {}
+_NODE_TARGETS_MAX: Final = 1024
+
+
+def _node_target(mesh: object, routing_id: object) -> str:
+    """The target of a node call (`node_key`) of checked ids (`check_id`'s errors)."""
+    if type(mesh) is str and type(routing_id) is str:
+        key = (mesh, routing_id)
+        known = _NODE_TARGETS.get(key)
+        if known is None:
+            known = node_key(check_id("mesh", mesh), check_id("routing_id", routing_id))
+            if len(_NODE_TARGETS) < _NODE_TARGETS_MAX:
+                _NODE_TARGETS[key] = known
+        return known
+    return node_key(check_id("mesh", mesh), check_id("routing_id", routing_id))
 
 
 class CallSurface:
@@ -167,8 +187,7 @@ class CallSurface:
         Raises:
             TypeError / ValueError: `mesh` or `routing_id` is not 1-255 UTF-8 bytes.
         """
-        target = node_key(check_id("mesh", mesh), check_id("routing_id", routing_id))
-        return SendCall(self._runtime, ObjectKind.NODE, target, payload)
+        return SendCall(self._runtime, ObjectKind.NODE, _node_target(mesh, routing_id), payload)
 
     @overload
     def request_to_node(self, mesh: str, routing_id: str, payload: object) -> RequestCall[Any]: ...
@@ -185,7 +204,7 @@ class CallSurface:
     ) -> RequestCall[Any]:
         """A request to the node handler of node `routing_id` of mesh `mesh`; `reply` as
         for `request_to_spot`."""
-        target = node_key(check_id("mesh", mesh), check_id("routing_id", routing_id))
+        target = _node_target(mesh, routing_id)
         return RequestCall(self._runtime, ObjectKind.NODE, target, payload, reply)
 
     def publish(self, channel: str, topic: str, payload: object) -> PublishCall:
