@@ -24,7 +24,7 @@ from .._core.errors import (
 )
 from .._core.pending import CellEntry, PendingTable, next_route_id, operation_bytes
 from .._core.state import HostState
-from .._core.validation import rule_type
+from .._core.validation import STRUCT_META, rule_type
 from .._engine.objects import ObjectKind
 from . import codec as wire
 from .codec import Codec, Envelope
@@ -411,9 +411,12 @@ class Calls(Handshake):
                 name = env.type_name
                 if reply is None and name and name not in self.codec.registry:
                     name = ""  # no reply= and a type this Host does not know: plain values
-                value = self.codec.decode_payload(
-                    name, data, None if reply is None else rule_type(reply)
-                )
+                # `rule_type`'s frame only for a rule that is not a class itself (as in
+                # `_MessageCall.__init__`): a plain class or a Struct class is its own.
+                into: object = reply
+                if reply is not None and type(reply) is not type and type(reply) is not STRUCT_META:
+                    into = rule_type(reply)
+                value = self.codec.decode_payload(name, data, into)
                 if reply is not None and not isinstance(value, reply):
                     raise ProtocolError(f"the reply is a {type(value).__name__}, not of reply=")
             except ProtocolError as error:
