@@ -711,7 +711,11 @@ def deliver_request(
     one pending entry, made here; anything else takes the full path of a local call.
     """
     act = runtime.engine.tables[kind].get(target)
-    info = None if act is None or act.closed else act.type.table.find(type(payload))
+    info = None
+    if act is not None and not act.closed:
+        table = act.type.table
+        # The handler cache read first (`find`'s frame only for a type not seen yet).
+        info = table._cache.get(type(payload)) or table.find(type(payload))
     fence = runtime.admission_deadline  # `runtime.fenced`, without the property's frame
     if (
         info is None

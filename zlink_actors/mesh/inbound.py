@@ -110,7 +110,12 @@ class Inbound(Calls):
         if command == wire.SEND:
             self._receive_send(rec, env, peer)
         elif command == wire.REQUEST and rec.kind is t.InboundKind.REQUEST:
-            self._receive_request(rec, env, peer)
+            if env.target_kind == _NODE_KIND and env.intent is None:
+                # A node call, the common request: past the global objects' override
+                # (`objects.py`), which hands such a request on unchanged (a frame less).
+                Inbound._receive_request(self, rec, env, peer)
+            else:
+                self._receive_request(rec, env, peer)
         elif command == wire.CANCEL:
             self._release(rec)
             with self._lock:
