@@ -20,7 +20,7 @@ from typing import Any, Final, Protocol
 
 from .cancellation import CancellationRegistration, CancellationSource, CancellationToken
 from .clock import Clock, Deadline, TimerHandle, TimerService
-from .completion import _PENDING, Completion, _Cell, _notify
+from .completion import _DONE, _PENDING, Completion, _Cell, _notify
 from .errors import (
     CancelledError,
     DeadlineExceededError,
@@ -412,7 +412,15 @@ class ServedRequest(Request):
         if self.registration is not None:
             self.registration.unregister()
         with self._lock:
-            notify = self._publish(value, exc)
+            if self._listeners is None:
+                # `_publish` with nothing to notify, written out: the common case (a
+                # served request's only observers are the mesh's and `ctx.cancellation`).
+                self._value = value
+                self._exc = exc
+                self._state = _DONE
+                notify = None
+            else:
+                notify = self._publish(value, exc)
         if notify is not None:
             _notify(notify)
         self.on_settled(value, exc)
