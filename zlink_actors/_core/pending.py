@@ -35,6 +35,7 @@ __all__ = [
     "CellEntry",
     "DeadlineScan",
     "FailureCount",
+    "OPERATION_HIGH_BYTES",
     "OperationId",
     "PendingEntry",
     "PendingTable",
@@ -130,6 +131,8 @@ _HIGH_BYTES: Final = _PROCESS_HIGH.to_bytes(8, "big")
 _low_counter = itertools.count(1)
 #: The next route id (what `PendingTable.register` gives an entry), without a frame.
 next_route_id: Final = _low_counter.__next__
+#: The high word of every `OperationId` this process makes, as bytes (`operation_bytes`).
+OPERATION_HIGH_BYTES: Final = _HIGH_BYTES
 
 
 def operation_bytes(route: int) -> bytes:

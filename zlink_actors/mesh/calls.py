@@ -22,7 +22,7 @@ from .._core.errors import (
     UnavailableError,
     shutting_down,
 )
-from .._core.pending import CellEntry, PendingTable, next_route_id, operation_bytes
+from .._core.pending import OPERATION_HIGH_BYTES, CellEntry, PendingTable, next_route_id
 from .._core.state import HostState
 from .._core.validation import STRUCT_META, rule_type
 from .._engine.objects import ObjectKind
@@ -282,7 +282,7 @@ class Calls(Handshake):
         assert transport is not None
         fields: _Head = (
             wire.REQUEST,
-            operation_bytes(route_id),
+            OPERATION_HIGH_BYTES + route_id.to_bytes(8, "big"),  # `operation_bytes`, inline
             route_id,
             _KIND_NAMES[route.kind],
             route.target,
@@ -488,8 +488,16 @@ class _Outgoing(CellEntry):
             registration.unregister()
         waiter = self.waiter
         if waiter is None:
-            with self._lock:
-                notify = self._publish(value, exc)  # pending: only the winner settles
+            with self._lock:  # pending: only the winner settles
+                if self._listeners is None:
+                    # `_Cell._publish` with nothing to notify, written out (as in
+                    # `ServedRequest.settle`): a reply that comes before anyone waits.
+                    self._value = value
+                    self._exc = exc
+                    self._state = _DONE
+                    notify = None
+                else:
+                    notify = self._publish(value, exc)
             if notify is not None:
                 _notify(notify)
         else:  # no handle and no listener: its blocked caller reads these
