@@ -342,10 +342,15 @@ class Calls(Handshake):
     def _request_finished(self, out: _Outgoing) -> None:
         """Request `out` ended (its winner calls this after completing its caller)."""
         peer, route_id = out.peer, out.route_id
-        with self._lock:  # once (`_withdraw` inlined): this runs for every request
-            peer.inflight.discard(route_id)
-            self._calls.pop(route_id, None)
-            parked = self._parked.pop(route_id, None)
+        # No lock (this runs for every request, on the thread that settled it, while
+        # callers take `_lock` in `_launch`): each removal is one atomic set or dict
+        # operation, and whichever order it runs in with `_launch`'s entering (under
+        # the lock) and parking, `_launch` looks at the pending table after each and
+        # cleans up itself if the request ended; `_withdraw` pops `_parked` atomically
+        # too, so one of the two gets a parked request back.
+        peer.inflight.discard(route_id)
+        self._calls.pop(route_id, None)
+        parked = self._parked.pop(route_id, None)
         if parked is not None and self._take_back(peer, parked):
             return  # never sent: nothing to tell the peer
         if isinstance(out._exc, CancelledError) and peer.state is PeerState.READY:
