@@ -279,7 +279,12 @@ class Inbound(Calls):
         if change:
             self._apply_flow()
         meta = RemoteMetadata(env.metadata or {}, peer.routing_id, self._release_permit)
-        served = _Served(self, rec.peer, key, meta)
+        served = _Served()  # its slots filled here: see the class
+        served.node = self
+        served.conn = rec.peer
+        served.key = key
+        served.meta = meta
+        served.sent = False
         # On a 10 ms grid, rounded up: never before the caller's deadline, and requests
         # with about the same budget share one timer FIFO (no timer entry of their own).
         timeout = min(math.ceil(remaining * 100.0) / 100.0, _TIMEOUT_MAX)
@@ -336,18 +341,19 @@ class Inbound(Calls):
 
 class _Served:
     """The one answer to a request we serve: whichever of the settle hook and the
-    refusal path comes first sends it."""
+    refusal path comes first sends it.
+
+    No `__init__`: its one maker, `_receive_request`, fills the slots (a frame less per
+    request on the transport's I/O thread, the thread that saturates first)."""
 
     __slots__ = ("conn", "key", "meta", "node", "sent")
 
-    def __init__(
-        self, node: Inbound, conn: bytes, key: tuple[str, int], meta: RemoteMetadata
-    ) -> None:
-        self.node = node
-        self.conn = conn
-        self.key = key
-        self.meta = meta
-        self.sent = False
+    node: Inbound
+    conn: bytes
+    key: tuple[str, int]
+    meta: RemoteMetadata
+    #: The answer went (or is going) out: later calls do nothing.
+    sent: bool
 
     def __call__(self, value: object, exc: BaseException | None) -> None:
         if self.sent:
