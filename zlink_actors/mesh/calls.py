@@ -289,10 +289,7 @@ class Calls(Handshake):
             self.config.name,
         )
         try:
-            frames = [
-                wire.encode_fields(*fields, timeout, metadata, type_name, intent=intent),
-                data,
-            ]
+            frames = [wire.encode_request(fields, timeout, metadata, type_name, intent), data]
         except ProtocolError as exc:  # metadata msgspec cannot encode: nothing is sent
             pending.finish(route_id, exc=exc)
             return
@@ -531,4 +528,4 @@ class _Outgoing(CellEntry):
         assert self.resend is not None
         fields, due, metadata, type_name, intent, data = self.resend
         budget = max(due - self.node.runtime.timers._now(), 1e-6)
-        return [wire.encode_fields(*fields, budget, metadata, type_name, intent=intent), data]
+        return [wire.encode_request(fields, budget, metadata, type_name, intent), data]
