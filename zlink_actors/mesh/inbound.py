@@ -370,7 +370,13 @@ class _Served:
             except ProtocolError as error:
                 node._reply_error(self.conn, key[1], error)
                 return
-            envelope = wire.encode_fields(wire.REPLY, type_name=type_name)
+            # A value's reply envelope depends on its type name alone: encoded once per
+            # name (the names are the registry's, so the map stays that small).
+            envelope = node._reply_heads.get(type_name)
+            if envelope is None:
+                envelope = node._reply_heads[type_name] = wire.encode_fields(
+                    wire.REPLY, type_name=type_name
+                )
             node._reply_frames(self.conn, key[1], [envelope, data])
             return
         node._served(self.conn, self.key, self.meta, value, exc)
