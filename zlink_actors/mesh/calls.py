@@ -52,6 +52,9 @@ _Head = tuple[int, bytes, int, str, str, str]
 _KIND_NAMES: Final[dict[ObjectKind | None, str]] = {kind: kind.value for kind in ObjectKind}
 _KIND_NAMES[None] = wire.OBJECTS
 _SERVING: Final = HostState.SERVING
+#: Read on every request (an Enum member read from its class costs about 0.1 us more
+#: than a module constant on Python 3.11).
+_READY: Final = PeerState.READY
 #: The longest timed lock wait the platform accepts; a longer deadline takes the timer.
 _WAIT_MAX: Final = threading.TIMEOUT_MAX
 
@@ -91,7 +94,7 @@ class Calls(Handshake):
             peer = self._peers.by_rid.get(rid)  # one dict read: atomic
             if peer is None:
                 return failed(NotFoundError(f"no node {rid!r} in mesh {mesh!r}"))
-            if peer.state is not PeerState.READY:
+            if peer.state is not _READY:
                 return failed(UnavailableError(f"node {rid!r} is {peer.state.value}"))
             if not peer.has_node_handler:
                 return failed(NotFoundError(f"node {rid!r} has no node_handler"))
@@ -264,7 +267,7 @@ class Calls(Handshake):
         route_id = out.route_id
         pending = self.runtime.pending
         with self._lock:
-            live = peer.state is PeerState.READY and not self._closed
+            live = peer.state is _READY and not self._closed
             if live:
                 peer.inflight.add(route_id)
                 self._calls[route_id] = out

@@ -39,6 +39,11 @@ __all__ = ["Inbound"]
 
 _NODE_KIND: Final = _NODE.value
 _TIMEOUT_MAX: Final = threading.TIMEOUT_MAX
+#: The record kinds, read for every record (an Enum member read from its class costs
+#: about 0.1 us more than a module constant on Python 3.11).
+_REPLY: Final = t.InboundKind.REPLY
+_NOTICE: Final = t.InboundKind.NOTICE
+_REQUEST: Final = t.InboundKind.REQUEST
 
 
 class Inbound(Calls):
@@ -70,10 +75,10 @@ class Inbound(Calls):
                         pass
 
     def _receive(self, rec: t.Inbound) -> None:
-        if rec.kind is t.InboundKind.REPLY:
+        if rec.kind is _REPLY:
             self._receive_reply(rec)
             return
-        if rec.kind is t.InboundKind.NOTICE:
+        if rec.kind is _NOTICE:
             self._receive_notice(rec)
             return
         if rec.rejected is not None:
@@ -93,7 +98,7 @@ class Inbound(Calls):
                 return
             env = found
         command = env.command
-        if command == wire.HELLO and rec.kind is t.InboundKind.REQUEST:
+        if command == wire.HELLO and rec.kind is _REQUEST:
             self._receive_hello(rec, env)
             return
         peer = self._peers.by_conn.get(rec.peer)  # one dict read: atomic
@@ -109,7 +114,7 @@ class Inbound(Calls):
             return
         if command == wire.SEND:
             self._receive_send(rec, env, peer)
-        elif command == wire.REQUEST and rec.kind is t.InboundKind.REQUEST:
+        elif command == wire.REQUEST and rec.kind is _REQUEST:
             if env.target_kind == _NODE_KIND and env.intent is None:
                 # A node call, the common request: past the global objects' override
                 # (`objects.py`), which hands such a request on unchanged (a frame less).
