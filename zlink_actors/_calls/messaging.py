@@ -18,7 +18,7 @@ import math
 import threading
 from collections.abc import Callable
 from time import monotonic as _monotonic
-from typing import Any, Final, Generic, Self, TypeVar, cast
+from typing import Any, Final, Generic, Literal, Self, TypeVar, cast, overload
 
 from .._core.cancellation import CancellationToken, check_token
 from .._core.completion import Completion, _Cell, failed
@@ -400,7 +400,7 @@ class RequestCall(_MessageCall[T], Generic[T]):
             if self._route is None and self._kind in self._runtime.remote.first:
                 runtime = self._runtime
                 if runtime.state is _SERVING and runtime.codec_check is None:
-                    return self._remote_first()
+                    return self._remote_first(False)
             else:
                 found = self._fast_target()
                 if found is not None:
@@ -408,35 +408,52 @@ class RequestCall(_MessageCall[T], Generic[T]):
                     return self._admit(found[0], found[1], None)
         return super().submit(cancel)
 
-    def _remote_first(self) -> Completion[T]:
-        """`submit()` with no token of a call not routed yet to a kind the remote routes
-        decide first (a mesh's nodes and channels), on a serving Host without
-        `check_codec=` (which checks the payload between routing and sending): the
-        route (asked once), then the remote request, in one step; a call the routes keep
-        here goes on through the full path. What the full path does for such a call,
-        without its seven frames: its admission and cancellation checks pass, and the
-        turn it reads matters only to a local target."""
+    @overload
+    def _remote_first(self, sync: Literal[False]) -> Completion[T]: ...
+    @overload
+    def _remote_first(self, sync: Literal[True]) -> T: ...
+    def _remote_first(self, sync: bool) -> Completion[T] | T:
+        """`submit()` (`sync`: `submit_sync()`) with no token of a call not routed yet to
+        a kind the remote routes decide first (a mesh's nodes and channels), on a serving
+        Host without `check_codec=` (which checks the payload between routing and
+        sending): the route (asked once), then the remote request, in one step; a call
+        the routes keep here goes on through the full path. What the full path does for
+        such a call, without its seven frames: its admission and cancellation checks
+        pass, and the turn it reads matters only to a local target."""
         self._used = True
+        done: Completion[T] | None = None
+        budget = 0.0
         try:
             runtime = self._runtime
             decided = runtime.remote.route(self._kind, self._target)
             if decided is None:
                 self._route = _LOCAL
                 self._used = False
-                return Call.submit(self, None)
-            if isinstance(decided, Completion):
-                return decided
-            self._route = decided
-            timeout = self._timeout  # as `_remote`
-            if timeout is None:
-                timeout = runtime.default_request_timeout
-            return runtime.remote.request(
-                decided, self._payload, self._metadata, self._reply, timeout, None
-            )
+                done = Call.submit(self, None)
+            elif isinstance(decided, Completion):
+                done = decided
+            else:
+                self._route = decided
+                timeout = self._timeout  # as `_remote`
+                if timeout is None:
+                    timeout = runtime.default_request_timeout
+                budget = timeout
+                if not sync:
+                    done = runtime.remote.request(
+                        decided, self._payload, self._metadata, self._reply, timeout, None
+                    )
         except BaseException:
             # As `_start_claimed`: a usage error raised before anything was submitted.
             self._used = False
             raise
+        if done is not None:
+            return done.result() if sync else done
+        # Blocks for the result, with no handle and no deadline entry (`request_sync`);
+        # what it raises is the call's outcome, not a usage error.
+        value: T = runtime.remote.request_sync(
+            decided, self._payload, self._metadata, self._reply, budget
+        )
+        return value
 
     def submit_sync(self, cancel: CancellationToken | None = None) -> T:
         """Send from an application thread and block for the reply (see `submit()`)."""
@@ -448,7 +465,7 @@ class RequestCall(_MessageCall[T], Generic[T]):
                     and runtime.codec_check is None
                     and runtime_var.get() is None
                 ):
-                    return self._remote_first().result()
+                    return self._remote_first(True)
                 return super().submit_sync(cancel)
             found = self._fast_target()
             if found is not None:
@@ -694,7 +711,11 @@ def deliver_request(
     one pending entry, made here; anything else takes the full path of a local call.
     """
     act = runtime.engine.tables[kind].get(target)
-    info = None if act is None or act.closed else act.type.table.find(type(payload))
+    info = None
+    if act is not None and not act.closed:
+        table = act.type.table
+        # The handler cache read first (`find`'s frame only for a type not seen yet).
+        info = table._cache.get(type(payload)) or table.find(type(payload))
     fence = runtime.admission_deadline  # `runtime.fenced`, without the property's frame
     if (
         info is None

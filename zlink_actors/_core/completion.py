@@ -23,13 +23,14 @@ from typing import Any, Generic, TypeVar
 from . import context as _context
 from .dispatcher import get_dispatcher
 from .errors import CancelledError
-from .validation import check_optional_seconds
+from .validation import MAX_SECONDS, check_optional_seconds
 
 __all__ = [
     "CellLock",
     "Completion",
     "CompletionSource",
     "Notify",
+    "_DONE",
     "_PENDING",
     "_Cell",
     "_notify",
@@ -240,7 +241,14 @@ class Completion(Generic[T]):
             InvalidOperationError: unsettled, and called inside a runtime context.
         """
         if timeout is not None:
-            timeout = check_optional_seconds("timeout", timeout)
+            # A float or int in range passes `check_optional_seconds` as is (but as a
+            # float): checked here without its two frames, since `result(timeout)` is
+            # how a pipelined caller collects every reply.
+            kind = type(timeout)
+            if (kind is float or kind is int) and 0 <= timeout <= MAX_SECONDS:
+                timeout = float(timeout)
+            else:
+                timeout = check_optional_seconds("timeout", timeout)
         cell = self._cell
         if cell._state != _DONE and not self._cancelled:
             _context.forbid_blocking("Completion.result()")

@@ -20,7 +20,7 @@ from typing import Any, Final, Protocol
 
 from .cancellation import CancellationRegistration, CancellationSource, CancellationToken
 from .clock import Clock, Deadline, TimerHandle, TimerService
-from .completion import _PENDING, Completion, _Cell, _notify
+from .completion import _DONE, _PENDING, Completion, _Cell, _notify
 from .errors import (
     CancelledError,
     DeadlineExceededError,
@@ -32,8 +32,10 @@ from .record import K_REQUEST, Handler, Record
 from .validation import reply_mismatch
 
 __all__ = [
+    "CellEntry",
     "DeadlineScan",
     "FailureCount",
+    "OPERATION_HIGH_BYTES",
     "OperationId",
     "PendingEntry",
     "PendingTable",
@@ -42,6 +44,7 @@ __all__ = [
     "ScannedEntry",
     "ServedRequest",
     "SyncRequest",
+    "next_route_id",
     "operation_bytes",
     "settle",
     "turn_cancellation",
@@ -126,6 +129,10 @@ class ReplyRouteId(int):
 _PROCESS_HIGH: Final = secrets.randbits(63) | 1
 _HIGH_BYTES: Final = _PROCESS_HIGH.to_bytes(8, "big")
 _low_counter = itertools.count(1)
+#: The next route id (what `PendingTable.register` gives an entry), without a frame.
+next_route_id: Final = _low_counter.__next__
+#: The high word of every `OperationId` this process makes, as bytes (`operation_bytes`).
+OPERATION_HIGH_BYTES: Final = _HIGH_BYTES
 
 
 def operation_bytes(route: int) -> bytes:
@@ -285,9 +292,10 @@ class _Deadline:
 
     __slots__ = ("fn", "when")
 
-    def __init__(self, req: Request) -> None:
-        self.fn: Request | None = req
-        self.when = 0.0
+    # No `__init__`: `Request.arm` fills the two slots (a Python frame less on every
+    # request with a timer entry; the timer service sets `when`).
+    fn: Request | None
+    when: float
 
     def fire(self) -> None:
         req = self.fn
@@ -384,7 +392,8 @@ class Request(_SelfReplying, _Cell[Any]):
     def arm(self, timers: TimerService, timeout: float) -> None:
         """Arm the deadline (right after the request is queued); disarmed at once if a
         reply already won."""
-        deadline = self.deadline = _Deadline(self)
+        deadline = self.deadline = _Deadline()
+        deadline.fn = self
         timers.schedule_after(timeout, deadline)
         if self.route_id not in self.table._entries:
             deadline.fn = None
@@ -406,7 +415,15 @@ class ServedRequest(Request):
         if self.registration is not None:
             self.registration.unregister()
         with self._lock:
-            notify = self._publish(value, exc)
+            if self._listeners is None:
+                # `_publish` with nothing to notify, written out: the common case (a
+                # served request's only observers are the mesh's and `ctx.cancellation`).
+                self._value = value
+                self._exc = exc
+                self._state = _DONE
+                notify = None
+            else:
+                notify = self._publish(value, exc)
         if notify is not None:
             _notify(notify)
         self.on_settled(value, exc)
@@ -471,8 +488,24 @@ class SyncRequest(_SelfReplying):
             source.cancel()
 
 
-#: What a pending table holds: a general entry, or a request that is its own entry.
-Pending = PendingEntry | _SelfReplying
+class CellEntry(_Cell[Any]):
+    """A result cell that is its own pending entry: one object where a `PendingEntry`
+    and its `_Cell` are two (the mesh's remote requests, `mesh/calls.py`). Its maker
+    registers it (`next_route_id`, then `PendingTable._entries`); subclasses say what
+    winning does (`settle`, called once, by the winner of the table removal)."""
+
+    __slots__ = ("expires", "route_id", "table")
+
+    expires: float | None
+    route_id: int
+    table: PendingTable
+
+    def settle(self, value: object, exc: BaseException | None) -> None:
+        raise NotImplementedError
+
+
+#: What a pending table holds: a general entry, or a request or cell that is its own entry.
+Pending = PendingEntry | _SelfReplying | CellEntry
 
 
 class PendingTable:

@@ -287,7 +287,14 @@ class AppPool:
 
     def enqueue(self, box: Mailbox, rec: Record, *, lifecycle: bool = False) -> int:
         """Admit a bounded application (or lifecycle) record; FULL or CLOSED otherwise."""
-        gate = lock_box(box)
+        # `lock_box`'s uncontended case first, without its frame (every request and
+        # message admitted comes here); anything else takes `lock_box`.
+        gate = box.gate
+        if not gate.lock.acquire(False):
+            gate = lock_box(box)
+        elif box.gate is not gate:  # an Actor's mailbox changed gate meanwhile
+            gate.lock.release()
+            gate = lock_box(box)
         started = False
         try:
             if box.closed:

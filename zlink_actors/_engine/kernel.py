@@ -117,7 +117,9 @@ class Runtime:
         with its caller's cancellation and its deadline; all race for the entry.
 
         On the Host's default timeout the entry joins the one deadline scan the local
-        requests use (`DeadlineScan`): no timer entry, and no timer-thread wake, each."""
+        requests use (`DeadlineScan`): no timer entry, and no timer-thread wake, each.
+        `Calls._request` (`mesh/calls.py`) writes this out for a remote request, whose
+        cell is its own entry: keep the two in step."""
         if timeout is not None and timeout == self.default_request_timeout:
             scanned = ScannedEntry(cell)
             scanned.expires = expires = self.timers._now() + timeout

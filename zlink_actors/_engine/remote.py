@@ -73,6 +73,19 @@ class RemoteRoutes(Protocol):
         """A request along `route`, with its whole deadline `timeout`."""
         ...
 
+    def request_sync(
+        self,
+        route: object,
+        payload: object,
+        metadata: dict[str, object] | None,
+        reply: type | None,
+        timeout: float,
+    ) -> Any:
+        """`request(route, ..., timeout, None).result()`, for an application thread that
+        blocks for the result (`submit_sync()` with no token): the value, or the error
+        raised."""
+        ...
+
 
 class GlobalObjects(Protocol):
     """Spots and Actors that are global across a mesh (a Host with `location=`): the
@@ -163,6 +176,16 @@ class LocalOnly:
     ) -> Completion[Any]:
         raise AssertionError("a local-only Host has no remote route")
 
+    def request_sync(
+        self,
+        route: object,
+        payload: object,
+        metadata: dict[str, object] | None,
+        reply: type | None,
+        timeout: float,
+    ) -> Any:
+        raise AssertionError("a local-only Host has no remote route")
+
 
 LOCAL_ONLY: Final = LocalOnly()
 
@@ -194,7 +217,7 @@ class RemoteMetadata(dict[str, object]):
     def __init__(
         self, items: dict[str, object], sender: str, on_start: Callable[[], None] | None
     ) -> None:
-        super().__init__(items)
+        dict.__init__(self, items)  # not `super()`: one object less on every record
         self.sender = sender
         self._on_start = on_start
 

@@ -104,7 +104,11 @@ class RecordRunner:
                 # takes this path too, its context only carrying it for this turn.
                 ctx._metadata = metadata
                 if type(metadata) is RemoteMetadata:
-                    metadata.started()  # its inbound permit goes back now
+                    # Its inbound permit goes back now: `RemoteMetadata.started`, written
+                    # out (a frame less on every remote record).
+                    start, metadata._on_start = metadata._on_start, None
+                    if start is not None:
+                        start()
             try:
                 result = context.run(msg.handler.fn, act.instance, ctx, msg.payload)
             except BaseException as exc:
@@ -114,7 +118,8 @@ class RecordRunner:
                 on_done = self._message_done if kind == K_MESSAGE else msg.reply
                 return self._drive(result, ctx, context, msg, on_done, act)
             marker = context.get(runtime_var)
-            if len(context) == 1 and marker is cast(object, ctx) and ctx._box is box:
+            spare: object = ctx  # an annotation, not `cast()` (a Python call per record)
+            if len(context) == 1 and marker is spare and ctx._box is box:
                 ctx._rec = None  # a spare context keeps no request (nor its reply) alive
                 ctx._metadata = None  # nor metadata: the next record brings its own
                 act.spare_context = context

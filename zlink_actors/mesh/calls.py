@@ -3,23 +3,28 @@ the replies that come back (docs/mesh.md "What each call waits for")."""
 
 from __future__ import annotations
 
+import _thread
+import math
+import threading
 from concurrent.futures import Future
-from functools import partial
 from typing import Any, Final
 
 import transports as t
 
-from .._core.cancellation import CancellationToken
-from .._core.completion import Completion, _Cell, failed, settled
+from .._core.cancellation import CancellationRegistration, CancellationToken
+from .._core.clock import TimerHandle
+from .._core.completion import _DONE, _PENDING, Completion, _Cell, _notify, failed, settled
 from .._core.errors import (
     CancelledError,
+    DeadlineExceededError,
     NotFoundError,
     ProtocolError,
     UnavailableError,
     shutting_down,
 )
-from .._core.pending import operation_bytes
-from .._core.validation import rule_type
+from .._core.pending import OPERATION_HIGH_BYTES, CellEntry, PendingTable, next_route_id
+from .._core.state import HostState
+from .._core.validation import STRUCT_META, rule_type
 from .._engine.objects import ObjectKind
 from . import codec as wire
 from .codec import Codec, Envelope
@@ -46,6 +51,12 @@ _Head = tuple[int, bytes, int, str, str, str]
 #: property: two calls per message); None is the global objects' own request.
 _KIND_NAMES: Final[dict[ObjectKind | None, str]] = {kind: kind.value for kind in ObjectKind}
 _KIND_NAMES[None] = wire.OBJECTS
+_SERVING: Final = HostState.SERVING
+#: Read on every request (an Enum member read from its class costs about 0.1 us more
+#: than a module constant on Python 3.11).
+_READY: Final = PeerState.READY
+#: The longest timed lock wait the platform accepts; a longer deadline takes the timer.
+_WAIT_MAX: Final = threading.TIMEOUT_MAX
 
 
 class Calls(Handshake):
@@ -83,7 +94,7 @@ class Calls(Handshake):
             peer = self._peers.by_rid.get(rid)  # one dict read: atomic
             if peer is None:
                 return failed(NotFoundError(f"no node {rid!r} in mesh {mesh!r}"))
-            if peer.state is not PeerState.READY:
+            if peer.state is not _READY:
                 return failed(UnavailableError(f"node {rid!r} is {peer.state.value}"))
             if not peer.has_node_handler:
                 return failed(NotFoundError(f"node {rid!r} has no node_handler"))
@@ -174,82 +185,146 @@ class Calls(Handshake):
         except ProtocolError as exc:
             return failed(exc)
         runtime = self.runtime
-        cell: _Cell[Any] = _Cell()
-        entry = runtime.begin(cell, timeout, cancel)
-        handle = Completion(cell, entry.cancel)  # `runtime.handle(entry)`, inlined
-        route_id = entry.route_id
-        if route_id is None:
+        # What `Runtime.begin` does for a pending entry it makes, for the request that
+        # is its own entry and cell (`_Outgoing`: four objects and five frames less on
+        # every request); keep the two in step.
+        due = runtime.timers._now() + timeout
+        scanned = timeout == runtime.default_request_timeout
+        out = _Outgoing(self, peer, reply, cache_key, runtime.pending, due if scanned else None)
+        handle: Completion[Any] = Completion(out, out)
+        route_id = out.route_id
+        if runtime.state is not _SERVING:
+            runtime.pending.finish(route_id, exc=shutting_down())
             return handle
-        out = _Outgoing(self, peer, route_id, cell, reply, cache_key)
-        # Before it is entered below: whichever terminal wins from now on cleans up (a
-        # partial: no frame of its own between the settle and the cleanup).
-        entry.on_finish = partial(self._request_finished, peer, route_id, cell)
+        if cancel is not None:
+            out.registration = cancel._register_internal(out.cancel)
+        if scanned:
+            if runtime.deadlines.at == math.inf:
+                runtime.deadlines.arm(due)  # read after registering: the scan's invariant
+        else:
+            out.timer = timer = runtime.timers.call_after(timeout, out.expire)
+            if route_id not in runtime.pending._entries:
+                timer.cancel()
+        self._launch(out, route, data, type_name, metadata, timeout, due, intent)
+        return handle
+
+    def request_sync(
+        self,
+        route: object,
+        payload: object,
+        metadata: dict[str, object] | None,
+        reply: type | None,
+        timeout: float,
+    ) -> Any:
+        """`request(...)` with no token, for an application thread that blocks for its
+        result (`submit_sync()`): the caller keeps the deadline in its own timed wait (no
+        handle, no deadline scan or timer entry) and races for the terminal like any
+        other path when it passes, as a local `submit_sync()` does."""
+        runtime = self.runtime
+        if type(route) is not _Route or not runtime.real_time or timeout > _WAIT_MAX:
+            # Not a node's or channel's route, or only the timer can keep this deadline.
+            return self.request(route, payload, metadata, reply, timeout, None).result()
+        peer = route.peer
+        type_name, data = self._encode(payload, peer)  # ProtocolError: nothing was sent
+        waiter = _thread.allocate_lock()
+        waiter.acquire()
+        due = runtime.timers._now() + timeout
+        pending = runtime.pending
+        out = _Outgoing(self, peer, reply, None, pending, None)
+        out.waiter = waiter
+        route_id = out.route_id
+        try:
+            if runtime.state is not _SERVING:
+                pending.finish(route_id, exc=shutting_down())
+            else:
+                self._launch(out, route, data, type_name, metadata, timeout, due, None)
+            if not waiter.acquire(True, timeout):
+                late = DeadlineExceededError("no result within the call's deadline")
+                pending.finish(route_id, exc=late)
+                waiter.acquire()  # released by whichever path won, at once
+        except BaseException:
+            # Interrupted (KeyboardInterrupt): nobody is left to observe the result.
+            pending.finish(route_id, exc=CancelledError())
+            raise
+        exc = out._exc
+        if exc is not None:
+            raise exc
+        return out._value
+
+    def _launch(
+        self,
+        out: _Outgoing,
+        route: _Route,
+        data: bytes,
+        type_name: str,
+        metadata: dict[str, object] | None,
+        timeout: float,
+        due: float,
+        intent: str | None,
+    ) -> None:
+        """Send registered request `out` (its terminal ends it in every failure)."""
+        peer = route.peer
+        route_id = out.route_id
+        pending = self.runtime.pending
         with self._lock:
-            live = peer.state is PeerState.READY and not self._closed
+            live = peer.state is _READY and not self._closed
             if live:
                 peer.inflight.add(route_id)
                 self._calls[route_id] = out
         if not live:
-            runtime.fail_entry(
-                entry, UnavailableError(f"node {peer.routing_id!r} is {peer.state.value}")
+            pending.finish(
+                route_id, exc=UnavailableError(f"node {peer.routing_id!r} is {peer.state.value}")
             )
-            return handle
-        if route_id not in runtime.pending._entries:  # (not `in pending`: a Python call)
-            # It ended meanwhile (deadline, cancellation, shutdown), maybe before its
-            # `on_finish` was set: clean up here, and send nothing.
-            self._request_finished(peer, route_id, cell)
-            return handle
+            return
+        if route_id not in pending._entries:  # (not `in pending`: a Python call)
+            # It ended meanwhile (deadline, cancellation, shutdown), maybe before it was
+            # entered above: clean up here, and send nothing.
+            self._request_finished(out)
+            return
         transport = self._transport
         assert transport is not None
         fields: _Head = (
             wire.REQUEST,
-            operation_bytes(route_id),
+            OPERATION_HIGH_BYTES + route_id.to_bytes(8, "big"),  # `operation_bytes`, inline
             route_id,
             _KIND_NAMES[route.kind],
             route.target,
             self.config.name,
         )
         try:
-            frames = [
-                wire.encode_fields(*fields, timeout, metadata, type_name, intent=intent),
-                data,
-            ]
+            frames = [wire.encode_request(fields, timeout, metadata, type_name, intent), data]
         except ProtocolError as exc:  # metadata msgspec cannot encode: nothing is sent
-            runtime.fail_entry(entry, exc)
-            return handle
+            pending.finish(route_id, exc=exc)
+            return
         # What a parked request sends once admitted (`_Outgoing.refresh`).
-        out.resend = (fields, runtime.timers._now() + timeout, metadata, type_name, intent, data)
-        refresh = out.refresh
+        out.resend = (fields, due, metadata, type_name, intent, data)
         try:
-            result = transport.submit_request(peer.conn, route_id, frames, refresh=refresh)
+            result = transport.submit_request(peer.conn, route_id, frames, refresh=out.refresh)
         except t.UnknownPeer:
-            runtime.fail_entry(entry, UnavailableError(f"node {peer.routing_id!r} is lost"))
-            return handle
+            pending.finish(route_id, exc=UnavailableError(f"node {peer.routing_id!r} is lost"))
+            return
         except t.Closed:
-            runtime.fail_entry(entry, shutting_down())
-            return handle
+            pending.finish(route_id, exc=shutting_down())
+            return
         except t.PayloadTooLarge as exc:
-            runtime.fail_entry(entry, ProtocolError(str(exc)))
-            return handle
+            pending.finish(route_id, exc=ProtocolError(str(exc)))
+            return
         if result.no_slot:
-            runtime.fail_entry(
-                entry,
-                UnavailableError(f"all completion slots towards {peer.routing_id!r} are in use"),
-            )
+            full = f"all completion slots towards {peer.routing_id!r} are in use"
+            pending.finish(route_id, exc=UnavailableError(full))
         elif result.admitted is not None:
             parked = result.admitted
 
             def admitted(done: Future[None]) -> None:
                 exc = self._submit_failure(done, peer)
                 if exc is not None:
-                    runtime.fail_entry(entry, exc)
+                    pending.finish(route_id, exc=exc)
 
             parked.add_done_callback(admitted)
             with self._lock:
                 self._parked[route_id] = parked
-            if route_id not in runtime.pending:  # it ended while we parked it
+            if route_id not in pending:  # it ended while we parked it
                 self._withdraw(peer, route_id)
-        return handle
 
     def _withdraw(self, peer: Peer, route_id: int) -> bool:
         """Take a request that ended (timeout, cancellation) back from the transport if
@@ -264,14 +339,21 @@ class Calls(Handshake):
             return False
         return transport.withdraw(peer.conn, parked)
 
-    def _request_finished(self, peer: Peer, route_id: int, cell: _Cell[Any]) -> None:
-        with self._lock:  # once (`_withdraw` inlined): this runs for every request
-            peer.inflight.discard(route_id)
-            self._calls.pop(route_id, None)
-            parked = self._parked.pop(route_id, None)
+    def _request_finished(self, out: _Outgoing) -> None:
+        """Request `out` ended (its winner calls this after completing its caller)."""
+        peer, route_id = out.peer, out.route_id
+        # No lock (this runs for every request, on the thread that settled it, while
+        # callers take `_lock` in `_launch`): each removal is one atomic set or dict
+        # operation, and whichever order it runs in with `_launch`'s entering (under
+        # the lock) and parking, `_launch` looks at the pending table after each and
+        # cleans up itself if the request ended; `_withdraw` pops `_parked` atomically
+        # too, so one of the two gets a parked request back.
+        peer.inflight.discard(route_id)
+        self._calls.pop(route_id, None)
+        parked = self._parked.pop(route_id, None)
         if parked is not None and self._take_back(peer, parked):
             return  # never sent: nothing to tell the peer
-        if isinstance(cell._exc, CancelledError) and peer.state is PeerState.READY:
+        if isinstance(out._exc, CancelledError) and peer.state is PeerState.READY:
             # Best effort: the receiver skips the request if its handler has not started.
             self._submit_quietly(peer.conn, Envelope(wire.CANCEL, route=route_id), b"")
 
@@ -334,45 +416,114 @@ class Calls(Handshake):
                 name = env.type_name
                 if reply is None and name and name not in self.codec.registry:
                     name = ""  # no reply= and a type this Host does not know: plain values
-                value = self.codec.decode_payload(
-                    name, data, None if reply is None else rule_type(reply)
-                )
+                # `rule_type`'s frame only for a rule that is not a class itself (as in
+                # `_MessageCall.__init__`): a plain class or a Struct class is its own.
+                into: object = reply
+                if reply is not None and type(reply) is not type and type(reply) is not STRUCT_META:
+                    into = rule_type(reply)
+                value = self.codec.decode_payload(name, data, into)
                 if reply is not None and not isinstance(value, reply):
                     raise ProtocolError(f"the reply is a {type(value).__name__}, not of reply=")
             except ProtocolError as error:
                 exc = error
-        if not self.runtime.pending.finish(route, value, exc):
+        # `PendingTable.finish`, written out (the entry is `call` itself): every reply.
+        pending = self.runtime.pending
+        won = pending._entries.pop(route, None) is not None
+        if pending._watching:
+            pending.check_empty()
+        if won:
+            call.settle(value, exc)
+        else:
             with self._lock:
                 self.late_replies += 1
 
 
-class _Outgoing:
-    """One request of ours in flight (`NodeState._calls`): what its reply is checked
-    against, and what a parked request sends once admitted. One object, where
-    closures over the call's variables were three functions and a dozen cells."""
+class _Outgoing(CellEntry):
+    """One request of ours in flight, in one object: its result cell, its pending entry
+    (registered when made), its caller's canceller, what its reply is checked against
+    (`NodeState._calls`), and what it sends once admitted if it was parked.
 
-    __slots__ = ("cache_key", "cell", "node", "peer", "reply", "resend", "route_id")
+    `waiter` set: its caller blocks in `request_sync`, which observes the result
+    through it (no handle, no listener); the one winner of the table removal stores
+    the outcome and releases it."""
+
+    __slots__ = ("cache_key", "node", "peer", "registration", "reply", "resend", "timer", "waiter")
 
     def __init__(
         self,
         node: Calls,
         peer: Peer,
-        route_id: int,
-        cell: _Cell[Any],
         reply: type | None,
         cache_key: object,
+        table: PendingTable,
+        expires: float | None,
     ) -> None:
+        # `_Cell.__init__`, written out (as `Request` does: the cell shares the table's
+        # lock); then registered (SC §10: before anything is submitted).
+        self._lock = table.cell_lock
+        self._state = _PENDING
+        self._value = None
+        self._exc = None
+        self._listeners = None
         self.node = node
         self.peer = peer
-        self.route_id = route_id
-        self.cell = cell
         #: The `reply=` rule, and the route-cache entry an `UnavailableError` reply drops.
         self.reply = reply
         self.cache_key = cache_key
+        #: When the Host's default deadline passes (`DeadlineScan`); None: `timer` keeps it.
+        self.expires = expires
+        self.timer: TimerHandle | None = None
+        self.registration: CancellationRegistration | None = None
+        self.waiter: _thread.LockType | None = None
         #: (the envelope's leading fields, due, metadata, type name, intent, payload).
         self.resend: (
             tuple[_Head, float, dict[str, object] | None, str, str | None, bytes] | None
         ) = None
+        self.table = table
+        self.route_id = route = next_route_id()
+        table._entries[route] = self
+
+    def settle(self, value: object, exc: BaseException | None) -> None:
+        # `PendingEntry.settle`, for the entry that is its own cell.
+        timer = self.timer
+        if timer is not None:
+            timer.cancel()
+        registration = self.registration
+        if registration is not None:
+            registration.unregister()
+        waiter = self.waiter
+        if waiter is None:
+            with self._lock:  # pending: only the winner settles
+                if self._listeners is None:
+                    # `_Cell._publish` with nothing to notify, written out (as in
+                    # `ServedRequest.settle`): a reply that comes before anyone waits.
+                    self._value = value
+                    self._exc = exc
+                    self._state = _DONE
+                    notify = None
+                else:
+                    notify = self._publish(value, exc)
+            if notify is not None:
+                _notify(notify)
+        else:  # no handle and no listener: its blocked caller reads these
+            self._value = value
+            self._exc = exc
+            self._state = _DONE
+            waiter.release()
+        self.node._request_finished(self)
+
+    def cancel(self) -> bool:
+        """Cancellation path (caller's token or `Completion.cancel()`): True if it won."""
+        return self.table.finish(self.route_id, exc=CancelledError())
+
+    #: A request is its own `Completion`'s canceller (no bound method per call).
+    __call__ = cancel
+
+    def expire(self) -> None:
+        """Timer path: the deadline passed."""
+        self.table.finish(
+            self.route_id, exc=DeadlineExceededError("no result within the call's deadline")
+        )
 
     def refresh(self) -> list[bytes]:
         # Parked, then admitted: the budget it has left now travels (never 0, which
@@ -380,4 +531,4 @@ class _Outgoing:
         assert self.resend is not None
         fields, due, metadata, type_name, intent, data = self.resend
         budget = max(due - self.node.runtime.timers._now(), 1e-6)
-        return [wire.encode_fields(*fields, budget, metadata, type_name, intent=intent), data]
+        return [wire.encode_request(fields, budget, metadata, type_name, intent), data]

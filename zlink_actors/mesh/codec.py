@@ -52,6 +52,7 @@ __all__ = [
     "decode_envelope",
     "encode_envelope",
     "encode_fields",
+    "encode_request",
     "type_name",
 ]
 
@@ -147,6 +148,27 @@ def encode_fields(
     fields = (command, op, route, target_kind, target, mesh, deadline, metadata, type_name)
     try:
         return _ENCODER.encode((*fields, error_kind, error, intent))
+    except Exception as exc:  # TypeError, OverflowError, RecursionError from msgspec
+        raise ProtocolError(f"the envelope cannot be encoded: {_why(exc)}") from None
+
+
+def encode_request(
+    head: tuple[int, bytes, int, str, str, str],
+    deadline: float,
+    metadata: dict[str, Any] | None,
+    type_name: str,
+    intent: str | None,
+) -> bytes:
+    """`encode_fields(*head, deadline, metadata, type_name, intent=intent)`: a request's
+    envelope from its leading fields (command, op, route, target kind, target, mesh),
+    without the star and keyword arguments and the second tuple `encode_fields` builds
+    (every request sent; its `except` is `encode_fields`').
+
+    Raises:
+        ProtocolError: a `metadata` value msgspec cannot encode.
+    """
+    try:
+        return _ENCODER.encode((*head, deadline, metadata, type_name, _NO_ERROR, "", intent))
     except Exception as exc:  # TypeError, OverflowError, RecursionError from msgspec
         raise ProtocolError(f"the envelope cannot be encoded: {_why(exc)}") from None
 

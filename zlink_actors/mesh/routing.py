@@ -134,7 +134,9 @@ class Routing(Inbound):
 
     def route(self, kind: ObjectKind, target: str) -> object:
         if kind is not _SPOT and kind is not _ACTOR:
-            return super().route(kind, target)
+            # Not `super()`: a node's or channel's route, on every such call, without
+            # building a super object (the layers are one line: the base is `Inbound`).
+            return Inbound.route(self, kind, target)
         if self.authority is None:
             return None  # a mesh without a Location Store: objects stay local
         key = (kind, target)

@@ -232,6 +232,8 @@ class NodeState:
         self._parked: dict[int, Future[None]] = {}
         #: Requests we serve: (sender routing id, route id) -> the local request.
         self._serving: dict[tuple[str, int], Request] = {}
+        #: The envelope of a value's reply, by the value's type name (`inbound._Served`).
+        self._reply_heads: dict[str, bytes] = {}
         #: While `_on_receive` runs (on the transport's I/O thread, the only caller of
         #: `_receive` as well): the credit its admitted requests owe, by connection.
         self._batch_owed: dict[bytes, int] | None = None
