@@ -482,7 +482,8 @@ class RequestCall(_MessageCall[T], Generic[T]):
     def _request_sync(self, act: Activation, info: HandlerInfo, timeout: float) -> T:
         """The blocking round trip with nothing between the caller and the reply: no cell,
         no handle, no timer. The caller keeps the deadline in its own timed wait and races
-        for the terminal like any other path when it passes."""
+        for the terminal like any other path when it passes. The remote twin of its wait:
+        `mesh/calls.py` `Calls.request_sync` (keep the two in step)."""
         runtime = self._runtime
         pending = runtime.pending
         entry = SyncRequest(

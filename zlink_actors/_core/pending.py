@@ -418,6 +418,7 @@ class ServedRequest(Request):
             if self._listeners is None:
                 # `_publish` with nothing to notify, written out: the common case (a
                 # served request's only observers are the mesh's and `ctx.cancellation`).
+                # Its twin: `mesh/calls.py` `_Outgoing.settle` (keep the two in step).
                 self._value = value
                 self._exc = exc
                 self._state = _DONE

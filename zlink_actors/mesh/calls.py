@@ -219,7 +219,8 @@ class Calls(Handshake):
         """`request(...)` with no token, for an application thread that blocks for its
         result (`submit_sync()`): the caller keeps the deadline in its own timed wait (no
         handle, no deadline scan or timer entry) and races for the terminal like any
-        other path when it passes, as a local `submit_sync()` does."""
+        other path when it passes, as a local `submit_sync()` does (its wait's twin:
+        `RequestCall._request_sync`; keep the two in step)."""
         runtime = self.runtime
         if type(route) is not _Route or not runtime.real_time or timeout > _WAIT_MAX:
             # Not a node's or channel's route, or only the timer can keep this deadline.
