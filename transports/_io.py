@@ -150,7 +150,6 @@ class IoThread(threading.Thread):
         self.comp_dirty = True
         #: other sockets whose last read stopped before `Again`: read again at once
         self._others_left: list[zmq.Socket[bytes]] = list(self.others.values())
-        self._looked = False  # the last `_receive` ended on an EVENTS that said empty
         self.app_polled = False
         self._poll_app(True)
         self._events: list[PeerEvent] = []
@@ -549,9 +548,7 @@ class IoThread(threading.Thread):
     def _flush_credit(self) -> None:
         """Return owed credit in CREDIT frames: at once when a large amount is owed, else
         after it has waited 1 ms (a reply to that peer usually carries it back first)."""
-        core = self.core
-        if not core.credit_dirty:
-            return
+        core = self.core  # (the loop calls this only when some credit is owed)
         due = time.monotonic() - _CREDIT_DELAY
         with core.lock:
             dirty = [
@@ -673,9 +670,9 @@ class IoThread(threading.Thread):
         batch: list[Inbound] = []
         while held and len(batch) < count:
             batch.append(held.popleft())
-        self._looked = False
+        clean = False  # an EVENTS ask after the last read said empty
         if readable and len(batch) < count:
-            items, malformed = self._receive(sock, count - len(batch))
+            items, malformed, clean = self._receive(sock, count - len(batch))
             if malformed:
                 with self.core.lock:
                     self.core.dropped_frames += len(malformed)
@@ -690,7 +687,7 @@ class IoThread(threading.Thread):
                     del batch[count:]
             for peer, why in malformed:
                 log.warning("transports %r dropped a frame from %r: %s", self.core.name, peer, why)
-        if readable and not self._looked:
+        if readable and not clean:
             # read from (or left unread: held records filled the batch) since EVENTS
             # last said empty: look again before sleeping (see `run`)
             if completion:
@@ -705,11 +702,13 @@ class IoThread(threading.Thread):
 
     def _receive(
         self, sock: zmq.Socket[bytes], wanted: int
-    ) -> tuple[list[Item], list[tuple[bytes, str]]]:
+    ) -> tuple[list[Item], list[tuple[bytes, str]], bool]:
         """Read messages until they carry `wanted` records (or `batch` messages, or none
-        is left); returns their records and the malformed messages, as (peer, why)."""
+        is left); returns their records, the malformed messages, as (peer, why), and
+        whether the read ended on an EVENTS ask that said the socket is empty."""
         items: list[Item] = []
         malformed: list[tuple[bytes, str]] = []
+        clean = False
         for i in range(self._batch):
             if len(items) >= wanted:
                 break
@@ -718,7 +717,7 @@ class IoThread(threading.Thread):
             # brought one message (a request/reply) then ends without libzmq raising
             # Again, which costs more than a small read; a batch reads on until Again.
             if i == 1 and not _raw_get(sock, _EVENTS) & _POLLIN:
-                self._looked = True  # the socket is clean again (see `run`)
+                clean = True  # the socket needs no ask before the next sleep (`run`)
                 break
             try:
                 # The first frame is the routing id the ROUTER puts in front of every
@@ -750,7 +749,7 @@ class IoThread(threading.Thread):
                 items.append((peer, records[0]))
             else:
                 items += zip(repeat(peer), records, strict=False)
-        return items, malformed
+        return items, malformed, clean
 
     def _after_handle(
         self,
