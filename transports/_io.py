@@ -1,4 +1,6 @@
-"""The I/O thread: the one thread that owns every socket of a transport.
+"""The I/O thread: the thread that owns every socket of a transport while it is awake
+(while it sleeps, another thread may take `IoThread.sockets` and send a lone record:
+`send_direct`).
 
 It sleeps in one `select.poll` on the file descriptors of its sockets (the two ROUTERs,
 their monitors, ZAP) and the waker (an eventfd other threads write when they queue a
@@ -41,6 +43,7 @@ from ._wire import (
     RECORDS_PER_MESSAGE,
     VERSION,
     Kind,
+    Record,
     decode,
     encode,
     entry,
@@ -152,6 +155,12 @@ class IoThread(threading.Thread):
         self._others_left: list[zmq.Socket[bytes]] = list(self.others.values())
         self.app_polled = False
         self._poll_app(True)
+        #: Held by this thread while it is awake; free only while it sleeps in its poll.
+        #: Another thread that takes it (without waiting) may send one record itself
+        #: (`send_direct`): the record then skips a wake of this thread. Taken here, by
+        #: the thread that builds us, and released by `run` (a Lock has no owner).
+        self.sockets = threading.Lock()
+        self.sockets.acquire()
         self._events: list[PeerEvent] = []
         self.receiver = Receiver(core, self._events, self._forget_held)
         self._stopping = False
@@ -162,6 +171,11 @@ class IoThread(threading.Thread):
         # in line for the next wake
         self._held_app: deque[Inbound] = deque()
         self._held_comp: deque[Inbound] = deque()
+        #: a message a direct sender read whole, after its EVENTS ask had read ahead into
+        #: it (`send_direct`): taken before what the socket has (`_receive`); at most one
+        #: each, as (peer, its records or why it is malformed)
+        self._stash_app: list[tuple[bytes, list[Record] | str]] = []
+        self._stash_comp: list[tuple[bytes, list[Record] | str]] = []
 
     def _router(self) -> zmq.Socket[bytes]:
         cfg = self.core.config
@@ -209,6 +223,7 @@ class IoThread(threading.Thread):
             app_fd, comp_fd = self.app_fd, self.comp_fd
             poll = self.poller.poll
             others = self.others
+            sockets = self.sockets
             while not self._stopping:
                 timeout_ms = int(max(0.0, next_tick - time.monotonic()) * 1000) + 1
                 if core.credit_held or (self._held_app and self.app_polled):
@@ -233,7 +248,12 @@ class IoThread(threading.Thread):
                 woke = False
                 ready = self._others_left
                 self._others_left = []
-                for fd, _ in poll(timeout_ms):
+                sockets.release()  # while we sleep, another thread may send (`send_direct`)
+                try:
+                    signalled = poll(timeout_ms)
+                finally:
+                    sockets.acquire()
+                for fd, _ in signalled:
                     # A ROUTER that signalled is read at once, without asking EVENTS
                     # first: a read that finds nothing processes the socket's commands
                     # itself (taking the signal) and raises Again, and the socket is
@@ -248,6 +268,9 @@ class IoThread(threading.Thread):
                         sock = others.get(fd)
                         if sock is not None and sock not in ready:
                             ready.append(sock)
+                if self._stash_app or self._stash_comp:  # rare (`send_direct`)
+                    app_in = app_in or (bool(self._stash_app) and self.app_polled)
+                    comp_in = comp_in or bool(self._stash_comp)
                 credit_wait = 1 if woke or app_in or comp_in or ready else min(credit_wait * 2, 64)
                 # nothing queued and no wake: skip the lock (a wake written after the
                 # poll returned is seen by the next poll)
@@ -447,6 +470,68 @@ class IoThread(threading.Thread):
         out.records = out.body_bytes = out.head_bytes = 0
         if self._send_message(out.sock, out.peer, head, body):
             self._count_sent(out.peer, out.state, records, size)
+
+    def send_direct(
+        self,
+        sock: zmq.Socket[bytes],
+        peer: bytes,
+        kind: Kind,
+        route_id: int,
+        credit: int,
+        frames: Sequence[bytes],
+    ) -> bool:
+        """Send one record to `peer` as a message of its own, from another thread that
+        holds `sockets` (this thread is asleep in its poll): what the loop would send for
+        that record alone. False when libzmq refused it (no route, the HWM backstop):
+        nothing was sent, and the caller queues it for this thread, which meets the same
+        refusal and loses the peer (`_send_message`)."""
+        count = len(frames)
+        if count == 2:
+            first, second = frames
+            head = pack_pair(VERSION, kind, 2, 0, route_id, credit, len(first), len(second))
+            body = first + second
+        elif count == 1:
+            body = frames[0]
+            head = _pack_one(VERSION, kind, 1, 0, route_id, credit, len(body))
+        else:
+            head = entry(kind, 0, route_id, credit, frames)
+            body = b"".join(frames)
+        try:
+            _raw_send(sock, peer, _MORE)
+            _raw_send(sock, head, _MORE)
+            _raw_send(sock, body, _LAST)
+        except zmq.ZMQError:
+            return False
+        self.core.direct_messages += 1
+        self._count_sent(peer, None, 1, ENVELOPE_SIZE + len(body))
+        # The send may have taken the descriptor's signal of a message that arrived:
+        # ask, as the loop does before it sleeps, and wake the loop to read it. A yes
+        # has read ahead into that message (libzmq keeps its first part in the socket),
+        # and a disconnect of its pipe before the rest is read aborts libzmq: so the
+        # message is read whole now, for the loop to take first (`_receive`).
+        if _raw_get(sock, _EVENTS) & _POLLIN:
+            try:
+                peer = _raw_recv(sock, _NOBLOCK)
+            except zmq.Again:  # (the ask said yes: not expected)
+                pass
+            else:
+                self.core.received_messages += 1
+                if sock is self.comp:
+                    self._stash_comp.append((peer, self._rest(sock)))
+                    self.comp_dirty = True
+                else:
+                    self._stash_app.append((peer, self._rest(sock)))
+                    self.app_dirty = True
+            os.eventfd_write(self.core.waker, 1)
+        return True
+
+    def can_send_direct(self, sock: zmq.Socket[bytes]) -> bool:
+        """Whether a thread holding `sockets` may send on `sock` now: not while a message
+        it read ahead waits (one at most), nor on the application connection while we
+        are paused (it would be read, and held, against the pause)."""
+        if sock is self.comp:
+            return not self._stash_comp
+        return self.app_polled and not self._stash_app
 
     def _send_one(
         self,
@@ -709,6 +794,14 @@ class IoThread(threading.Thread):
         items: list[Item] = []
         malformed: list[tuple[bytes, str]] = []
         clean = False
+        stash = self._stash_comp if sock is self.comp else self._stash_app
+        if stash:  # read whole by a direct sender, before anything the socket still has
+            for peer, got in stash:
+                if isinstance(got, str):
+                    malformed.append((peer, got))
+                else:
+                    items += zip(repeat(peer), got, strict=False)
+            stash.clear()
         for i in range(self._batch):
             if len(items) >= wanted:
                 break
@@ -728,28 +821,33 @@ class IoThread(threading.Thread):
                 peer = _raw_recv(sock, _NOBLOCK)
             except zmq.Again:
                 break
-            self.core.received_messages += 1  # this thread alone writes it
-            head = _raw_recv(sock, _NOBLOCK, False)
-            if not head.more:
-                malformed.append((peer, "a message of one frame: no body after its head"))
-                continue
-            body = _raw_recv(sock, _NOBLOCK, False)
-            if body.more:
-                more: bool = True
-                while more:  # the rest of this message
-                    more = _raw_recv(sock, _NOBLOCK, False).more
-                malformed.append((peer, "a message of more than two frames"))
-                continue
-            try:
-                records = decode(head.bytes, body.bytes)
-            except MalformedFrame as exc:
-                malformed.append((peer, str(exc)))
-                continue
-            if len(records) == 1:
+            self.core.received_messages += 1  # written by whoever holds `sockets`
+            records = self._rest(sock)
+            if isinstance(records, str):
+                malformed.append((peer, records))
+            elif len(records) == 1:
                 items.append((peer, records[0]))
             else:
                 items += zip(repeat(peer), records, strict=False)
         return items, malformed, clean
+
+    @staticmethod
+    def _rest(sock: zmq.Socket[bytes]) -> list[Record] | str:
+        """The rest of a message whose routing id was read: its records, or why it is
+        malformed (then the whole message has been read all the same)."""
+        head = _raw_recv(sock, _NOBLOCK, False)
+        if not head.more:
+            return "a message of one frame: no body after its head"
+        body = _raw_recv(sock, _NOBLOCK, False)
+        if body.more:
+            more: bool = True
+            while more:  # the rest of this message
+                more = _raw_recv(sock, _NOBLOCK, False).more
+            return "a message of more than two frames"
+        try:
+            return decode(head.bytes, body.bytes)
+        except MalformedFrame as exc:
+            return str(exc)
 
     def _after_handle(
         self,
@@ -774,6 +872,8 @@ class IoThread(threading.Thread):
                 kept = [record for record in held if record.peer != peer]
                 held.clear()
                 held.extend(kept)
+        for stash in (self._stash_app, self._stash_comp):
+            stash[:] = [entry for entry in stash if entry[0] != peer]
 
     # -- liveness ---------------------------------------------------------------------
 

@@ -144,7 +144,11 @@ class Receiver:
             charge = credit if credit > 1 else 1
             state.unreleased += charge
             core.credit_held += charge
-            inbound = InboundKind.REQUEST if kind is _REQUEST else InboundKind.MESSAGE
+            if kind is _REQUEST:
+                state.open_requests += 1
+                inbound = InboundKind.REQUEST
+            else:
+                inbound = InboundKind.MESSAGE
             batch.append(make_inbound(peer, inbound, route_id, payload, charge))
         else:
             self.inbound_locked(
@@ -159,6 +163,7 @@ class Receiver:
             kind = InboundKind.MESSAGE
         elif env.kind is Kind.REQUEST:
             kind = InboundKind.REQUEST
+            state.open_requests += 1
         else:
             raise MalformedFrame(f"a {env.kind.name} record on the application connection")
         charge = max(env.credit, 1)

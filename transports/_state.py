@@ -4,8 +4,9 @@ Every field here is guarded by `Core.lock`. Application threads change it in `su
 `release` and `set_flow`; the I/O thread changes it when frames arrive. Neither calls a
 callback or completes a future while holding the lock: the methods return what is to
 be completed, and the caller completes it after releasing the lock. No socket lives
-here: only the I/O thread (`_io.py`) touches sockets, and it learns what to send from
-`Core.commands`, a FIFO that also keeps the per-peer order of admitted frames.
+here: the I/O thread (`_io.py`) learns what to send from `Core.commands`, a FIFO that
+also keeps the per-peer order of admitted frames, and `submit` says `DIRECT` when its
+caller may send a lone record itself (docs/transports.md, "Direct sends").
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from ._errors import Closed, InvalidRelease, PayloadTooLarge, PeerLost, UnknownP
 from ._types import FlowState, PeerStatistics, SubmitResult, SubmitStatus, TransportConfig
 from ._wire import BODY_BYTES, Kind
 
-__all__ = ["Command", "Core", "Parked", "PeerState"]
+__all__ = ["DIRECT", "Command", "Core", "Parked", "PeerState"]
 
 #: A command for the I/O thread: (op, *args). Ops: "app" (peer, kind, route_id, frames,
 #: charge),
@@ -70,6 +71,9 @@ class PeerState:
     owed: int = 0  # released by our owner, not yet returned in a frame
     owed_since: float = 0.0  # when `owed` last became non-zero
     unreleased: int = 0  # delivered to our owner, not yet released
+    # requests delivered to our owner and not answered yet (a hint: a reply goes
+    # directly only when it answers the one open request; `Transport._post_completion`)
+    open_requests: int = 0
     completion_backlog: list[Command] = field(default_factory=list)
     app_backlog: list[Command] = field(default_factory=list)  # before its app hello is read
     # liveness
@@ -100,7 +104,7 @@ class Core:
         self.wake_credit = max(config.min_charge, config.credit_window // 8)
         # read on every submit: plain attributes, not a walk through the config
         self._max_message_size = config.max_message_size
-        self._min_charge = config.min_charge
+        self.min_charge = config.min_charge
         self._slots = config.slots
         self._credit_window = config.credit_window
         # what our hellos say we accept: the largest frame libzmq lets in here
@@ -117,6 +121,7 @@ class Core:
         self.received_frames = 0
         self.received_bytes = 0
         self.sent_messages = 0  # wire messages, each carrying one or more records
+        self.direct_messages = 0  # of those, sent by the submitting thread itself
         self.received_messages = 0
         self._wake_pending = False
         self.waker_closed = False  # set by the I/O thread before it closes the eventfd
@@ -161,7 +166,7 @@ class Core:
             raise PayloadTooLarge(
                 f"{size} bytes of frames, above max_message_size {self.config.max_message_size}"
             )
-        return size if size > self._min_charge else self._min_charge
+        return size if size > self.min_charge else self.min_charge
 
     def submit(
         self,
@@ -171,16 +176,20 @@ class Core:
         frames: Sequence[bytes],
         size: int,
         refresh: Callable[[], Sequence[bytes]] | None = None,
+        direct: bool = False,
     ) -> SubmitResult:
         """Admit now (OK), park (BACKPRESSURED + future) or refuse a request (no slot).
 
         `size` is the frames' total length (the caller summed it while checking them).
         The hot path of every send: `_fits` and `post` are written out in the admitted
-        case.
+        case. `direct`: the caller holds the I/O thread's sockets and may send an
+        admitted record itself; the result is then `DIRECT` (and no command is queued)
+        when nothing of ours is in flight to the peer, nothing queued goes before it,
+        and the peer's connection is up.
         """
         if size > self._max_message_size:
             self.charge_of(frames)  # raises PayloadTooLarge
-        charge = size if size > self._min_charge else self._min_charge
+        charge = size if size > self.min_charge else self.min_charge
         with self.lock:
             if self.closed:
                 raise Closed("the transport is closed")
@@ -196,6 +205,15 @@ class Core:
                 # as _fits: within the window, or alone when nothing else is in flight
                 if in_use + charge <= (state.window or self._credit_window) or not in_use:
                     state.in_use = in_use + charge
+                    # sent here only alone: nothing in flight to the peer (else the
+                    # I/O thread packs it with what follows), nothing queued before it
+                    if (
+                        direct
+                        and not in_use
+                        and not self.commands
+                        and (state.outbound or state.app_seen)
+                    ):
+                        return DIRECT
                     self.commands.append(("app", peer, kind, route_id, frames, charge))
                     if not self._wake_pending and not self.waker_closed:
                         self._wake_pending = True
@@ -293,6 +311,8 @@ class Core:
 
 
 _OK = SubmitResult(SubmitStatus.OK)
+#: `submit`'s OK when the caller is to send the admitted record itself (`direct`)
+DIRECT = SubmitResult(SubmitStatus.OK)
 _U32 = 2**32 - 1
 _CAP_MARGIN = 1024  # bytes a packed frame stays below the peer's cap
 _REQUEST = Kind.REQUEST

@@ -10,7 +10,7 @@ from typing import TypeVar
 
 from ._errors import Closed, TransportUsageError, UnknownPeer, Withdrawn
 from ._io import EventCallback, IoThread, ReadBudget, ReceiveCallback
-from ._state import Core, admit_all, fail_all
+from ._state import DIRECT, Core, admit_all, fail_all
 from ._types import (
     Endpoints,
     FlowState,
@@ -89,8 +89,10 @@ class Transport:
             permits). When it says 0 the owner must have set `FlowState.PAUSED`, which
             takes the connection out of the poll set until RUNNING.
 
-    Every method is thread-safe: none touches a socket; each posts a command to the I/O
-    thread. Use as a context manager, or call `close()`.
+    Every method is thread-safe: each posts a command to the I/O thread, except that a
+    lone record submitted while the I/O thread sleeps is sent by the calling thread
+    itself, under the I/O thread's socket lock (docs/transports.md, "Direct sends").
+    Use as a context manager, or call `close()`.
     """
 
     def __init__(
@@ -195,7 +197,7 @@ class Transport:
             Closed: the transport is closed.
         """
         checked, size = _checked_frames(frames)
-        return self._core.submit(peer, _MESSAGE, 0, checked, size)
+        return self._submit(peer, _MESSAGE, 0, checked, size, None)
 
     def submit_request(
         self,
@@ -221,7 +223,39 @@ class Transport:
         if route_id.__class__ is not int or not 0 <= route_id <= _U64:
             _check_route_id(route_id)
         checked, size = _checked_frames(frames)
-        return self._core.submit(peer, _REQUEST, route_id, checked, size, refresh)
+        return self._submit(peer, _REQUEST, route_id, checked, size, refresh)
+
+    def _submit(
+        self,
+        peer: bytes,
+        kind: Kind,
+        route_id: int,
+        frames: tuple[bytes, ...],
+        size: int,
+        refresh: Callable[[], Sequence[bytes]] | None,
+    ) -> SubmitResult:
+        """Admit, park or refuse (`Core.submit`). While the I/O thread sleeps, an admitted
+        record with nothing queued before it is sent here, on the calling thread: that
+        saves the wake of the I/O thread on its way (docs/transports.md, "Direct
+        sends")."""
+        core = self._core
+        io = self._io
+        sockets = io.sockets
+        if not sockets.acquire(False):  # the I/O thread is awake: it sends
+            return core.submit(peer, kind, route_id, frames, size, refresh)
+        try:
+            app = io.app
+            result = core.submit(
+                peer, kind, route_id, frames, size, refresh, io.can_send_direct(app)
+            )
+            if result is DIRECT:
+                charge = size if size > core.min_charge else core.min_charge
+                if not io.send_direct(app, peer, kind, route_id, charge, frames):
+                    with core.lock:  # the I/O thread meets the refusal and loses the peer
+                        core.post(("app", peer, kind, route_id, frames, charge))
+        finally:
+            sockets.release()
+        return result
 
     def reply(self, peer: bytes, route_id: int, frames: Sequence[bytes]) -> None:
         """Send a reply on the completion connection: never charged, never parked.
@@ -308,12 +342,44 @@ class Transport:
         core = self._core
         if size > core.config.max_message_size:
             core.charge_of(checked)  # raises PayloadTooLarge
-        with core.lock:
-            if core.closed:
-                raise Closed("the transport is closed")
-            if peer not in core.peers:
-                raise UnknownPeer(f"no connection to peer {peer!r}")
-            core.post(("comp", peer, kind, route_id, checked))
+        io = self._io
+        direct = io.sockets.acquire(False)  # the I/O thread sleeps: send it here
+        try:
+            with core.lock:
+                if core.closed:
+                    raise Closed("the transport is closed")
+                state = core.peers.get(peer)
+                if state is None:
+                    raise UnknownPeer(f"no connection to peer {peer!r}")
+                alone = True
+                if kind is _REPLY:
+                    # sent here only when it answers the one open request: while more
+                    # are open, more replies follow, and the I/O thread packs them
+                    alone = state.open_requests <= 1
+                    if state.open_requests:
+                        state.open_requests -= 1
+                if (
+                    not direct
+                    or not alone
+                    or core.commands  # queued records go first
+                    or not io.can_send_direct(io.comp)
+                    or not (state.outbound or state.completion_seen)  # (its backlog)
+                ):
+                    core.post(("comp", peer, kind, route_id, checked))
+                    return
+                credit = state.owed  # carried back on this record, as `_comp_credit`
+                if credit:
+                    state.owed = 0
+                    core.credit_held -= credit
+                    core.credit_dirty.discard(peer)
+            if not io.send_direct(io.comp, peer, kind, route_id, credit, checked):
+                # No route to the peer: the I/O thread meets the same refusal and loses
+                # it, and the credit taken above goes with it.
+                with core.lock:
+                    core.post(("comp", peer, kind, route_id, checked))
+        finally:
+            if direct:
+                io.sockets.release()
 
     def release(self, peer: bytes, nbytes: int) -> None:
         """Return `nbytes` of credit (the `charge` of consumed records) to `peer`.
@@ -365,6 +431,7 @@ class Transport:
                 per_peer=per_peer,
                 sent_messages=core.sent_messages,
                 received_messages=core.received_messages,
+                direct_messages=core.direct_messages,
             )
 
     def peer_statistics(self, peer: bytes) -> PeerStatistics:

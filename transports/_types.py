@@ -297,3 +297,6 @@ class TransportStatistics:
     per_peer: tuple[PeerStatistics, ...] = field(default=())
     sent_messages: int = 0
     received_messages: int = 0
+    #: of `sent_messages`, those the submitting thread sent itself while the I/O thread
+    #: slept (one record each; docs/transports.md, "Direct sends")
+    direct_messages: int = 0
