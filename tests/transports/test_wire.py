@@ -149,7 +149,7 @@ def test_a_one_record_head_of_one_or_two_frames_decodes_exactly_when_valid(
     version, code, count = VERSION, int(kind), frames
     lengths = [len(frame) for frame in payload]
     if broken == "version":
-        version = (VERSION + noise) % 256
+        version = (VERSION + 1 + noise % 255) % 256  # any byte but VERSION
     elif broken == "kind":
         code = 10 + noise % 246  # none above NOTICE (10) is a kind
     elif broken == "count":
