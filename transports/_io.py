@@ -239,11 +239,17 @@ class IoThread(threading.Thread):
                 app_in = comp_in = False
                 if self.app_dirty:
                     self.app_dirty = False
-                    app_in = self.app_polled and bool(_raw_get(app, _EVENTS) & _POLLIN)
+                    app_in = self.app_polled and self._ask(app, self._stash_app)
                 if self.comp_dirty:
                     self.comp_dirty = False
-                    comp_in = bool(_raw_get(comp, _EVENTS) & _POLLIN)
-                if app_in or comp_in or self._others_left:
+                    comp_in = self._ask(comp, self._stash_comp)
+                if (
+                    app_in
+                    or comp_in
+                    or self._others_left
+                    or self._stash_comp
+                    or (self._stash_app and self.app_polled)
+                ):
                     timeout_ms = 0
                 woke = False
                 ready = self._others_left
@@ -505,30 +511,36 @@ class IoThread(threading.Thread):
         self.core.direct_messages += 1
         self._count_sent(peer, None, 1, ENVELOPE_SIZE + len(body))
         # The send may have taken the descriptor's signal of a message that arrived:
-        # ask, as the loop does before it sleeps, and wake the loop to read it. A yes
-        # has read ahead into that message (libzmq keeps its first part in the socket),
-        # and a disconnect of its pipe before the rest is read aborts libzmq: so the
-        # message is read whole now, for the loop to take first (`_receive`).
-        if _raw_get(sock, _EVENTS) & _POLLIN:
-            try:
-                peer = _raw_recv(sock, _NOBLOCK)
-            except zmq.Again:  # (the ask said yes: not expected)
-                pass
+        # ask, as the loop does before it sleeps, and wake the loop to read it.
+        comp = sock is self.comp
+        if self._ask(sock, self._stash_comp if comp else self._stash_app):
+            if comp:
+                self.comp_dirty = True
             else:
-                self.core.received_messages += 1
-                if sock is self.comp:
-                    self._stash_comp.append((peer, self._rest(sock)))
-                    self.comp_dirty = True
-                else:
-                    self._stash_app.append((peer, self._rest(sock)))
-                    self.app_dirty = True
+                self.app_dirty = True
             os.eventfd_write(self.core.waker, 1)
+        return True
+
+    def _ask(self, sock: zmq.Socket[bytes], stash: list[tuple[bytes, list[Record] | str]]) -> bool:
+        """Ask `sock` for EVENTS: whether a message waits. A yes has read ahead into that
+        message (libzmq keeps its first part inside the socket), and a disconnect of its
+        pipe before the rest is read aborts libzmq (fq.cpp:80) or leaves half a message
+        to the next read: so the message is read whole now, into `stash`, which
+        `_receive` takes before anything the socket still has."""
+        if not _raw_get(sock, _EVENTS) & _POLLIN:
+            return False
+        try:
+            peer = _raw_recv(sock, _NOBLOCK)
+        except zmq.Again:  # (the ask said yes: not expected)
+            return True
+        self.core.received_messages += 1
+        stash.append((peer, self._rest(sock)))
         return True
 
     def can_send_direct(self, sock: zmq.Socket[bytes]) -> bool:
         """Whether a thread holding `sockets` may send on `sock` now: not while a message
-        it read ahead waits (one at most), nor on the application connection while we
-        are paused (it would be read, and held, against the pause)."""
+        read ahead waits (so a direct sender adds one at most), nor on the application
+        connection while we are paused (it would be read, and held, against the pause)."""
         if sock is self.comp:
             return not self._stash_comp
         return self.app_polled and not self._stash_app
@@ -872,8 +884,6 @@ class IoThread(threading.Thread):
                 kept = [record for record in held if record.peer != peer]
                 held.clear()
                 held.extend(kept)
-        for stash in (self._stash_app, self._stash_comp):
-            stash[:] = [entry for entry in stash if entry[0] != peer]
 
     # -- liveness ---------------------------------------------------------------------
 
@@ -904,6 +914,11 @@ class IoThread(threading.Thread):
         if state is None:
             return
         self._forget_held(peer)
+        # read ahead, not handed over yet (`_ask`): dropped with the peer, as unread
+        # data is (kept on a restart, `_forget_held`: it may be the new incarnation's)
+        for stash in (self._stash_app, self._stash_comp):
+            if stash:
+                stash[:] = [entry for entry in stash if entry[0] != peer]
         if state.outbound:
             self.app_dirty = self.comp_dirty = True
             for sock, address in zip((self.app, self.comp), state.addresses, strict=True):

@@ -137,9 +137,9 @@ class Core:
     def post(self, command: Command) -> None:
         """Queue a command and wake the I/O thread. Call with the lock held."""
         self.commands.append(command)
-        self._wake_locked()
+        self.wake_locked()
 
-    def _wake_locked(self) -> None:
+    def wake_locked(self) -> None:
         if not self._wake_pending and not self.waker_closed:
             self._wake_pending = True
             os.eventfd_write(self.waker, 1)
@@ -269,7 +269,7 @@ class Core:
             state.owed += nbytes
             self.credit_dirty.add(peer)
             if state.owed >= self.wake_credit:
-                self._wake_locked()  # a large return goes at once, not at the next tick
+                self.wake_locked()  # a large return goes at once, not at the next tick
 
     # -- loss and close -------------------------------------------------------------
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from types import TracebackType
@@ -251,8 +252,12 @@ class Transport:
             if result is DIRECT:
                 charge = size if size > core.min_charge else core.min_charge
                 if not io.send_direct(app, peer, kind, route_id, charge, frames):
-                    with core.lock:  # the I/O thread meets the refusal and loses the peer
-                        core.post(("app", peer, kind, route_id, frames, charge))
+                    # Queued first (whatever came meanwhile was admitted after it, and
+                    # the I/O thread took nothing: we hold `sockets`); the I/O thread
+                    # meets the same refusal and loses the peer, or sends it.
+                    with core.lock:
+                        core.commands.appendleft(("app", peer, kind, route_id, frames, charge))
+                        core.wake_locked()
         finally:
             sockets.release()
         return result
@@ -351,7 +356,7 @@ class Transport:
                 state = core.peers.get(peer)
                 if state is None:
                     raise UnknownPeer(f"no connection to peer {peer!r}")
-                alone = True
+                alone = False  # a notice goes through the I/O thread (packed)
                 if kind is _REPLY:
                     # sent here only when it answers the one open request: while more
                     # are open, more replies follow, and the I/O thread packs them
@@ -373,10 +378,18 @@ class Transport:
                     core.credit_held -= credit
                     core.credit_dirty.discard(peer)
             if not io.send_direct(io.comp, peer, kind, route_id, credit, checked):
-                # No route to the peer: the I/O thread meets the same refusal and loses
-                # it, and the credit taken above goes with it.
+                # Refused (no route): queued first, as in `_submit`, and the credit taken
+                # above is owed again; the I/O thread meets the same refusal and loses
+                # the peer, or sends it.
                 with core.lock:
-                    core.post(("comp", peer, kind, route_id, checked))
+                    if credit and core.peers.get(peer) is state:
+                        if not state.owed:
+                            state.owed_since = time.monotonic()
+                        state.owed += credit
+                        core.credit_held += credit
+                        core.credit_dirty.add(peer)
+                    core.commands.appendleft(("comp", peer, kind, route_id, checked))
+                    core.wake_locked()
         finally:
             if direct:
                 io.sockets.release()
