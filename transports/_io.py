@@ -914,12 +914,14 @@ class IoThread(threading.Thread):
         if state is None:
             return
         self._forget_held(peer)
-        # read ahead, not handed over yet (`_ask`): dropped with the peer, as unread
-        # data is (kept on a restart, `_forget_held`: it may be the new incarnation's)
-        for stash in (self._stash_app, self._stash_comp):
-            if stash:
-                stash[:] = [entry for entry in stash if entry[0] != peer]
         if state.outbound:
+            # Read ahead, not handed over yet (`_ask`): dropped with the connections we
+            # close, as their unread data is. A peer that dialled us keeps it, as libzmq
+            # keeps its unread data: it may be a new connection's hello (and so on a
+            # restart, `_forget_held`).
+            for stash in (self._stash_app, self._stash_comp):
+                if stash:
+                    stash[:] = [entry for entry in stash if entry[0] != peer]
             self.app_dirty = self.comp_dirty = True
             for sock, address in zip((self.app, self.comp), state.addresses, strict=True):
                 with contextlib.suppress(zmq.ZMQError):  # already gone
