@@ -171,9 +171,9 @@ class IoThread(threading.Thread):
         # in line for the next wake
         self._held_app: deque[Inbound] = deque()
         self._held_comp: deque[Inbound] = deque()
-        #: a message a direct sender read whole, after its EVENTS ask had read ahead into
-        #: it (`send_direct`): taken before what the socket has (`_receive`); at most one
-        #: each, as (peer, its records or why it is malformed)
+        #: messages an EVENTS ask read ahead into, read whole at once (`_ask`): taken
+        #: before what the socket has (`_receive`), as (peer, its records or why it is
+        #: malformed)
         self._stash_app: list[tuple[bytes, list[Record] | str]] = []
         self._stash_comp: list[tuple[bytes, list[Record] | str]] = []
 
@@ -274,7 +274,7 @@ class IoThread(threading.Thread):
                         sock = others.get(fd)
                         if sock is not None and sock not in ready:
                             ready.append(sock)
-                if self._stash_app or self._stash_comp:  # rare (`send_direct`)
+                if self._stash_app or self._stash_comp:  # (`_ask`)
                     app_in = app_in or (bool(self._stash_app) and self.app_polled)
                     comp_in = comp_in or bool(self._stash_comp)
                 credit_wait = 1 if woke or app_in or comp_in or ready else min(credit_wait * 2, 64)
@@ -491,17 +491,7 @@ class IoThread(threading.Thread):
         that record alone. False when libzmq refused it (no route, the HWM backstop):
         nothing was sent, and the caller queues it for this thread, which meets the same
         refusal and loses the peer (`_send_message`)."""
-        count = len(frames)
-        if count == 2:
-            first, second = frames
-            head = pack_pair(VERSION, kind, 2, 0, route_id, credit, len(first), len(second))
-            body = first + second
-        elif count == 1:
-            body = frames[0]
-            head = _pack_one(VERSION, kind, 1, 0, route_id, credit, len(body))
-        else:
-            head = entry(kind, 0, route_id, credit, frames)
-            body = b"".join(frames)
+        head, body = encode(kind, 0, route_id, credit, frames)
         try:
             _raw_send(sock, peer, _MORE)
             _raw_send(sock, head, _MORE)
@@ -807,7 +797,7 @@ class IoThread(threading.Thread):
         malformed: list[tuple[bytes, str]] = []
         clean = False
         stash = self._stash_comp if sock is self.comp else self._stash_app
-        if stash:  # read whole by a direct sender, before anything the socket still has
+        if stash:  # read whole by an ask (`_ask`), before anything the socket still has
             for peer, got in stash:
                 if isinstance(got, str):
                     malformed.append((peer, got))

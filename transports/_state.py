@@ -139,6 +139,13 @@ class Core:
         self.commands.append(command)
         self.wake_locked()
 
+    def requeue_first(self, command: Command) -> None:
+        """Queue a record a direct send could not send, first in line (it was admitted
+        with nothing queued, and the I/O thread took nothing while its sender held the
+        sockets), and wake the I/O thread. Call with the lock held."""
+        self.commands.appendleft(command)
+        self.wake_locked()
+
     def wake_locked(self) -> None:
         if not self._wake_pending and not self.waker_closed:
             self._wake_pending = True

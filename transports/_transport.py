@@ -252,12 +252,10 @@ class Transport:
             if result is DIRECT:
                 charge = size if size > core.min_charge else core.min_charge
                 if not io.send_direct(app, peer, kind, route_id, charge, frames):
-                    # Queued first (whatever came meanwhile was admitted after it, and
-                    # the I/O thread took nothing: we hold `sockets`); the I/O thread
-                    # meets the same refusal and loses the peer, or sends it.
+                    # the I/O thread meets the same refusal and loses the peer, or
+                    # sends it
                     with core.lock:
-                        core.commands.appendleft(("app", peer, kind, route_id, frames, charge))
-                        core.wake_locked()
+                        core.requeue_first(("app", peer, kind, route_id, frames, charge))
         finally:
             sockets.release()
         return result
@@ -378,9 +376,8 @@ class Transport:
                     core.credit_held -= credit
                     core.credit_dirty.discard(peer)
             if not io.send_direct(io.comp, peer, kind, route_id, credit, checked):
-                # Refused (no route): queued first, as in `_submit`, and the credit taken
-                # above is owed again; the I/O thread meets the same refusal and loses
-                # the peer, or sends it.
+                # Refused (no route): the credit taken above is owed again; the I/O
+                # thread meets the same refusal and loses the peer, or sends it.
                 with core.lock:
                     if credit and core.peers.get(peer) is state:
                         if not state.owed:
@@ -388,8 +385,7 @@ class Transport:
                         state.owed += credit
                         core.credit_held += credit
                         core.credit_dirty.add(peer)
-                    core.commands.appendleft(("comp", peer, kind, route_id, checked))
-                    core.wake_locked()
+                    core.requeue_first(("comp", peer, kind, route_id, checked))
         finally:
             if direct:
                 io.sockets.release()
