@@ -29,10 +29,10 @@ from typing import Any, Final, TypeVar
 
 import redis.asyncio as aioredis
 from redis.asyncio.connection import AbstractConnection
+from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisError, ResponseError
-from redis.retry import Retry
 
 from .._core.errors import DeadlineExceededError, ShuttingDownError, UnavailableError
 from .._core.validation import check_seconds
