@@ -106,12 +106,14 @@ class IoThread(threading.Thread):
         on_receive: ReceiveCallback,
         on_event: EventCallback | None,
         read_budget: ReadBudget | None = None,
+        before_sleep: Callable[[], None] | None = None,
     ):
         super().__init__(name=f"transports-io-{core.name.decode(errors='replace')}", daemon=True)
         self.core = core
         self.on_receive = on_receive
         self.on_event = on_event
         self.read_budget = read_budget
+        self.before_sleep = before_sleep
         self.context = zmq.Context()
         self.app = self._router()
         self.comp = self._router()
@@ -224,6 +226,7 @@ class IoThread(threading.Thread):
             poll = self.poller.poll
             others = self.others
             sockets = self.sockets
+            before_sleep = self.before_sleep
             while not self._stopping:
                 timeout_ms = int(max(0.0, next_tick - time.monotonic()) * 1000) + 1
                 if core.credit_held or (self._held_app and self.app_polled):
@@ -254,6 +257,10 @@ class IoThread(threading.Thread):
                 woke = False
                 ready = self._others_left
                 self._others_left = []
+                if before_sleep is not None:
+                    # Last before the sleep: the owner wakes the threads its callbacks
+                    # handed work or results to, which then find the GIL free.
+                    self._before_sleep(before_sleep)
                 sockets.release()  # while we sleep, another thread may send (`send_direct`)
                 try:
                     signalled = poll(timeout_ms)
@@ -325,6 +332,14 @@ class IoThread(threading.Thread):
             with self.core.lock:
                 self.core.waker_closed = True
             os.close(self.core.waker)
+            if self.before_sleep is not None:
+                self._before_sleep(self.before_sleep)  # after the last callback
+
+    def _before_sleep(self, before_sleep: Callable[[], None]) -> None:
+        try:
+            before_sleep()
+        except Exception:
+            log.exception("before_sleep callback of %r failed", self.core.name)
 
     def _emit(self) -> None:
         if not self._events or self.on_event is None:

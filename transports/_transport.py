@@ -89,6 +89,11 @@ class Transport:
             connection: how many records it may read now (the owner's free inbound
             permits). When it says 0 the owner must have set `FlowState.PAUSED`, which
             takes the connection out of the poll set until RUNNING.
+        before_sleep: called on the I/O thread each time it is about to sleep in its
+            poll, after every callback of that wake, and once more as the thread ends:
+            where the owner makes the wakes its callbacks kept (a thread woken while the
+            I/O thread still runs Python waits for the GIL; docs/transports.md, "The
+            owner's controls"). It must not block; what it raises is logged.
 
     Every method is thread-safe: each posts a command to the I/O thread, except that a
     lone record submitted while the I/O thread sleeps is sent by the calling thread
@@ -104,11 +109,12 @@ class Transport:
         on_event: EventCallback | None = None,
         config: TransportConfig | None = None,
         read_budget: ReadBudget | None = None,
+        before_sleep: Callable[[], None] | None = None,
     ) -> None:
         if not isinstance(name, bytes) or not 1 <= len(name) <= 255 or name[0] == 0:
             raise TransportUsageError("name must be 1..255 bytes not starting with b'\\x00'")
         self._core = Core(name, config or TransportConfig())
-        self._io = IoThread(self._core, on_receive, on_event, read_budget)
+        self._io = IoThread(self._core, on_receive, on_event, read_budget, before_sleep)
         self._io.start()
 
     @property

@@ -23,6 +23,7 @@ from typing import Any, Generic, TypeVar
 from . import context as _context
 from .dispatcher import get_dispatcher
 from .errors import CancelledError
+from .handoff import flush, wake
 from .validation import MAX_SECONDS, check_optional_seconds
 
 __all__ = [
@@ -57,7 +58,7 @@ Notify = tuple[list[_thread.LockType], list["Completion[Any]"]]
 def _notify(notify: Notify) -> None:
     woken, handles = notify
     for waiter in woken:
-        waiter.release()
+        wake(waiter)
     for handle in handles:
         handle._fire()
 
@@ -328,6 +329,7 @@ class Completion(Generic[T]):
             self._waiters.append(waiter)
             self._listen()
         self._fire_if_missed()
+        flush()  # a thread that defers its wakes makes them before it blocks
         if waiter.acquire(True, -1 if timeout is None else timeout):
             return True
         with cell._lock:
@@ -353,7 +355,7 @@ class Completion(Generic[T]):
             callbacks, self._callbacks = self._callbacks, None
         if waiters:
             for waiter in waiters:
-                waiter.release()
+                wake(waiter)
         if callbacks:
             dispatcher = get_dispatcher()
             for fn, poster in callbacks:

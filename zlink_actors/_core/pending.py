@@ -28,6 +28,7 @@ from .errors import (
     ZlinkError,
     internal_failure,
 )
+from .handoff import wake
 from .record import K_REQUEST, Handler, Record
 from .validation import reply_mismatch
 
@@ -482,7 +483,7 @@ class SyncRequest(_SelfReplying):
         # Reached only by the winner of `PendingTable.pop`: no lock needed.
         self.value = value
         self.exc = exc
-        self.waiter.release()
+        wake(self.waiter)
         # Read after `exc` is set (see `turn_cancellation`).
         source = self.source
         if source is not None and exc is not None:

@@ -21,6 +21,7 @@ from typing import Final, Protocol
 from .clock import SystemClock, TimerService
 from .completion import CellLock, Notify, _Cell, _notify
 from .gate import IDLE, READY, RUNNING, SUSPENDED, Gate, wait_free
+from .handoff import wake
 from .mailbox import Mailbox, lock_box, trim
 from .record import Message, Record
 
@@ -211,7 +212,7 @@ class AppPool:
                 if not self._check_armed:
                     self._check_armed = arm = True
         if slot is not None:
-            slot.wake.release()
+            wake(slot.wake)
         elif arm:
             self._watch.call_after(STALL_SECONDS, self._stall_check)
 
@@ -220,7 +221,8 @@ class AppPool:
         hand `rec` straight to an idle thread, if no pool thread is running (the gate
         becomes RUNNING and the record never enters a lane), or queue it and put the gate
         in the ready set. A thread is woken inside the critical section that chose it, so
-        that nothing (not even an interrupt) can come between the choice and the wake.
+        that nothing (not even an interrupt) can come between the choice and the wake (on
+        the transport's I/O thread the wake waits for that thread's sleep: `handoff`).
 
         Caller holds `gate.lock`; the gate is IDLE, so every lane under it is empty and
         running `rec` first keeps FIFO order. `box` is not claimed.
@@ -236,13 +238,13 @@ class AppPool:
                 self._busy += 1
                 gate.state = RUNNING
                 slot.gate, slot.first_box, slot.first = gate, box, rec
-                slot.wake.release()
+                wake(slot.wake)
                 return
             box.push(rec, False)  # the gate becomes READY
             self._ready.append(gate)
             if idle:
                 if not self._busy:
-                    idle.pop().wake.release()  # woken with no gate: it takes the ready head
+                    wake(idle.pop().wake)  # woken with no gate: it takes the ready head
                 elif not self._check_armed:
                     self._check_armed = arm = True
         if arm:

@@ -22,6 +22,7 @@ from .._core.errors import (
     UnavailableError,
     shutting_down,
 )
+from .._core.handoff import wake
 from .._core.pending import OPERATION_HIGH_BYTES, CellEntry, PendingTable, next_route_id
 from .._core.state import HostState
 from .._core.validation import STRUCT_META, rule_type
@@ -510,7 +511,7 @@ class _Outgoing(CellEntry):
             self._value = value
             self._exc = exc
             self._state = _DONE
-            waiter.release()
+            wake(waiter)  # on the I/O thread: as it goes to sleep (`handoff`)
         self.node._request_finished(self)
 
     def cancel(self) -> bool:

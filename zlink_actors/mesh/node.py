@@ -18,6 +18,7 @@ import zmq
 
 import transports as t
 
+from .._core import handoff
 from .._core.errors import (
     DeadlineExceededError,
     NotFoundError,
@@ -78,6 +79,9 @@ class MeshNode(GlobalObjects):
             on_event=self._on_event,
             config=transport_config,
             read_budget=self._free_permits,
+            # The wakes the callbacks make (a pool thread handed a request, a caller
+            # handed its reply) wait for the I/O thread's sleep: docs/decisions.md.
+            before_sleep=handoff.sleeping,
         )
         try:
             application = self._bind(self._transport)
