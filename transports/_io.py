@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import logging
+import math
 import os
 import select
 import threading
@@ -36,7 +37,7 @@ from zmq.utils.monitor import recv_monitor_message
 
 from ._errors import Closed, MalformedFrame, PeerLost, TransportUsageError
 from ._receive import Item, Receiver
-from ._state import Command, Core, PeerState, admit_all, fail_all
+from ._state import CREDIT_DELAY, Command, Core, PeerState, admit_all, fail_all
 from ._types import Endpoints, FlowState, Inbound, PeerEvent, PeerEventKind
 from ._wire import (
     ENVELOPE_SIZE,
@@ -70,8 +71,6 @@ def _fd(sock: zmq.Socket[bytes]) -> int:
     """The descriptor that signals the socket's new internal commands (ZMQ_FD)."""
     return int(sock.getsockopt(zmq.FD))
 
-
-_CREDIT_DELAY = 0.001  # seconds a small credit return may wait for a reply to carry it
 
 _pack_one = pack_single
 
@@ -298,9 +297,9 @@ class IoThread(threading.Thread):
                         self._answer_zap(sock)
                     else:
                         self._read_monitor(sock)
-                if core.credit_dirty:  # (tested here: two calls saved on most wakes)
-                    self._flush_credit()
                 now = time.monotonic()
+                if core.credit_dirty and now >= core.credit_due:  # (two calls saved)
+                    self._flush_credit(now)
                 if now >= next_tick:
                     self._heartbeat(now)
                     next_tick = now + tick
@@ -622,11 +621,7 @@ class IoThread(threading.Thread):
                 if kind is not Kind.CREDIT:  # owed credit stays owed and goes later
                     state.completion_backlog.append(("comp", peer, kind, route_id, frames, aux))
                 return None
-            credit = state.owed
-            if credit:
-                state.owed = 0
-                core.credit_held -= credit
-                core.credit_dirty.discard(peer)
+            credit = core.take_owed_locked(state)
         return state, credit
 
     def _send_comp(
@@ -647,20 +642,33 @@ class IoThread(threading.Thread):
         for peer in peers:
             self._send_comp(peer, Kind.FLOW, epoch, (), aux=state.value)
 
-    def _flush_credit(self) -> None:
+    def _flush_credit(self, now: float) -> None:
         """Return owed credit in CREDIT frames: at once when a large amount is owed, else
-        after it has waited 1 ms (a reply to that peer usually carries it back first)."""
-        core = self.core  # (the loop calls this only when some credit is owed)
-        due = time.monotonic() - _CREDIT_DELAY
+        after it has waited 1 ms (a reply to that peer usually carries it back first);
+        and set when to look again (`Core.credit_due`). The loop calls this only when
+        some credit is owed and due."""
+        core = self.core
+        due = now - CREDIT_DELAY
+        dirty: list[bytes] = []
         with core.lock:
-            dirty = [
-                peer
-                for peer in core.credit_dirty
-                if (state := core.peers.get(peer)) is not None
-                and (state.owed >= core.wake_credit or state.owed_since <= due)
-            ]
+            later = math.inf
+            for peer in core.credit_dirty:
+                state = core.peers.get(peer)
+                if state is None:
+                    continue
+                if state.owed >= core.wake_credit or state.owed_since <= due:
+                    dirty.append(peer)
+                elif state.owed_since + CREDIT_DELAY < later:
+                    later = state.owed_since + CREDIT_DELAY
+            core.credit_due = later
         for peer in dirty:
             self._send_comp(peer, Kind.CREDIT, 0, ())
+        if dirty:
+            with core.lock:
+                if not core.credit_dirty.isdisjoint(dirty):
+                    # Not sent (its completion connection is not up yet): it stays owed,
+                    # and the next wake looks again.
+                    core.credit_due = 0.0
 
     # -- setup (run on this thread through "call" commands) ----------------------------
 

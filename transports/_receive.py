@@ -82,8 +82,8 @@ class Receiver:
                         dropped.append((peer, str(exc)))
                     if flush or admitted or self._restarted:
                         break
-            restarted, self._restarted = self._restarted, []
-            if flush or admitted or restarted:
+            if flush or admitted or self._restarted:
+                restarted, self._restarted = self._restarted, []
                 run(peer, flush, admitted, restarted)
         return dropped
 
@@ -168,9 +168,8 @@ class Receiver:
             raise MalformedFrame(f"a {env.kind.name} record on the application connection")
         charge = max(env.credit, 1)
         if size > self._max_message_size:
-            state.owed += charge  # rejected: its credit goes straight back
+            self.core.owe_locked(state, charge)  # rejected: its credit goes straight back
             self.core.credit_held += charge
-            self.core.credit_dirty.add(state.name)
             error = PayloadTooLarge(f"{size} bytes of payload refused")
             batch.append(make_inbound(state.name, kind, env.route_id, (), 0, error))
             return

@@ -11,6 +11,7 @@ caller may send a lone record itself (docs/transports.md, "Direct sends").
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
@@ -24,7 +25,11 @@ from ._errors import Closed, InvalidRelease, PayloadTooLarge, PeerLost, UnknownP
 from ._types import FlowState, PeerStatistics, SubmitResult, SubmitStatus, TransportConfig
 from ._wire import BODY_BYTES, Kind
 
-__all__ = ["DIRECT", "Command", "Core", "Parked", "PeerState"]
+__all__ = ["CREDIT_DELAY", "DIRECT", "Command", "Core", "Parked", "PeerState"]
+
+#: Seconds a small credit return may wait for a reply to carry it (docs/transports.md,
+#: "Credit: what a window means").
+CREDIT_DELAY = 0.001
 
 #: A command for the I/O thread: (op, *args). Ops: "app" (peer, kind, route_id, frames,
 #: charge),
@@ -102,6 +107,11 @@ class Core:
         # to return released credit, so a release need not wake it for small amounts
         self.credit_held = 0
         self.wake_credit = max(config.min_charge, config.credit_window // 8)
+        #: When the I/O thread must next look at `credit_dirty` (`IoThread._flush_credit`):
+        #: at the earliest `owed_since + CREDIT_DELAY` of an owing peer, at once (0.0)
+        #: for a large amount, never (inf) while nothing is owed. A reply that carries a
+        #: peer's credit back leaves it as it is: one look too many, never one too few.
+        self.credit_due = math.inf
         # read on every submit: plain attributes, not a walk through the config
         self._max_message_size = config.max_message_size
         self.min_charge = config.min_charge
@@ -271,12 +281,32 @@ class Core:
             if nbytes == 0:
                 return
             state.unreleased -= nbytes
-            if not state.owed:
-                state.owed_since = time.monotonic()
-            state.owed += nbytes
-            self.credit_dirty.add(peer)
-            if state.owed >= self.wake_credit:
-                self.wake_locked()  # a large return goes at once, not at the next tick
+            self.owe_locked(state, nbytes)
+
+    def take_owed_locked(self, state: PeerState) -> int:
+        """The credit owed to `state`'s peer, taken to travel back on a record that goes
+        to it now (lock held)."""
+        credit = state.owed
+        if credit:
+            state.owed = 0
+            self.credit_held -= credit
+            dirty = self.credit_dirty
+            dirty.discard(state.name)
+            if not dirty:
+                self.credit_due = math.inf  # nothing left owed: no CREDIT frame to time
+        return credit
+
+    def owe_locked(self, state: PeerState, nbytes: int) -> None:
+        """`nbytes` of credit are owed back to `state`'s peer (lock held): they go back
+        with the next completion record to it, or in a CREDIT frame once due."""
+        if not state.owed:
+            state.owed_since = now = time.monotonic()
+            self.credit_due = min(self.credit_due, now + CREDIT_DELAY)
+        state.owed += nbytes
+        self.credit_dirty.add(state.name)
+        if state.owed >= self.wake_credit:
+            self.credit_due = 0.0
+            self.wake_locked()  # a large return goes at once, not at the next tick
 
     # -- loss and close -------------------------------------------------------------
 

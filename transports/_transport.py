@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from types import TracebackType
@@ -376,21 +375,14 @@ class Transport:
                 ):
                     core.post(("comp", peer, kind, route_id, checked))
                     return
-                credit = state.owed  # carried back on this record, as `_comp_credit`
-                if credit:
-                    state.owed = 0
-                    core.credit_held -= credit
-                    core.credit_dirty.discard(peer)
+                credit = core.take_owed_locked(state)  # carried back on this record
             if not io.send_direct(io.comp, peer, kind, route_id, credit, checked):
                 # Refused (no route): the credit taken above is owed again; the I/O
                 # thread meets the same refusal and loses the peer, or sends it.
                 with core.lock:
                     if credit and core.peers.get(peer) is state:
-                        if not state.owed:
-                            state.owed_since = time.monotonic()
-                        state.owed += credit
+                        core.owe_locked(state, credit)
                         core.credit_held += credit
-                        core.credit_dirty.add(peer)
                     core.requeue_first(("comp", peer, kind, route_id, checked))
         finally:
             if direct:
