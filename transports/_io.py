@@ -298,7 +298,7 @@ class IoThread(threading.Thread):
                     else:
                         self._read_monitor(sock)
                 now = time.monotonic()
-                if core.credit_dirty and now >= core.credit_due:  # (two calls saved)
+                if core.credit_dirty and now >= core.credit_due:  # (no call when not due)
                     self._flush_credit(now)
                 if now >= next_tick:
                     self._heartbeat(now)
@@ -318,21 +318,24 @@ class IoThread(threading.Thread):
                 if command[0] == "call" and not command[2].done():
                     command[2].set_exception(Closed("the transport's I/O thread failed"))
         finally:
-            self._emit()
-            for sock in (self.app, self.comp):
-                sock.disable_monitor()
-            for monitor in self.monitors:
-                monitor.close(0)
-            if self.zap is not None:
-                self.zap.close(0)
-            self.app.close(0)
-            self.comp.close(0)
-            self.context.term()
-            with self.core.lock:
-                self.core.waker_closed = True
-            os.close(self.core.waker)
-            if self.before_sleep is not None:
-                self._before_sleep(self.before_sleep)  # after the last callback
+            try:
+                self._emit()
+                for sock in (self.app, self.comp):
+                    sock.disable_monitor()
+                for monitor in self.monitors:
+                    monitor.close(0)
+                if self.zap is not None:
+                    self.zap.close(0)
+                self.app.close(0)
+                self.comp.close(0)
+                self.context.term()
+                with self.core.lock:
+                    self.core.waker_closed = True
+                os.close(self.core.waker)
+            finally:
+                if self.before_sleep is not None:
+                    # After the last callback, whatever failed before it.
+                    self._before_sleep(self.before_sleep)
 
     def _before_sleep(self, before_sleep: Callable[[], None]) -> None:
         try:

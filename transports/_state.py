@@ -109,8 +109,9 @@ class Core:
         self.wake_credit = max(config.min_charge, config.credit_window // 8)
         #: When the I/O thread must next look at `credit_dirty` (`IoThread._flush_credit`):
         #: at the earliest `owed_since + CREDIT_DELAY` of an owing peer, at once (0.0)
-        #: for a large amount, never (inf) while nothing is owed. A reply that carries a
-        #: peer's credit back leaves it as it is: one look too many, never one too few.
+        #: for a large amount, never (inf) while nothing is owed. A record that carries a
+        #: peer's credit back leaves it as it is while others still owe (one look too
+        #: many, never one too few), and resets it once nothing is owed.
         self.credit_due = math.inf
         # read on every submit: plain attributes, not a walk through the config
         self._max_message_size = config.max_message_size

@@ -507,7 +507,7 @@ class RequestCall(_MessageCall[T], Generic[T]):
             if not waiter.acquire(True, timeout):
                 late = DeadlineExceededError("no result within the call's deadline")
                 pending.finish(route, exc=late)
-                waiter.acquire()  # released by whichever path won, at once
+                waiter.acquire()  # released by the path that won (never an I/O thread)
         except BaseException:
             # Interrupted (KeyboardInterrupt): nobody is left to observe the result.
             pending.finish(route, exc=CancelledError())

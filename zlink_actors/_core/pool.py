@@ -175,7 +175,8 @@ class AppPool:
     def push(self, gate: Gate[Mailbox]) -> None:
         """A gate became READY: put it at the back of the ready set.
 
-        An idle thread is woken at once only when no pool thread is running: otherwise the
+        An idle thread is woken at once (from the transport's I/O thread: as that thread
+        goes to sleep, `handoff`) only when no pool thread is running: otherwise the
         running one takes the gate when its batch ends. Python runs one thread at a time,
         and two pool threads running Python hand every lock back and forth across cores
         (measured: 4x slower handler-to-handler). If the running thread stalls instead (a

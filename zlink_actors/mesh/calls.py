@@ -58,6 +58,8 @@ _SERVING: Final = HostState.SERVING
 _READY: Final = PeerState.READY
 #: The longest timed lock wait the platform accepts; a longer deadline takes the timer.
 _WAIT_MAX: Final = threading.TIMEOUT_MAX
+#: Seconds between two looks at a result a late winner is storing (`request_sync`).
+_STORE_WAIT: Final = 0.001
 
 
 class Calls(Handshake):
@@ -243,7 +245,11 @@ class Calls(Handshake):
             if not waiter.acquire(True, timeout):
                 late = DeadlineExceededError("no result within the call's deadline")
                 pending.finish(route_id, exc=late)
-                waiter.acquire()  # released by whichever path won, at once
+                # The winner stores the outcome, then releases the waiter: at once, or
+                # (the I/O thread) as it goes to sleep. Read the outcome as soon as it is
+                # stored: that thread may be waiting for a lock this caller holds.
+                while out._state is not _DONE and not waiter.acquire(True, _STORE_WAIT):
+                    pass
         except BaseException:
             # Interrupted (KeyboardInterrupt): nobody is left to observe the result.
             pending.finish(route_id, exc=CancelledError())

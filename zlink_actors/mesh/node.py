@@ -73,6 +73,9 @@ class MeshNode(GlobalObjects):
             heartbeat_timeout=config.liveness_timeout,
             curve=self._curve(),
         )
+        # What the I/O thread logs goes to handlers it does not own: its kept wakes are
+        # made first (`handoff`; the package's own logger has the filter already).
+        handoff.flush_before_logging("zlink_actors.mesh", "transports")
         self._transport = t.Transport(
             self.routing_id.encode(),
             self._on_receive,
