@@ -107,20 +107,22 @@ def test_before_sleep_runs_once_more_after_the_last_callback_as_the_thread_ends(
     and a `before_sleep` call still follows it."""
     b_owner = Sleeper()
     b = _receiver(b_owner)
-    with transport(b"A", Owner()) as a:
-        a.connect(b"B", b.bind(*addresses("tcp", tmp_path, "b")))
-        assert wait_until(lambda: a.peer_statistics(b"B").ready)
-        assert b_owner.wait(lambda: t.PeerEventKind.READY in b_owner.event_kinds(b"A"))
-        core = b._core
-        lost: Future[None] = Future()
-        with core.lock:  # what `disconnect` and `close` queue, as one wake's commands
-            core.post(("call", lambda io: io.lose(b"A", "planted"), lost))
-            parked = core.close_locked()
-            core.post(("stop",))
-        assert parked == []
-        b._io.join(10)
-        assert not b._io.is_alive()
-        b.close()  # (idempotent: already closed)
+    try:
+        with transport(b"A", Owner()) as a:
+            a.connect(b"B", b.bind(*addresses("tcp", tmp_path, "b")))
+            assert wait_until(lambda: a.peer_statistics(b"B").ready)
+            assert b_owner.wait(lambda: t.PeerEventKind.READY in b_owner.event_kinds(b"A"))
+            core = b._core
+            lost: Future[None] = Future()
+            with core.lock:  # what `disconnect` and `close` queue, as one wake's commands
+                core.post(("call", lambda io: io.lose(b"A", "planted"), lost))
+                parked = core.close_locked()
+                core.post(("stop",))
+            assert parked == []
+            b._io.join(10)
+            assert not b._io.is_alive()
+    finally:
+        b.close()  # (idempotent: already closed, unless an assertion failed first)
     with b_owner.changed:
         log = list(b_owner.log)
     assert b_owner.event_kinds(b"A")[-1] is t.PeerEventKind.LOST
@@ -185,6 +187,7 @@ def test_before_sleep_still_runs_when_the_teardown_of_the_thread_fails(
             b.close()
             assert not b._io.is_alive()
     finally:
+        b.close()  # (idempotent: already closed, unless an assertion failed first)
         term()  # the real one: nothing of the context is left behind
     with b_owner.changed:
         log = list(b_owner.log)
