@@ -46,6 +46,7 @@ from ._core.errors import RejectedError as RejectedError
 from ._core.errors import ShuttingDownError as ShuttingDownError
 from ._core.errors import TypeMismatchError as TypeMismatchError
 from ._core.errors import UnavailableError as UnavailableError
+from ._core.errors import UnavailableReason as UnavailableReason
 from ._core.errors import ZlinkError as ZlinkError
 from ._core.pending import OperationId as OperationId
 from ._core.pending import ReplyRouteId as ReplyRouteId
@@ -179,6 +180,7 @@ __all__ = [
     "TimerTick",
     "TypeMismatchError",
     "UnavailableError",
+    "UnavailableReason",
     "YieldAwaitable",
     "ZlinkError",
     "completion_dispatcher",

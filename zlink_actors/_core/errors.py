@@ -46,6 +46,7 @@ __all__ = [
     "ShuttingDownError",
     "TypeMismatchError",
     "UnavailableError",
+    "UnavailableReason",
     "ZlinkError",
     "error_for_kind",
     "internal_failure",
@@ -107,10 +108,56 @@ class RejectedError(ZlinkError):
     kind = ErrorKind.REJECTED
 
 
+class UnavailableReason(enum.Enum):
+    """Why a call ended `UnavailableError`: a closed set, the same names in logs and
+    statistics. Each says what a caller should do (docs/errors.md has the table)."""
+
+    CONNECTING = "connecting"
+    """The owner or peer is known but its connection is not up yet: wait, then retry."""
+    PEER_LOST = "peer_lost"
+    """The peer is gone (killed, expired, replaced by a new lifecycle): fail over."""
+    PEER_PAUSED = "peer_paused"
+    """The peer went silent but may come back within `peer_expiry`: wait, then retry."""
+    DRAINING = "draining"
+    """The peer or object is shutting down or closing: retry; it goes elsewhere."""
+    LEASE_LAPSED = "lease_lapsed"
+    """The owner holds no admitting lease: wait (it recovers) or fail over."""
+    FENCED = "fenced"
+    """This node's own lease is not admitting: wait for it to recover."""
+    QUEUE_FULL = "queue_full"
+    """The remote target's queue, or the slots towards that peer, are full: retry later."""
+    NOT_OWNER = "not_owner"
+    """The route was stale (the node no longer holds the object): retry, it resolves again."""
+    STORE_UNAVAILABLE = "store_unavailable"
+    """The Location Store did not answer, or its records kept changing: retry."""
+    UNREACHABLE = "unreachable"
+    """A connection could not be made or listened on (network, address): fix, then retry."""
+    UNSPECIFIED = "unspecified"
+    """No reason given (an error raised by user code, or by an older peer)."""
+
+
 class UnavailableError(ZlinkError):
-    """The target existed but its route or owner is unusable, or was lost while waiting."""
+    """The target existed but its route or owner is unusable, or was lost while waiting.
+
+    `reason` (an `UnavailableReason`) says why; `UNSPECIFIED` when the raiser gave none.
+    """
 
     kind = ErrorKind.UNAVAILABLE
+
+    def __init__(
+        self, *args: object, reason: UnavailableReason = UnavailableReason.UNSPECIFIED
+    ) -> None:
+        super().__init__(*args)
+        if not isinstance(reason, UnavailableReason):
+            raise TypeError(f"reason must be an UnavailableReason, not {type(reason).__name__}")
+        self.reason = reason
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_unavailable, (self.args, self.reason))
+
+
+def _unavailable(args: tuple[object, ...], reason: UnavailableReason) -> UnavailableError:
+    return UnavailableError(*args, reason=reason)
 
 
 class CapacityExceededError(ZlinkError):
