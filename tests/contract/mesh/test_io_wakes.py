@@ -70,20 +70,25 @@ def test_a_caller_blocked_in_a_log_handler_gets_its_reply_when_the_io_thread_log
     server, client = _hosts(harness)
     rid = server.node.routing_id
     waited: list[float] = []
+    io_logged = threading.Event()  # the I/O thread's record went through the handler
 
     class Shipper(logging.Handler):
         def handle(self, record: logging.LogRecord) -> bool:
             # `Handler.handle` with a bounded lock wait, so that a deadlock ends.
+            on_io = threading.current_thread().name.startswith("transports-io")
             start = time.monotonic()
             if not self.lock.acquire(timeout=HOLD):
                 waited.append(HOLD)
+                io_logged.set()
                 return False
             try:
-                if threading.current_thread().name.startswith("transports-io"):
+                if on_io:
                     waited.append(time.monotonic() - start)
                 self.emit(record)
             finally:
                 self.lock.release()
+                if on_io:
+                    io_logged.set()
             return True
 
         result: object = None
@@ -104,6 +109,9 @@ def test_a_caller_blocked_in_a_log_handler_gets_its_reply_when_the_io_thread_log
         caller.start()
         caller.join(WAIT + HOLD)
         assert not caller.is_alive()
+        # The caller may return before the I/O thread, which waited for the caller's
+        # lock, has run the handler: wait for that before the handlers are removed.
+        assert io_logged.wait(WAIT + HOLD)
     finally:
         mesh_log.removeHandler(shipper)
         app_log.removeHandler(shipper)
