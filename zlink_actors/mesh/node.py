@@ -52,6 +52,7 @@ from .state import (
     _REDIAL_MAX,
     _WITHDRAW_WAIT,
     MeshStatistics,
+    connection_name,
     log,
 )
 
@@ -77,7 +78,7 @@ class MeshNode(GlobalObjects):
         # made first (`handoff`; the package's own logger has the filter already).
         handoff.flush_before_logging("zlink_actors.mesh", "transports")
         self._transport = t.Transport(
-            self.routing_id.encode(),
+            connection_name(self.routing_id, self.generation),
             self._on_receive,
             on_event=self._on_event,
             config=transport_config,
