@@ -229,6 +229,7 @@ class Handshake(NodeState):
         if replaced is not None:
             self._fail_inflight(replaced, "restarted (another lifecycle generation)")
         log.info("mesh %s: peer %s READY (%s)", self.routing_id, peer.routing_id, peer.endpoint)
+        self._wake_peer_waiters()
         return peer
 
     def _conn_lost(self, conn: bytes, reason: str) -> None:
@@ -256,6 +257,7 @@ class Handshake(NodeState):
                 with contextlib.suppress(t.TransportError):
                     transport.disconnect(other)
         self._fail_inflight(peer, f"lost: {reason}")
+        self._wake_peer_waiters()
 
     def _receive_hello(self, rec: t.Inbound, env: Envelope) -> None:
         self._release(rec)

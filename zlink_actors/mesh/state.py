@@ -287,6 +287,9 @@ class NodeState:
         self._first_seen: dict[str, float] = {}
         #: Duplicate routing ids refused (or refused to us), logged once each (`handshake`).
         self._duplicates: set[tuple[str, object]] = set()
+        #: Calls on the I/O loop waiting for a peer's connection (`routing`): woken when
+        #: a peer becomes READY or is lost (under `_lock`).
+        self._peer_waiters: list[asyncio.Future[None]] = []
         self._discovery_stop = threading.Event()
         #: Set (on the I/O loop) with `_discovery_stop`: wakes discovery.
         self._stopping = asyncio.Event()
@@ -385,6 +388,22 @@ class NodeState:
         peer.placement_weight = 100 if hello.placement_weight < 0 else hello.placement_weight
         if peer.state is not PeerState.LOST:
             peer.state = PeerState.DRAINING if hello.draining else PeerState.READY
+
+    def _wake_peer_waiters(self) -> None:
+        """A peer became READY or was lost: the calls waiting for a connection look
+        again (from any thread)."""
+        if not self._peer_waiters:  # one list read: the common case takes no lock
+            return
+        with self._lock:
+            waiters, self._peer_waiters = self._peer_waiters, []
+
+        def wake() -> None:
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
+
+        with contextlib.suppress(RuntimeError):  # the loop has stopped: nobody waits
+            self.runtime.io.loop.call_soon_threadsafe(wake)
 
     def _fail_inflight(self, peer: Peer, why: str) -> None:
         with self._lock:
