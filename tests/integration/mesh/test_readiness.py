@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import time
+from typing import Any
 
 import pytest
 
@@ -16,12 +18,13 @@ from tests.contract.location._redis_server import RedisServer
 from tests.contract.location.conftest import own_redis  # noqa: F401 - the shared fixture
 from zlink_actors.testing import WAIT, HostHarness, wait_until
 
-from .nodes import FAST, NodeProcesses
+from .nodes import FAST, NodeProcess, NodeProcesses
 from .rooms import ROOM_TYPES, Room, RoomCounts, Rooms, Said, Say
 
 MESH = "game"
 LEASE = {"renew_interval": 0.2, "ttl": 1.5, "renew_timeout": 0.2, "fencing_margin": 0.5}
 #: The owner's lease outlives the pause below by far (its admission deadline: 10 s).
+MESHED = z.MeshConfig(MESH, lease=z.LeaseConfig(**LEASE), **FAST)
 LONG_LEASE = {"renew_interval": 0.5, "ttl": 15.0, "renew_timeout": 0.5, "fencing_margin": 5.0}
 
 
@@ -50,28 +53,44 @@ def test_a_host_on_an_unreachable_redis_starts_and_wait_ready_names_what_is_miss
         store.close()
 
 
+def _owner_of_a_lobby(
+    harness: HostHarness,
+    nodes: NodeProcesses,
+    store: z.RedisLocationStore,
+    redis: dict[str, str],
+) -> NodeProcess:
+    """A node process owning the Room "lobby" (made from a Host that is gone again)."""
+    owner = nodes.start(mesh=MESH, redis=redis, rooms=True, lease=LONG_LEASE, expect_peers=0)
+    maker = harness.host(mesh=MESHED, location=store, message_types=ROOM_TYPES)
+    maker.wait_ready(2 * WAIT)
+    made = maker.spots.get_or_create("lobby", Room).timeout(WAIT).submit_sync()
+    assert made.ref.routing_id == owner.routing_id
+    assert maker.shutdown(WAIT).outcome is z.ShutdownOutcome.STOPPED
+    return owner
+
+
+def _dialling(
+    harness: HostHarness, store: z.RedisLocationStore, owner: NodeProcess, **options: Any
+) -> z.Host:
+    """A new Host that found `owner` in the store and is dialling it (it is stopped)."""
+    client = harness.host(mesh=MESHED, location=store, message_types=ROOM_TYPES, **options)
+    assert wait_until(
+        lambda: any(p.routing_id == owner.routing_id for p in client.peers()), WAIT
+    ), client.peers()
+    assert [p.state for p in client.peers()] == [z.PeerState.CONNECTING]
+    return client
+
+
 def test_a_cold_start_call_waits_for_its_owners_connection_within_its_deadline(
     harness: HostHarness,
     nodes: NodeProcesses,
     redis_store: tuple[z.RedisLocationStore, dict[str, str]],
 ) -> None:
     store, redis = redis_store
-    owner = nodes.start(mesh=MESH, redis=redis, rooms=True, lease=LONG_LEASE, expect_peers=0)
-    mesh = z.MeshConfig(MESH, lease=z.LeaseConfig(**LEASE), **FAST)
-    maker = harness.host(mesh=mesh, location=store, message_types=ROOM_TYPES)
-    maker.wait_ready(2 * WAIT)
-    made = maker.spots.get_or_create("lobby", Room).timeout(WAIT).submit_sync()
-    assert made.ref.routing_id == owner.routing_id
-    assert maker.shutdown(WAIT).outcome is z.ShutdownOutcome.STOPPED
-
+    owner = _owner_of_a_lobby(harness, nodes, store, redis)
     owner.proc.send_signal(signal.SIGSTOP)  # listed and leased, but it cannot handshake
     try:
-        client = harness.host(mesh=mesh, location=store, message_types=ROOM_TYPES)
-        # The client found the owner in the store and is dialling it.
-        assert wait_until(
-            lambda: any(p.routing_id == owner.routing_id for p in client.peers()), WAIT
-        ), client.peers()
-        assert [p.state for p in client.peers()] == [z.PeerState.CONNECTING]
+        client = _dialling(harness, store, owner)
         asked = client.request_to_spot("lobby", Say("cold"), reply=Said).timeout(3 * WAIT)
         call = asked.submit()
         sent = client.send_to_spot("lobby", Say("one-way")).submit()
@@ -89,3 +108,27 @@ def test_a_cold_start_call_waits_for_its_owners_connection_within_its_deadline(
         return -1
 
     assert wait_until(lambda: handled() == 2, WAIT)  # the request and the one-way, once each
+
+
+def test_calls_to_an_owner_whose_connection_never_comes_up_end_within_their_bounds(
+    harness: HostHarness,
+    nodes: NodeProcesses,
+    redis_store: tuple[z.RedisLocationStore, dict[str, str]],
+) -> None:
+    store, redis = redis_store
+    owner = _owner_of_a_lobby(harness, nodes, store, redis)
+    owner.proc.send_signal(signal.SIGSTOP)
+    try:
+        client = _dialling(harness, store, owner, default_request_timeout=0.5)
+        started = time.monotonic()
+        sent = client.send_to_spot("lobby", Say("one-way")).submit()
+        asked = client.request_to_spot("lobby", Say("cold"), reply=Said).timeout(0.5).submit()
+        # A one-way waits at most default_request_timeout, then says why.
+        with pytest.raises(z.UnavailableError) as caught:
+            sent.result(WAIT)
+        assert caught.value.reason is z.UnavailableReason.CONNECTING
+        assert 0.4 <= time.monotonic() - started < WAIT
+        with pytest.raises((z.DeadlineExceededError, z.UnavailableError)):
+            asked.result(WAIT)
+    finally:
+        owner.proc.send_signal(signal.SIGCONT)
