@@ -151,7 +151,12 @@ class Handshake(NodeState):
             if duplicate:
                 source.set_exception(AlreadyExistsError(f"cannot join {dial.endpoint}: {why}"))
             else:
-                source.set_exception(UnavailableError(f"cannot join {dial.endpoint}: {why}"))
+                source.set_exception(
+                    UnavailableError(
+                        f"cannot join {dial.endpoint}: {why}",
+                        reason=UnavailableReason.UNREACHABLE,
+                    )
+                )
 
     def _check_hello(self, env: Envelope, hello: _Hello) -> ZlinkError | None:
         """Why a peer's hello (or admit) is refused, or None.
@@ -267,7 +272,12 @@ class Handshake(NodeState):
             self._bad_hello(rec, None, ProtocolError(f"an undecodable hello: {exc}"))
             return
         refused = self._check_hello(env, hello)
-        if refused is None and connection_name(hello.routing_id, hello.generation) != rec.peer:
+        # The connection is named by the lifecycle (`connection_name`); a node of an
+        # older version names it by its routing id alone.
+        if refused is None and rec.peer not in (
+            connection_name(hello.routing_id, hello.generation),
+            hello.routing_id.encode(),
+        ):
             refused = ProtocolError("the routing id in the hello is not the connection's")
         if refused is not None:
             self._bad_hello(rec, hello, refused)
