@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -81,23 +82,35 @@ def _dialling(
     return client
 
 
-def test_a_cold_start_call_waits_for_its_owners_connection_within_its_deadline(
+@pytest.fixture
+def stopped_owner(
     harness: HostHarness,
     nodes: NodeProcesses,
     redis_store: tuple[z.RedisLocationStore, dict[str, str]],
-) -> None:
+) -> Iterator[tuple[NodeProcess, z.RedisLocationStore]]:
+    """The owner of "lobby", SIGSTOPped: listed and leased, but it cannot handshake
+    (SIGCONT at the end, also when the test failed)."""
     store, redis = redis_store
     owner = _owner_of_a_lobby(harness, nodes, store, redis)
-    owner.proc.send_signal(signal.SIGSTOP)  # listed and leased, but it cannot handshake
+    owner.proc.send_signal(signal.SIGSTOP)
     try:
-        client = _dialling(harness, store, owner)
-        asked = client.request_to_spot("lobby", Say("cold"), reply=Said).timeout(3 * WAIT)
-        call = asked.submit()
-        sent = client.send_to_spot("lobby", Say("one-way")).submit()
-        # Today's code failed both at once ("... is connecting"); they wait instead.
-        assert not wait_until(lambda: call.done() or sent.done(), 0.5)
+        yield owner, store
     finally:
-        owner.proc.send_signal(signal.SIGCONT)
+        if owner.proc.poll() is None:
+            owner.proc.send_signal(signal.SIGCONT)
+
+
+def test_a_cold_start_call_waits_for_its_owners_connection_within_its_deadline(
+    harness: HostHarness, stopped_owner: tuple[NodeProcess, z.RedisLocationStore]
+) -> None:
+    owner, store = stopped_owner
+    client = _dialling(harness, store, owner)
+    asked = client.request_to_spot("lobby", Say("cold"), reply=Said).timeout(3 * WAIT)
+    call = asked.submit()
+    sent = client.send_to_spot("lobby", Say("one-way")).submit()
+    # Today's code failed both at once ("... is connecting"); they wait instead.
+    assert not wait_until(lambda: call.done() or sent.done(), 0.5)
+    owner.proc.send_signal(signal.SIGCONT)
     assert call.result(3 * WAIT) == Said("cold", "lobby", owner.routing_id)
     assert sent.result(WAIT) is None
 
@@ -111,24 +124,17 @@ def test_a_cold_start_call_waits_for_its_owners_connection_within_its_deadline(
 
 
 def test_calls_to_an_owner_whose_connection_never_comes_up_end_within_their_bounds(
-    harness: HostHarness,
-    nodes: NodeProcesses,
-    redis_store: tuple[z.RedisLocationStore, dict[str, str]],
+    harness: HostHarness, stopped_owner: tuple[NodeProcess, z.RedisLocationStore]
 ) -> None:
-    store, redis = redis_store
-    owner = _owner_of_a_lobby(harness, nodes, store, redis)
-    owner.proc.send_signal(signal.SIGSTOP)
-    try:
-        client = _dialling(harness, store, owner, default_request_timeout=0.5)
-        started = time.monotonic()
-        sent = client.send_to_spot("lobby", Say("one-way")).submit()
-        asked = client.request_to_spot("lobby", Say("cold"), reply=Said).timeout(0.5).submit()
-        # A one-way waits at most default_request_timeout, then says why.
-        with pytest.raises(z.UnavailableError) as caught:
-            sent.result(WAIT)
-        assert caught.value.reason is z.UnavailableReason.CONNECTING
-        assert 0.4 <= time.monotonic() - started < WAIT
-        with pytest.raises((z.DeadlineExceededError, z.UnavailableError)):
-            asked.result(WAIT)
-    finally:
-        owner.proc.send_signal(signal.SIGCONT)
+    owner, store = stopped_owner
+    client = _dialling(harness, store, owner, default_request_timeout=0.5)
+    started = time.monotonic()
+    sent = client.send_to_spot("lobby", Say("one-way")).submit()
+    asked = client.request_to_spot("lobby", Say("cold"), reply=Said).timeout(0.5).submit()
+    # A one-way waits at most default_request_timeout, then says why.
+    with pytest.raises(z.UnavailableError) as caught:
+        sent.result(WAIT)
+    assert caught.value.reason is z.UnavailableReason.CONNECTING
+    assert 0.4 <= time.monotonic() - started < WAIT
+    with pytest.raises((z.DeadlineExceededError, z.UnavailableError)):
+        asked.result(WAIT)
