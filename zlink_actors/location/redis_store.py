@@ -24,6 +24,7 @@ import concurrent.futures
 import contextlib
 import socket
 import threading
+import urllib.parse
 from collections.abc import AsyncGenerator, Callable, Coroutine, Sequence
 from typing import Any, Final, TypeVar
 
@@ -34,7 +35,12 @@ from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisError, ResponseError
 
-from .._core.errors import DeadlineExceededError, ShuttingDownError, UnavailableError
+from .._core.errors import (
+    ConfigurationError,
+    DeadlineExceededError,
+    ShuttingDownError,
+    UnavailableError,
+)
 from .._core.validation import check_seconds
 from . import scripts
 from .cursors import CursorCodec, ScanPosition
@@ -103,6 +109,43 @@ class _Refused(Exception):
     unknown, since a script that fails midway keeps what it wrote)."""
 
 
+def _check_target(url: str, found: dict[str, Any]) -> None:
+    """`ConfigurationError` for what redis-py parses without complaint but cannot serve:
+    no host (it would use localhost), port 0, a database path that is not a number (it
+    would use database 0), a negative database, `unix://` without a path."""
+    parts = urllib.parse.urlsplit(url)
+    why = ""
+    if parts.scheme == "unix":
+        if not found.get("path"):
+            why = "unix:// needs a socket path (unix:///path/to/redis.sock)"
+    elif not found.get("host"):
+        why = "it names no host (redis://HOST[:PORT][/DB])"
+    elif found.get("port", 6379) == 0:
+        why = "port 0 cannot be dialled"
+    else:
+        path = urllib.parse.unquote(parts.path).strip("/")
+        if path and not path.isdigit():
+            why = f"the database {path!r} is not a number"
+    if not why and isinstance(found.get("db", 0), int) and found.get("db", 0) < 0:
+        why = f"the database {found['db']} is negative"
+    if why:
+        raise ConfigurationError(f"an unusable Redis URL {_shown(url)!r}: {why}")
+
+
+def _shown(url: str) -> str:
+    """`url` for an error message: a password in it is replaced by `***`."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        if parts.password is None:
+            return url
+    except ValueError:
+        return url.split("@", 1)[-1] if "@" in url else url
+    user = f"{parts.username}:" if parts.username else ":"
+    return urllib.parse.urlunsplit(
+        parts._replace(netloc=f"{user}***@{parts.netloc.rsplit('@', 1)[1]}")
+    )
+
+
 def _now(sec: bytes, usec: bytes) -> float:
     return int(sec) + int(usec) / 1_000_000
 
@@ -123,8 +166,14 @@ class RedisLocationStore:
             included; past it the operation raises `DeadlineExceededError`.
 
     Raises:
-        TypeError / ValueError: a bad argument (the URL is parsed here; nothing connects
-            before the first operation).
+        ConfigurationError: `url` names no server to connect to: not a `redis://`,
+            `rediss://` or `unix://` URL, no host (`"redis://"`: redis-py would quietly
+            use localhost:6379), port 0 or out of range, a database that is not an int
+            >= 0, `unix://` without a path, or a query option redis-py refuses. The URL
+            is parsed here (by redis-py); nothing connects before the first operation,
+            so a well-formed URL of a server that is down is found by the first
+            operation (`UnavailableError`), and by `Host.wait_ready()`.
+        TypeError / ValueError: another bad argument.
     """
 
     def __init__(self, url: str, *, key_prefix: str, operation_timeout: float = 5.0) -> None:
@@ -139,13 +188,17 @@ class RedisLocationStore:
         if not 1 <= len(prefix) <= 255:
             raise ValueError(f"key_prefix must be 1..255 UTF-8 bytes, got {len(prefix)}")
         self._timeout = check_seconds("operation_timeout", operation_timeout)
-        pool = aioredis.ConnectionPool.from_url(  # parses and checks the URL only
-            url,
-            socket_timeout=None,  # our own deadline covers every operation
-            socket_connect_timeout=self._timeout,
-            retry=Retry(NoBackoff(), 0),
-            health_check_interval=0,
-        )
+        try:
+            pool = aioredis.ConnectionPool.from_url(  # parses and checks the URL only
+                url,
+                socket_timeout=None,  # our own deadline covers every operation
+                socket_connect_timeout=self._timeout,
+                retry=Retry(NoBackoff(), 0),
+                health_check_interval=0,
+            )
+        except (ValueError, TypeError) as exc:  # redis-py's own checks of the URL
+            raise ConfigurationError(f"an unusable Redis URL {_shown(url)!r}: {exc}") from None
+        _check_target(url, pool.connection_kwargs)
         self._connection_class: type[AbstractConnection] = pool.connection_class
         self._connection_kwargs: dict[str, Any] = dict(pool.connection_kwargs)
         self.url = url

@@ -153,8 +153,13 @@ class GlobalObjects(Ownership):
                 ):
                     await authority.take_over_stale(record)
                     continue
-                # Ready or being activated there: the message goes there, with its intent.
-                peer = self._ready_peer(owner)
+                # Ready or being activated there: the message goes there, with its intent
+                # (once its connection is up, as for every call: `_connected_peer`).
+                peer = await self._connected_peer(
+                    owner,
+                    self.runtime.default_request_timeout,
+                    f"the owner {owner!r} of {spot_id!r}",
+                )
                 if record.state is AuthorityState.READY:
                     self._remember_record(record)
                 return await self._send_with_intent(peer, msg)

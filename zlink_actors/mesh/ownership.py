@@ -250,7 +250,10 @@ class Ownership(Routing):
                 # The creator joins us to its attempt: one result for every caller (also
                 # when another node placed the call here meanwhile: the record names one
                 # creator, so this goes one hop further at most).
-                return await self._forward_create(self._ready_peer(owner), spec, request, due)
+                creator = await self._connected_peer(
+                    owner, self._left(due), f"the node {owner!r} creating {kind} {obj_id!r}"
+                )
+                return await self._forward_create(creator, spec, request, due)
             if info is not None and (forwarded or self.config.placement_weight > 0):
                 result = await self._attempt(spec, info, request)
                 if result is _RETRY:

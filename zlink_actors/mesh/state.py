@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import itertools
 import logging
 import threading
@@ -66,7 +67,9 @@ __all__ = [
     "_WITHDRAW_WAIT",
     "_decode_hello",
     "_refuse_cancel",
+    "connection_name",
     "log",
+    "new_generation",
 ]
 
 log = logging.getLogger("zlink_actors.mesh")
@@ -91,6 +94,38 @@ _ERROR_TEXT = 16 * 1024
 _CLOSE_POLL = 0.002
 #: Frames above the payload the transport must accept: the envelope and a margin.
 _ENVELOPE_ROOM = 64 * 1024
+
+
+_generation_lock = threading.Lock()
+_last_generation = 0
+
+
+def new_generation() -> int:
+    """A node lifecycle generation: the wall clock in ns, and larger than every one this
+    process made before (two Hosts made in one clock tick still differ)."""
+    global _last_generation
+    with _generation_lock:
+        _last_generation = max(time.time_ns(), _last_generation + 1)
+        return _last_generation
+
+
+#: The longest libzmq routing id (ZMTP 3: one length byte).
+_NAME_MAX = 255
+
+
+def connection_name(routing_id: str, generation: int) -> bytes:
+    """The transport name of one node lifecycle: its routing id and its generation, so
+    two live nodes given one routing id never share a name on a peer's ROUTER. A shared
+    name would make that ROUTER hand the first node's connection over to the second
+    (`ROUTER_HANDOVER`): the first is cut off, and with traffic in flight libzmq aborts
+    the process (`Assertion failed: !_io_error`; docs/decisions.md). A routing id too
+    long for the suffix keeps its first bytes and a digest of the whole."""
+    rid = routing_id.encode()
+    suffix = b"@%x" % generation
+    if len(rid) + len(suffix) <= _NAME_MAX:
+        return rid + suffix
+    digest = hashlib.blake2b(rid, digest_size=8).hexdigest().encode()
+    return rid[: _NAME_MAX - len(suffix) - len(digest) - 1] + b"~" + digest + suffix
 
 
 class _Hello(msgspec.Struct, array_like=True, frozen=True):
@@ -213,7 +248,7 @@ class NodeState:
         self.location = location
         self.first = frozenset({_CHANNEL, _NODE})
         self.node_key = node_key(config.name, routing_id)
-        self.generation = time.time_ns()
+        self.generation = new_generation()
         self.has_node_handler = node_handler
         self.object_types = tuple(object_types)
         self._weights = dict(channels)
@@ -250,6 +285,11 @@ class NodeState:
         self.dropped_messages = 0
         self.late_replies = 0
         self._first_seen: dict[str, float] = {}
+        #: Duplicate routing ids refused (or refused to us), logged once each (`handshake`).
+        self._duplicates: set[tuple[str, object]] = set()
+        #: Calls on the I/O loop waiting for a peer's connection (`routing`): woken when
+        #: a peer becomes READY or is lost (under `_lock`).
+        self._peer_waiters: list[asyncio.Future[None]] = []
         self._discovery_stop = threading.Event()
         #: Set (on the I/O loop) with `_discovery_stop`: wakes discovery.
         self._stopping = asyncio.Event()
@@ -348,6 +388,22 @@ class NodeState:
         peer.placement_weight = 100 if hello.placement_weight < 0 else hello.placement_weight
         if peer.state is not PeerState.LOST:
             peer.state = PeerState.DRAINING if hello.draining else PeerState.READY
+
+    def _wake_peer_waiters(self) -> None:
+        """A peer became READY or was lost: the calls waiting for a connection look
+        again (from any thread)."""
+        if not self._peer_waiters:  # one list read: the common case takes no lock
+            return
+        with self._lock:
+            waiters, self._peer_waiters = self._peer_waiters, []
+
+        def wake() -> None:
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
+
+        with contextlib.suppress(RuntimeError):  # the loop has stopped: nobody waits
+            self.runtime.io.loop.call_soon_threadsafe(wake)
 
     def _fail_inflight(self, peer: Peer, why: str) -> None:
         with self._lock:

@@ -16,7 +16,12 @@ from typing import Any
 import pytest
 import redis
 
-from zlink_actors import DeadlineExceededError, ShuttingDownError, UnavailableError
+from zlink_actors import (
+    ConfigurationError,
+    DeadlineExceededError,
+    ShuttingDownError,
+    UnavailableError,
+)
 from zlink_actors.location import (
     Committed,
     Conflict,
@@ -50,8 +55,48 @@ def _wait_until(condition: Any, timeout: float = 10.0) -> bool:
     return False
 
 
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("redis://", "names no host"),
+        ("rediss://", "names no host"),
+        ("redis:///0", "names no host"),
+        ("redis://:6379", "names no host"),
+        ("unix://", "socket path"),
+        ("redis://127.0.0.1:0", "port 0"),
+        ("redis://127.0.0.1:65536", "Port out of range"),
+        ("redis://127.0.0.1:web", "Port could not be cast"),
+        ("redis://127.0.0.1:6379/one", "database 'one' is not a number"),
+        ("redis://127.0.0.1:6379/-1", "database '-1' is not a number"),
+        ("redis://127.0.0.1:6379?db=x", "Invalid value for 'db'"),
+        ("http://127.0.0.1:6379", "redis://"),
+        ("redis//127.0.0.1:6379", "redis://"),
+        ("", "redis://"),
+        ("redis://[::1", "IPv6"),
+    ],
+)
+def test_an_unusable_redis_url_is_a_configuration_error_at_construction(url: str, why: str) -> None:
+    with pytest.raises(ConfigurationError, match=why):
+        RedisLocationStore(url, key_prefix="p")
+
+
+def test_a_password_in_an_unusable_url_is_not_shown() -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        RedisLocationStore("redis://app:s3cret@:6379/0", key_prefix="p")
+    assert "s3cret" not in str(caught.value)
+    assert "app:***@" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["redis://127.0.0.1:1", "redis://localhost:1/3", "rediss://h:1/0/", "unix:///tmp/r.sock"],
+)
+def test_a_usable_redis_url_constructs_without_connecting(url: str) -> None:
+    RedisLocationStore(url, key_prefix="p").close()
+
+
 def test_constructor_refuses_bad_arguments() -> None:
-    with pytest.raises(ValueError, match="redis://"):
+    with pytest.raises(ConfigurationError, match="redis://"):
         RedisLocationStore("http://127.0.0.1:1", key_prefix="p")
     with pytest.raises(TypeError):
         RedisLocationStore(5, key_prefix="p")  # type: ignore[arg-type]

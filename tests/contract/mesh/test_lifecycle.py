@@ -184,7 +184,7 @@ def test_connect_peer_before_start_is_an_invalid_operation_and_after_shutdown_sh
 def test_a_duplicate_routing_id_is_refused(harness: HostHarness) -> None:
     a = harness.host(mesh=mesh_config(routing_id="same"))
     b = harness.host(mesh=mesh_config(routing_id="same"))
-    with pytest.raises(z.UnavailableError):
+    with pytest.raises(z.AlreadyExistsError, match="duplicate routing id 'same'"):
         b.connect_peer(a.node.endpoint).result(WAIT)
     assert ready_ids(a) == set()
     assert ready_ids(b) == set()

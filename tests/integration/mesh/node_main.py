@@ -3,7 +3,7 @@
 Run as `python -m tests.integration.mesh.node_main '<json config>'`. The config keys:
 
 - `mesh` (the mesh name), `listen`, `peers` (endpoints), `liveness_interval`,
-  `liveness_timeout`, `credit_window` (optional): as `MeshConfig`;
+  `liveness_timeout`, `credit_window`, `routing_id` (optional): as `MeshConfig`;
 - `channels`: ChannelName -> weight, each served by `Worker`;
 - `lane_items`: `Host(application_lane_items=...)` (optional);
 - `redis`: `{"url": ..., "key_prefix": ...}` for a `RedisLocationStore` (discovery);
@@ -173,6 +173,8 @@ def _build(config: dict[str, Any]) -> tuple[z.Host, z.RedisLocationStore | None]
     }
     if "credit_window" in config:
         mesh_options["credit_window"] = config["credit_window"]
+    if "routing_id" in config:
+        mesh_options["routing_id"] = config["routing_id"]
     if "lease" in config:
         mesh_options["lease"] = z.LeaseConfig(**config["lease"])
     if "placement_weight" in config:
