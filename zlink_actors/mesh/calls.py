@@ -40,7 +40,6 @@ from .state import (
     _NODE,
     _refuse_cancel,
     _Route,
-    log,
 )
 
 __all__ = ["Calls"]
@@ -388,7 +387,9 @@ class Calls(Handshake):
             with self._lock:
                 self.decode_errors += 1
                 call = self._calls.get(route)
-            log.warning("mesh %s: a bad reply from %r: %s", self.routing_id, rec.peer, bad)
+            self._warn_dropped(
+                "bad reply", rec.peer, str(bad), "mesh %s: a bad reply from %r: %s", rec.peer, bad
+            )
             if call is not None:
                 self.runtime.pending.finish(
                     route, exc=ProtocolError(f"an undecodable reply: {bad}")
@@ -405,9 +406,11 @@ class Calls(Handshake):
                 else:  # another node answering our request: not its to answer
                     self.decode_errors += 1
             if call is not None:
-                log.warning(
+                self._warn_dropped(
+                    "misrouted reply",
+                    rec.peer,
+                    None,
                     "mesh %s: a reply from %r to a request sent elsewhere",
-                    self.routing_id,
                     rec.peer,
                 )
             return

@@ -12,8 +12,10 @@ never stop the node.
 from __future__ import annotations
 
 import hashlib
+import logging
 import queue
 import random
+import time
 from typing import Any, ClassVar
 
 import msgspec
@@ -415,6 +417,66 @@ def test_garbage_records_from_a_peer_without_a_handshake_are_answered_and_counte
         assert wait_until(lambda: mesh_stats(b).decode_errors == before + 3)
     finally:
         rogue.close()
+    assert _still_serves(a, b, rec) == ["work42"]
+
+
+def _warnings(caplog: pytest.LogCaptureFixture, about: str) -> int:
+    return sum(
+        1 for r in caplog.records if r.levelno >= logging.WARNING and about in r.getMessage()
+    )
+
+
+def test_a_garbage_flood_is_counted_each_and_logged_a_bounded_number_of_times(
+    harness: HostHarness, nodes: Nodes, dealer: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Before: one WARNING per malformed message (2,000 here).
+    caplog.set_level(logging.WARNING)
+    rec = Recorder(harness)
+    a = nodes.add()
+    b = nodes.add(node_handler=recording_gate(rec))
+    dealer.connect(b.node.endpoint)
+    before = mesh_stats(b).decode_errors
+    count = 2000
+    start = time.monotonic()
+    for i in range(count):
+        dealer.send_multipart(GARBAGE[i % len(GARBAGE)])
+    assert wait_until(lambda: mesh_stats(b).decode_errors == before + count)  # every one
+    elapsed = time.monotonic() - start
+    # One line per (event, peer, reason) a second: GARBAGE has four reasons.
+    lines = _warnings(caplog, "garbage-dealer")
+    assert 1 <= lines <= 4 * (elapsed + 2), (lines, elapsed)
+    assert _still_serves(a, b, rec) == ["work42"]
+
+
+def test_a_flood_of_undecodable_records_from_a_peer_without_a_handshake_is_logged_bounded(
+    harness: HostHarness, nodes: Nodes, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING)
+    rec = Recorder(harness)
+    a = nodes.add()
+    b = nodes.add(node_handler=recording_gate(rec))
+    ready: queue.Queue[t.PeerEvent] = queue.Queue()
+
+    def event(e: t.PeerEvent) -> None:
+        if e.kind is t.PeerEventKind.READY:
+            ready.put(e)
+
+    endpoint = b.node.endpoint
+    rogue = t.Transport(b"rogue", lambda batch: None, on_event=event)
+    try:
+        rogue.connect(b"b", t.Endpoints(endpoint, completion_endpoint(endpoint)))
+        ready.get(timeout=WAIT)
+        before = mesh_stats(b).decode_errors
+        count = 1000
+        start = time.monotonic()
+        for _ in range(count):
+            rogue.submit(b"b", [b"\xc1 not an envelope"])  # parked ones go as b admits
+        assert wait_until(lambda: mesh_stats(b).decode_errors == before + count)
+        elapsed = time.monotonic() - start
+    finally:
+        rogue.close()
+    lines = _warnings(caplog, "bad record from b'rogue'")
+    assert 1 <= lines <= elapsed + 2, (lines, elapsed)
     assert _still_serves(a, b, rec) == ["work42"]
 
 
