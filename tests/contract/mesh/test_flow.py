@@ -13,6 +13,9 @@ it.
 
 from __future__ import annotations
 
+import gc
+import tracemalloc
+
 import pytest
 
 from zlink_actors import Completion, Host
@@ -146,3 +149,44 @@ def test_a_request_to_a_paused_node_waits_and_completes_after_it_resumes(
     assert call.result(WAIT) == 9
     assert all(c.wait(WAIT) and c.exception() is None for c in sends)
     assert wait_until(lambda: not _paused(r))
+
+
+def test_a_parked_one_way_costs_its_sender_well_under_a_kibibyte(
+    harness: HostHarness, nodes: Nodes
+) -> None:
+    # Issue 26: about 2.5 KiB each before (a concurrent.futures.Future with its
+    # Condition per parked message, a closure, a cell with a lock of its own); about
+    # 450 bytes now, of which the envelope and the payload are about 180
+    # (benchmarks/parked.py).
+    rec = Recorder(harness)
+    s = nodes.add()
+    r = nodes.add(node_handler=recording_gate(rec), mesh={"inbound_permits": PERMITS})
+    rid = r.node.routing_id
+    first = _pause(s, r, rec, 20)
+    later: list[Completion[None]] = []
+
+    def a_send_waits() -> bool:
+        later.append(s.send_to_node(MESH, rid, Note(20 + len(later))).submit())
+        return not later[-1].done()
+
+    assert wait_until(a_send_waits)
+    parked_before = mesh_stats(s).parked_sends
+    count = 20_000
+    start = 20 + len(later)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(start, start + count):
+            s.send_to_node(MESH, rid, Note(i)).submit()
+        each = (tracemalloc.get_traced_memory()[0] - before) / count
+    finally:
+        tracemalloc.stop()
+    assert mesh_stats(s).parked_sends == parked_before + count  # every one waits
+    assert each < 1024, f"{each:.0f} bytes per parked one-way"
+
+    rec.latch.set()
+    assert all(c.wait(WAIT) for c in [*first, *later])
+    assert wait_until(lambda: mesh_stats(s).parked_sends == 0, within=3 * WAIT)
+    seen = probe(s, rid)
+    assert seen == ["hold", *range(start + count)]  # each ran once, in order
