@@ -442,9 +442,10 @@ def test_a_garbage_flood_is_counted_each_and_logged_a_bounded_number_of_times(
         dealer.send_multipart(GARBAGE[i % len(GARBAGE)])
     assert wait_until(lambda: mesh_stats(b).decode_errors == before + count)  # every one
     elapsed = time.monotonic() - start
-    # One line per (event, peer, reason) a second: GARBAGE has four reasons.
+    # One line per (event, peer, reason) a second, and at most one reason per kind of
+    # garbage (some share theirs).
     lines = _warnings(caplog, "garbage-dealer")
-    assert 1 <= lines <= 4 * (elapsed + 2), (lines, elapsed)
+    assert 1 <= lines <= len(GARBAGE) * (elapsed + 2), (lines, elapsed)
     assert _still_serves(a, b, rec) == ["work42"]
 
 
