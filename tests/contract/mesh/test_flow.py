@@ -58,6 +58,20 @@ def _pause(sender: Host, receiver: Host, rec: Recorder, count: int) -> list[Comp
     return sends
 
 
+def _until_one_parks(sender: Host, rid: str, first: int) -> list[Completion[None]]:
+    """PAUSED reaches the sender on the completion connection a moment after the receiver
+    paused; from then on the sender parks each new send: send notes numbered from
+    `first`, one at a time, until one waits; return their completions."""
+    later: list[Completion[None]] = []
+
+    def a_send_waits() -> bool:
+        later.append(sender.send_to_node(MESH, rid, Note(first + len(later))).submit())
+        return not later[-1].done()
+
+    assert wait_until(a_send_waits)
+    return later
+
+
 def test_a_receiver_out_of_permits_pauses_and_its_senders_wait_instead_of_failing(
     harness: HostHarness, nodes: Nodes
 ) -> None:
@@ -66,16 +80,7 @@ def test_a_receiver_out_of_permits_pauses_and_its_senders_wait_instead_of_failin
     r = nodes.add(node_handler=recording_gate(rec), mesh={"inbound_permits": PERMITS})
     rid = r.node.routing_id
     first = _pause(s, r, rec, 20)
-
-    # PAUSED reaches S on the completion connection a moment later; from then on S parks
-    # each new send: send one at a time until one waits.
-    later: list[Completion[None]] = []
-
-    def a_send_waits() -> bool:
-        later.append(s.send_to_node(MESH, rid, Note(20 + len(later))).submit())
-        return not later[-1].done()
-
-    assert wait_until(a_send_waits)
+    later = _until_one_parks(s, rid, 20)
     later += [s.send_to_node(MESH, rid, Note(20 + len(later) + i)).submit() for i in range(5)]
     assert not later[-1].wait(NEGATIVE_WAIT)  # no time limit, no failure: it waits
     assert mesh_stats(s).parked_sends >= 6
@@ -163,13 +168,7 @@ def test_a_parked_one_way_costs_its_sender_well_under_a_kibibyte(
     r = nodes.add(node_handler=recording_gate(rec), mesh={"inbound_permits": PERMITS})
     rid = r.node.routing_id
     first = _pause(s, r, rec, 20)
-    later: list[Completion[None]] = []
-
-    def a_send_waits() -> bool:
-        later.append(s.send_to_node(MESH, rid, Note(20 + len(later))).submit())
-        return not later[-1].done()
-
-    assert wait_until(a_send_waits)
+    later = _until_one_parks(s, rid, 20)
     parked_before = mesh_stats(s).parked_sends
     count = 10_000  # about 1.7 s under tracemalloc on the shared 2-CPU machine
     start = 20 + len(later)
