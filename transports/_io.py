@@ -36,6 +36,7 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from ._errors import Closed, MalformedFrame, PeerLost, TransportUsageError
+from ._logs import RateLimitedLog
 from ._receive import Item, Receiver
 from ._state import CREDIT_DELAY, Command, Core, PeerState, admit_all, fail_all
 from ._types import Endpoints, FlowState, Inbound, PeerEvent, PeerEventKind
@@ -113,6 +114,9 @@ class IoThread(threading.Thread):
         self.on_event = on_event
         self.read_budget = read_budget
         self.before_sleep = before_sleep
+        #: What peers send that we drop (malformed frames, refused clients): counted each,
+        #: logged at most once a second per (event, peer, reason)
+        self.bad_log = RateLimitedLog(log)
         self.context = zmq.Context()
         self.app = self._router()
         self.comp = self._router()
@@ -302,6 +306,7 @@ class IoThread(threading.Thread):
                     self._flush_credit(now)
                 if now >= next_tick:
                     self._heartbeat(now)
+                    self.bad_log.tick()
                     next_tick = now + tick
                 if self._events:
                     self._emit()
@@ -320,6 +325,7 @@ class IoThread(threading.Thread):
         finally:
             try:
                 self._emit()
+                self.bad_log.flush()
                 for sock in (self.app, self.comp):
                     sock.disable_monitor()
                 for monitor in self.monitors:
@@ -737,13 +743,29 @@ class IoThread(threading.Thread):
             # [routing id, b"", version, request id, domain, address, identity,
             #  mechanism, client key]
             if len(request) < 8:
-                log.warning("transports %r: a malformed ZAP request", self.core.name)
+                self.bad_log.log(
+                    logging.WARNING,
+                    "malformed ZAP request",
+                    None,
+                    len(request),
+                    "transports %r: a malformed ZAP request",
+                    self.core.name,
+                )
                 continue
             rid, _, version, request_id = request[:4]
             mechanism, credentials = request[7], request[8:]
             ok = mechanism == b"CURVE" and credentials and credentials[0] in self.accepted
             if not ok:
-                log.warning("transports %r refused a %s client", self.core.name, mechanism)
+                self.bad_log.log(
+                    logging.WARNING,
+                    "refused a client",
+                    request[5],  # its address
+                    mechanism,
+                    "transports %r refused a %s client from %r",
+                    self.core.name,
+                    mechanism,
+                    request[5],
+                )
             status = (b"200", b"OK") if ok else (b"400", b"key not accepted")
             zap.send_multipart([rid, b"", version, request_id, *status, b"", b""])
         self._others_left.append(zap)  # more may wait, with no signal left: next wake
@@ -798,8 +820,17 @@ class IoThread(threading.Thread):
                 if len(batch) > count:  # the last message carried more than was wanted
                     held.extend(batch[count:])
                     del batch[count:]
-            for peer, why in malformed:
-                log.warning("transports %r dropped a frame from %r: %s", self.core.name, peer, why)
+            for peer, why in malformed:  # each counted in `dropped_frames`
+                self.bad_log.log(
+                    logging.WARNING,
+                    "dropped a frame",
+                    peer,
+                    why,
+                    "transports %r dropped a frame from %r: %s",
+                    self.core.name,
+                    peer,
+                    why,
+                )
         if readable and not clean:
             # read from (or left unread: held records filled the batch) since EVENTS
             # last said empty: look again before sleeping (see `run`)

@@ -40,7 +40,6 @@ from .state import (
     _NODE,
     _refuse_cancel,
     _Route,
-    log,
 )
 
 __all__ = ["Calls"]
@@ -60,6 +59,28 @@ _READY: Final = PeerState.READY
 _WAIT_MAX: Final = threading.TIMEOUT_MAX
 #: Seconds between two looks at a result a late winner is storing (`request_sync`).
 _STORE_WAIT: Final = 0.001
+
+
+#: The lock the cells of parked one-ways share (`_ParkedSend`): held for a few
+#: instructions by whoever completes or waits for one, never while calling out.
+_PARKED_LOCK: Final = _thread.allocate_lock()
+
+
+class _ParkedSend(_Cell[None]):
+    """The cell of a one-way parked for credit, and the done-callback of its transport
+    `admitted` future: one small object per parked message (no lock of its own, no
+    closure), so 100,000 parked one-ways stay cheap (docs/mesh.md, "Backpressure")."""
+
+    __slots__ = ("_node", "_peer")
+
+    def __init__(self, node: Calls, peer: Peer) -> None:
+        super().__init__(_PARKED_LOCK)
+        self._node = node
+        self._peer = peer
+
+    def __call__(self, done: Future[None]) -> None:
+        """The message was admitted (None) or failed: the send ends so."""
+        self.try_set(None, self._node._submit_failure(done, self._peer))
 
 
 class Calls(Handshake):
@@ -150,10 +171,8 @@ class Calls(Handshake):
             return settled(None)
         admitted = result.admitted
         assert admitted is not None
-        cell: _Cell[None] = _Cell()
-        admitted.add_done_callback(
-            lambda done: cell.try_set(None, self._submit_failure(done, peer))
-        )
+        cell = _ParkedSend(self, peer)
+        admitted.add_done_callback(cell)
         # SC §5/§7: a waiting send has no timeout and refuses caller cancellation.
         return Completion(cell, _refuse_cancel)
 
@@ -388,7 +407,9 @@ class Calls(Handshake):
             with self._lock:
                 self.decode_errors += 1
                 call = self._calls.get(route)
-            log.warning("mesh %s: a bad reply from %r: %s", self.routing_id, rec.peer, bad)
+            self._warn_dropped(
+                "bad reply", rec.peer, str(bad), "mesh %s: a bad reply from %r: %s", rec.peer, bad
+            )
             if call is not None:
                 self.runtime.pending.finish(
                     route, exc=ProtocolError(f"an undecodable reply: {bad}")
@@ -405,9 +426,11 @@ class Calls(Handshake):
                 else:  # another node answering our request: not its to answer
                     self.decode_errors += 1
             if call is not None:
-                log.warning(
+                self._warn_dropped(
+                    "misrouted reply",
+                    rec.peer,
+                    None,
                     "mesh %s: a reply from %r to a request sent elsewhere",
-                    self.routing_id,
                     rec.peer,
                 )
             return

@@ -244,8 +244,9 @@ class TypeRegistry:
             ConfigurationError: `cls` is not a class; its `type_name` is the empty str;
                 another class already has its type name; or msgspec cannot encode and
                 decode it (a class that is not a Struct, dataclass, enum of int or str
-                values, NamedTuple or builtin, or one with a field of such a class); a
-                TypedDict (its values are plain dicts, so they never carry its name).
+                values, NamedTuple or builtin, or one with a field of such a class; a
+                field typed `object` is fine: msgspec carries it as `Any`); a TypedDict
+                (its values are plain dicts, so they never carry its name).
         """
         if not isinstance(cls, type):
             raise ConfigurationError(f"a payload type must be a class, got {cls!r}")
@@ -295,7 +296,8 @@ def _check_msgspec(cls: type) -> None:
         info = mi.type_info(cls)
     except Exception as exc:  # TypeError; NameError for an annotation that does not resolve
         raise ConfigurationError(f"{_where(cls)} cannot cross the wire: {_why(exc)}") from None
-    custom = next(_custom_types(info, set()), None)
+    # `object` as a payload type of its own says nothing a receiver could decode into
+    custom = cls if cls is object else next(_custom_types(info, set()), None)
     if custom is not None:
         what = "it is" if custom is cls else f"it holds {custom.__qualname__}, which is"
         raise ConfigurationError(
@@ -305,9 +307,13 @@ def _check_msgspec(cls: type) -> None:
 
 
 def _custom_types(info: object, seen: set[int]) -> Iterator[type]:
-    """The classes msgspec would need hooks for, anywhere inside `info` (a type_info)."""
+    """The classes msgspec would need hooks for, anywhere inside `info` (a type_info).
+
+    `object` is not one: msgspec encodes and decodes a field typed `object` as it does
+    `Any` (a value it cannot encode fails that one call, with `ProtocolError`)."""
     if isinstance(info, mi.CustomType):
-        yield info.cls
+        if info.cls is not object:
+            yield info.cls
         return
     if not isinstance(info, mi.Type) or id(info) in seen:  # a recursive Struct: seen
         return

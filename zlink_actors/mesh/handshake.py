@@ -295,17 +295,29 @@ class Handshake(NodeState):
     def _bad_hello(self, rec: t.Inbound, hello: _Hello | None, refused: ZlinkError) -> None:
         """Answer REJECT, with the refusal's kind (a duplicate is `AlreadyExistsError`
         at the dialling node)."""
-        level = logging.WARNING
         if isinstance(refused, AlreadyExistsError):
             assert hello is not None
+            level = logging.WARNING
             if not self._refused_once((hello.routing_id, hello.generation)):
                 level = logging.DEBUG
+            log.log(
+                level,
+                "mesh %s: refused a handshake from %r: %s",
+                self.routing_id,
+                rec.peer,
+                refused,
+            )
         else:
             with self._lock:
                 self.decode_errors += 1
-        log.log(
-            level, "mesh %s: refused a handshake from %r: %s", self.routing_id, rec.peer, refused
-        )
+            self._warn_dropped(
+                "refused handshake",
+                rec.peer,
+                str(refused),
+                "mesh %s: refused a handshake from %r: %s",
+                rec.peer,
+                refused,
+            )
         kind, message = self.codec.encode_error(refused)
         env = Envelope(wire.REJECT, mesh=self.config.name, error_kind=kind, error=message)
         self._reply_frames(rec.peer, rec.route_id, [wire.encode_envelope(env)])
@@ -316,7 +328,14 @@ class Handshake(NodeState):
         except (msgspec.DecodeError, IndexError) as exc:
             with self._lock:
                 self.decode_errors += 1
-            log.warning("mesh %s: a bad update from %s: %s", self.routing_id, peer.routing_id, exc)
+            self._warn_dropped(
+                "bad update",
+                peer.routing_id,
+                str(exc),
+                "mesh %s: a bad update from %s: %s",
+                peer.routing_id,
+                exc,
+            )
             return
         with self._lock:
             self._update_locked(peer, hello)

@@ -219,9 +219,11 @@ class Inbound(Calls):
             if not isinstance(exc, ShuttingDownError):
                 with self._lock:
                     self.dropped_messages += 1
-                log.warning(
+                self._warn_dropped(
+                    "no handler",
+                    peer.routing_id,
+                    str(exc),
                     "mesh %s: a message from %s reached no handler: %s",
-                    self.routing_id,
                     peer.routing_id,
                     exc,
                 )
@@ -232,7 +234,14 @@ class Inbound(Calls):
                 self.decode_errors += 1
             else:
                 self.dropped_messages += 1
-        log.warning("mesh %s: dropped a message from %s: %s", self.routing_id, peer.routing_id, why)
+        self._warn_dropped(
+            "dropped message",
+            peer.routing_id,
+            why,
+            "mesh %s: dropped a message from %s: %s",
+            peer.routing_id,
+            why,
+        )
         self._release(rec)
 
     def _receive_request(self, rec: t.Inbound, env: Envelope, peer: Peer) -> None:
@@ -262,8 +271,13 @@ class Inbound(Calls):
             if isinstance(exc, ProtocolError):
                 with self._lock:
                     self.decode_errors += 1
-                log.warning(
-                    "mesh %s: a bad request from %s: %s", self.routing_id, peer.routing_id, exc
+                self._warn_dropped(
+                    "bad request",
+                    peer.routing_id,
+                    str(exc),
+                    "mesh %s: a bad request from %s: %s",
+                    peer.routing_id,
+                    exc,
                 )
             self._reply_error(rec.peer, route, exc)
             return

@@ -193,6 +193,7 @@ class MeshNode(GlobalObjects):
         for peer in peers:
             self._notify_quietly(peer.conn, wire.encode_fields(wire.BYE), b"")
         transport.close()
+        self._bad_log.flush()  # what the last second of dropped records held back
         with self._lock:
             calls = list(self._calls)
             self._changed.notify_all()

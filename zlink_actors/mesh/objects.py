@@ -60,7 +60,7 @@ from .operations import (
 )
 from .ownership import Ownership
 from .peers import Peer, Role
-from .state import _refuse_cancel, _Route, log
+from .state import _refuse_cancel, _Route
 
 __all__ = ["GlobalObjects"]
 
@@ -383,7 +383,14 @@ class GlobalObjects(Ownership):
         except (ProtocolError, TypeError, ValueError) as exc:
             with self._lock:
                 self.decode_errors += 1
-            log.warning("mesh %s: a bad publish: %s", self.routing_id, exc)
+            self._warn_dropped(
+                "bad publish",
+                rec.peer,
+                str(exc),
+                "mesh %s: a bad publish from %r: %s",
+                rec.peer,
+                exc,
+            )
             self._release(rec)
             return
         if self.runtime.fenced:

@@ -283,6 +283,9 @@ class NodeState:
         self._closed = False
         self.decode_errors = 0
         self.dropped_messages = 0
+        #: What peers send that we drop: counted each (above), logged at most once a
+        #: second per (event, peer, reason) (`_warn_dropped`)
+        self._bad_log = t.RateLimitedLog(log)
         self.late_replies = 0
         self._first_seen: dict[str, float] = {}
         #: Duplicate routing ids refused (or refused to us), logged once each (`handshake`).
@@ -429,10 +432,19 @@ class NodeState:
         was a request; its credit goes back."""
         with self._lock:
             self.decode_errors += 1
-        log.warning("mesh %s: a bad record from %r: %s", self.routing_id, rec.peer, why)
+        self._warn_dropped(
+            "bad record", rec.peer, why, "mesh %s: a bad record from %r: %s", rec.peer, why
+        )
         self._release(rec)
         if rec.kind is t.InboundKind.REQUEST:
             self._reply_error(rec.peer, rec.route_id, ProtocolError(why))
+
+    def _warn_dropped(
+        self, event: str, peer: object, reason: object, msg: str, *args: object
+    ) -> None:
+        """Log something a peer sent that was dropped (already counted): `msg` gets this
+        node's routing id, then `args`; at most once a second per (event, peer, reason)."""
+        self._bad_log.log(logging.WARNING, event, peer, reason, msg, self.routing_id, *args)
 
     def _reply_error(self, conn: bytes, route: int, exc: BaseException) -> None:
         kind, message = self.codec.encode_error(exc)

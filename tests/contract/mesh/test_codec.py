@@ -759,3 +759,36 @@ def test_encode_fields_is_byte_for_byte_the_envelope(
     data = encode_fields(*fields, error=text)
     assert data == encode_envelope(env)
     assert decode_envelope(data) == env
+
+
+class Loose(msgspec.Struct):
+    value: object
+    items: list[object] = []
+    extra: dict[str, object] = {}
+
+
+@dataclasses.dataclass
+class LooseData:
+    value: object
+
+
+def test_a_field_typed_object_is_registered_and_carried_as_any() -> None:
+    # msgspec encodes and decodes a field typed `object` as it does `Any`.
+    registry = TypeRegistry([Loose, LooseData])
+    codec = Codec(registry, MAX)
+    back = codec.roundtrip(Loose({"k": (1, 2)}, [b"x"], {"n": None}))
+    assert back == Loose({"k": [1, 2]}, [b"x"], {"n": None})
+    assert codec.roundtrip(LooseData(3.5)) == LooseData(3.5)
+    with pytest.raises(ProtocolError, match="cannot be encoded"):
+        codec.encode_payload(Loose(Opaque()))
+    with pytest.raises(ProtocolError, match="cannot be encoded"):
+        codec.encode_payload(LooseData([Opaque()]))
+    # A class that really needs hooks is still refused, also next to an `object` field.
+
+    @dataclasses.dataclass
+    class Mixed:
+        loose: object
+        held: Opaque
+
+    with pytest.raises(ConfigurationError, match="it holds Opaque"):
+        TypeRegistry([Mixed])
