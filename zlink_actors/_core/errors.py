@@ -20,8 +20,8 @@ The tree::
     +-- ConfigurationError              bad Host / class configuration (no kind)
     concurrent.futures.CancelledError   re-exported as CancelledError
 
-Errors carry no retry hint (SC §14): callers branch on the type or on `.kind`, never on
-the message text.
+Errors carry no retry hint (SC §14): callers branch on the type or on `.kind` (and on an
+`UnavailableError`'s `.reason`, which says why), never on the message text.
 """
 
 from __future__ import annotations
