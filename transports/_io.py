@@ -35,7 +35,7 @@ from typing import cast
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from ._errors import Closed, MalformedFrame, PeerLost, TransportUsageError
+from ._errors import Closed, MalformedFrame, PeerLost, TransportUsageError, _SilentPeerLost
 from ._logs import RateLimitedLog
 from ._receive import Item, Receiver
 from ._state import CREDIT_DELAY, Command, Core, PeerState, admit_all, fail_all
@@ -936,24 +936,25 @@ class IoThread(threading.Thread):
 
     def _heartbeat(self, now: float) -> None:
         core = self.core
-        lost: list[tuple[bytes, str]] = []
+        lost: list[tuple[bytes, str, bool]] = []
         pings: list[tuple[bytes, int]] = []
         with core.lock:
             for peer, state in core.peers.items():
                 if now > state.deadline:
                     why = "silent" if state.ready else "no hello answered"
-                    lost.append((peer, f"{why} for {core.config.heartbeat_timeout} s"))
+                    lost.append((peer, f"{why} for {core.config.heartbeat_timeout} s", state.ready))
                 elif state.ready and now >= state.next_ping:
                     state.ping_seq += 1
                     state.next_ping = now + core.config.heartbeat_interval
                     pings.append((peer, state.ping_seq))
-        for peer, reason in lost:
-            self.lose(peer, reason)
+        for peer, reason, silent in lost:
+            self.lose(peer, reason, silent=silent)
         for peer, seq in pings:
             self._send_comp(peer, Kind.PING, seq, ())
 
-    def lose(self, peer: bytes, reason: str) -> None:
-        """Forget the peer, fail its parked futures with PeerLost, report LOST."""
+    def lose(self, peer: bytes, reason: str, *, silent: bool = False) -> None:
+        """Forget the peer, fail its parked futures with PeerLost, report LOST (`silent`:
+        it went silent, see `PeerEvent.silent`)."""
         core = self.core
         with core.lock:
             state = core.peers.get(peer)
@@ -974,5 +975,5 @@ class IoThread(threading.Thread):
                 with contextlib.suppress(zmq.ZMQError):  # already gone
                     sock.disconnect(address)
         log.info("transports %r lost peer %r: %s", core.name, peer, reason)
-        fail_all(futures, PeerLost, f"peer {peer!r} lost: {reason}")
-        self._events.append(PeerEvent(peer, PeerEventKind.LOST, reason))
+        fail_all(futures, _SilentPeerLost if silent else PeerLost, f"peer {peer!r} lost: {reason}")
+        self._events.append(PeerEvent(peer, PeerEventKind.LOST, reason, silent))

@@ -40,6 +40,7 @@ from .._core.errors import (
     DeadlineExceededError,
     ShuttingDownError,
     UnavailableError,
+    UnavailableReason,
 )
 from .._core.validation import check_seconds
 from . import scripts
@@ -375,7 +376,10 @@ class RedisLocationStore:
                     await conn.connect()  # type: ignore[no-untyped-call]
                 except (RedisError, OSError) as exc:
                     pool.all.discard(conn)
-                    raise UnavailableError(f"cannot reach Redis at {self.url}: {exc}") from exc
+                    raise UnavailableError(
+                        f"cannot reach Redis at {self.url}: {exc}",
+                        reason=UnavailableReason.STORE_UNAVAILABLE,
+                    ) from exc
             return conn
         except BaseException:
             # Also a timeout or cancel while connecting: never leave a half-open
@@ -423,7 +427,10 @@ class RedisLocationStore:
                     reply = await conn.read_response()
                 except NoScriptError:
                     if attempt == 1:
-                        raise UnavailableError("Redis lost the store's script twice") from None
+                        raise UnavailableError(
+                            "Redis lost the store's script twice",
+                            reason=UnavailableReason.STORE_UNAVAILABLE,
+                        ) from None
                     if progress is not None:
                         progress.sent = False  # NOSCRIPT: it did not run
                     try:
@@ -431,7 +438,8 @@ class RedisLocationStore:
                         await conn.read_response()
                     except (RedisError, OSError) as exc:
                         raise UnavailableError(
-                            f"cannot load the store's script into Redis at {self.url}: {exc}"
+                            f"cannot load the store's script into Redis at {self.url}: {exc}",
+                            reason=UnavailableReason.STORE_UNAVAILABLE,
                         ) from exc
                     continue
                 except ResponseError as exc:
@@ -472,9 +480,14 @@ class RedisLocationStore:
                 self._script(pool, scripts.READ, _READ_SHA, (self._data + raw,), []), "read"
             )
         except _Lost as exc:
-            raise UnavailableError(f"lost the connection to Redis at {self.url}: {exc}") from None
+            raise UnavailableError(
+                f"lost the connection to Redis at {self.url}: {exc}",
+                reason=UnavailableReason.STORE_UNAVAILABLE,
+            ) from None
         except _Refused as exc:
-            raise UnavailableError(f"Redis refused the read: {exc}") from None
+            raise UnavailableError(
+                f"Redis refused the read: {exc}", reason=UnavailableReason.STORE_UNAVAILABLE
+            ) from None
         now = _now(reply[0], reply[1])
         if len(reply) == 2:
             return Missing(now)
@@ -585,13 +598,21 @@ class RedisLocationStore:
                 "scan",
             )
         except _Lost as exc:
-            raise UnavailableError(f"lost the connection to Redis at {self.url}: {exc}") from None
+            raise UnavailableError(
+                f"lost the connection to Redis at {self.url}: {exc}",
+                reason=UnavailableReason.STORE_UNAVAILABLE,
+            ) from None
         except _Refused as exc:
-            raise UnavailableError(f"Redis refused the scan: {exc}") from None
+            raise UnavailableError(
+                f"Redis refused the scan: {exc}", reason=UnavailableReason.STORE_UNAVAILABLE
+            ) from None
         now = _now(reply[0], reply[1])
         epoch = reply[2].decode()
         if reply[3] == -1:
-            raise ScanExpiredError("Redis lost the data this scan walked: restart the scan")
+            raise ScanExpiredError(
+                "Redis lost the data this scan walked: restart the scan",
+                reason=UnavailableReason.STORE_UNAVAILABLE,
+            )
         items = [
             (
                 reply[i].decode(),

@@ -20,6 +20,7 @@ from .._core.errors import (
     NotFoundError,
     ProtocolError,
     UnavailableError,
+    UnavailableReason,
     shutting_down,
 )
 from .._core.handoff import wake
@@ -33,7 +34,7 @@ from .config import (
     PeerState,
 )
 from .handshake import Handshake
-from .peers import LOCAL, Peer
+from .peers import LOCAL, Peer, unusable
 from .state import (
     _CHANNEL,
     _HANDSHAKE_BASE,
@@ -119,7 +120,9 @@ class Calls(Handshake):
             if peer is None:
                 return failed(NotFoundError(f"no node {rid!r} in mesh {mesh!r}"))
             if peer.state is not _READY:
-                return failed(UnavailableError(f"node {rid!r} is {peer.state.value}"))
+                return failed(
+                    UnavailableError(f"node {rid!r} is {peer.state.value}", reason=unusable(peer))
+                )
             if not peer.has_node_handler:
                 return failed(NotFoundError(f"node {rid!r} has no node_handler"))
             route = peer.node_route  # made once per peer, as the channel routes above
@@ -162,7 +165,11 @@ class Calls(Handshake):
         try:
             result = transport.submit(peer.conn, frames)
         except t.UnknownPeer:
-            return failed(UnavailableError(f"node {peer.routing_id!r} is lost"))
+            return failed(
+                UnavailableError(
+                    f"node {peer.routing_id!r} is lost", reason=UnavailableReason.PEER_LOST
+                )
+            )
         except t.Closed:
             return failed(shutting_down())
         except t.PayloadTooLarge as exc:
@@ -300,7 +307,10 @@ class Calls(Handshake):
                 self._calls[route_id] = out
         if not live:
             pending.finish(
-                route_id, exc=UnavailableError(f"node {peer.routing_id!r} is {peer.state.value}")
+                route_id,
+                exc=UnavailableError(
+                    f"node {peer.routing_id!r} is {peer.state.value}", reason=unusable(peer)
+                ),
             )
             return
         if route_id not in pending._entries:  # (not `in pending`: a Python call)
@@ -328,7 +338,12 @@ class Calls(Handshake):
         try:
             result = transport.submit_request(peer.conn, route_id, frames, refresh=out.refresh)
         except t.UnknownPeer:
-            pending.finish(route_id, exc=UnavailableError(f"node {peer.routing_id!r} is lost"))
+            pending.finish(
+                route_id,
+                exc=UnavailableError(
+                    f"node {peer.routing_id!r} is lost", reason=UnavailableReason.PEER_LOST
+                ),
+            )
             return
         except t.Closed:
             pending.finish(route_id, exc=shutting_down())
@@ -338,7 +353,9 @@ class Calls(Handshake):
             return
         if result.no_slot:
             full = f"all completion slots towards {peer.routing_id!r} are in use"
-            pending.finish(route_id, exc=UnavailableError(full))
+            pending.finish(
+                route_id, exc=UnavailableError(full, reason=UnavailableReason.QUEUE_FULL)
+            )
         elif result.admitted is not None:
             parked = result.admitted
 
@@ -390,7 +407,10 @@ class Calls(Handshake):
             return None
         if isinstance(exc, t.Closed):
             return shutting_down()
-        return UnavailableError(f"node {peer.routing_id!r} was lost while the call waited: {exc}")
+        return UnavailableError(
+            f"node {peer.routing_id!r} was lost while the call waited: {exc}",
+            reason=_lost_reason(exc),
+        )
 
     def _receive_reply(self, rec: t.Inbound) -> None:
         route = rec.route_id
@@ -437,7 +457,7 @@ class Calls(Handshake):
         value: object = None
         exc: BaseException | None = None
         if env.error_kind >= 0:
-            exc = Codec.decode_error(env.error_kind, env.error)
+            exc = Codec.decode_error(env.error_kind, env.error, env.reason)
             if call.cache_key is not None and isinstance(exc, UnavailableError):
                 self._routes.pop(call.cache_key, None)  # a stale owner: resolve again next call
         else:
@@ -563,3 +583,10 @@ class _Outgoing(CellEntry):
         fields, due, metadata, type_name, intent, data = self.resend
         budget = max(due - self.node.runtime.timers._now(), 1e-6)
         return [wire.encode_request(fields, budget, metadata, type_name, intent), data]
+
+
+def _lost_reason(exc: BaseException) -> UnavailableReason:
+    """PEER_PAUSED for a transport `PeerLost` of a peer that went silent, else PEER_LOST."""
+    if isinstance(exc, t.PeerLost) and exc.silent:
+        return UnavailableReason.PEER_PAUSED
+    return UnavailableReason.PEER_LOST

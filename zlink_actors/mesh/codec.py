@@ -29,6 +29,8 @@ from .._core.errors import (
     ConfigurationError,
     ErrorKind,
     ProtocolError,
+    UnavailableError,
+    UnavailableReason,
     ZlinkError,
     error_for_kind,
 )
@@ -85,8 +87,9 @@ class Envelope(msgspec.Struct, array_like=True, frozen=True):
 
     Checked when made and when decoded: `command` one of `COMMANDS`, `op` empty or 16
     bytes, `route` in 0..2**64-1, `target_kind` one of `TARGET_KINDS`, `deadline` in
-    0..`threading.TIMEOUT_MAX` (NaN refused), `error_kind` -1 or more. Trailing array
-    elements a newer peer may add are ignored.
+    0..`threading.TIMEOUT_MAX` (NaN refused), `error_kind` -1 or more; `reason` is any
+    str (one this version does not know reads as `UNSPECIFIED`, never an error). Trailing
+    array elements a newer peer may add are ignored.
     """
 
     command: int
@@ -103,6 +106,9 @@ class Envelope(msgspec.Struct, array_like=True, frozen=True):
     #: Instance intent of a Spot message (None: none; "": the receiver's only
     #: InstanceSpot type; else that type's name).
     intent: str | None = None
+    #: Replies of kind UNAVAILABLE: the `UnavailableReason` value ("" = none given; an
+    #: older peer's shorter array leaves it so).
+    reason: str = ""
 
     def __post_init__(self) -> None:
         # On decode msgspec has checked the types and turns these into ValidationError.
@@ -137,6 +143,7 @@ def encode_fields(
     error_kind: int = _NO_ERROR,
     error: str = "",
     intent: str | None = None,
+    reason: str = "",
 ) -> bytes:
     """The bytes `encode_envelope(Envelope(...))` gives for these fields (an array-like
     Struct is a MessagePack array), without making and checking an `Envelope`: for the
@@ -147,7 +154,7 @@ def encode_fields(
     """
     fields = (command, op, route, target_kind, target, mesh, deadline, metadata, type_name)
     try:
-        return _ENCODER.encode((*fields, error_kind, error, intent))
+        return _ENCODER.encode((*fields, error_kind, error, intent, reason))
     except Exception as exc:  # TypeError, OverflowError, RecursionError from msgspec
         raise ProtocolError(f"the envelope cannot be encoded: {_why(exc)}") from None
 
@@ -519,15 +526,28 @@ class Codec:
         return int(ErrorKind.INTERNAL_FAILURE), f"{type(exc).__qualname__}: {exc}"
 
     @staticmethod
-    def decode_error(kind: int, message: str) -> ZlinkError:
+    def encode_reason(exc: BaseException) -> str:
+        """The `Envelope.reason` a failure crosses with: an `UnavailableError`'s reason
+        value, "" for any other error or an unspecified reason."""
+        if isinstance(exc, UnavailableError) and exc.reason is not _UNSPECIFIED:
+            return cast(str, exc.reason.value)
+        return ""
+
+    @staticmethod
+    def decode_error(kind: int, message: str, reason: str = "") -> ZlinkError:
         """The `ZlinkError` subclass of `kind` with `message` as is; an unknown kind (or
-        a kind or message of the wrong type) is a `ProtocolError` saying so."""
+        a kind or message of the wrong type) is a `ProtocolError` saying so. An
+        `UnavailableError` gets the `UnavailableReason` whose value is `reason`;
+        `UNSPECIFIED` when `reason` is "", unknown or not a str (never an error)."""
         if type(kind) is not int and type(kind) is not ErrorKind:
             return ProtocolError(f"the error kind is a {type(kind).__name__}, not an int")
         if not isinstance(cast(object, message), str):  # it came off a wire
             return ProtocolError(f"the error message is a {type(message).__name__}, not a str")
         if kind not in _KINDS:
             return ProtocolError(f"unknown error kind {kind}: {message}")
+        if kind == _UNAVAILABLE:
+            found = _REASONS.get(reason) if type(reason) is str else None
+            return UnavailableError(message, reason=found or _UNSPECIFIED)
         return error_for_kind(ErrorKind(kind), message)
 
     def roundtrip(self, value: object, into: object = None) -> object:
@@ -543,6 +563,10 @@ class Codec:
 
 
 _KINDS: Final = frozenset(int(kind) for kind in ErrorKind)
+_UNAVAILABLE: Final = int(ErrorKind.UNAVAILABLE)
+_UNSPECIFIED: Final = UnavailableReason.UNSPECIFIED
+#: Every reason by its wire value ("" and an unknown value are not in it).
+_REASONS: Final = {reason.value: reason for reason in UnavailableReason}
 
 
 def _is_subclass(cls: type, base: type) -> bool:

@@ -93,7 +93,12 @@ class Handshake(NodeState):
                 self._dials.pop(alias, None)
             log.warning("mesh %s: cannot dial %s: %s", self.routing_id, endpoint, exc)
             if source is not None:
-                source.set_exception(UnavailableError(f"cannot connect to {endpoint}: {exc}"))
+                source.set_exception(
+                    UnavailableError(
+                        f"cannot connect to {endpoint}: {exc}",
+                        reason=UnavailableReason.UNREACHABLE,
+                    )
+                )
 
     def connect_peer(self, endpoint: str) -> Completion[PeerInfo]:
         parse_endpoint(endpoint, allow_any_port=False)
@@ -115,7 +120,7 @@ class Handshake(NodeState):
             if dial is not None:
                 self._send_hello(event.peer, dial)
         elif event.kind is t.PeerEventKind.LOST:
-            self._conn_lost(event.peer, event.reason)
+            self._conn_lost(event.peer, event.reason, event.silent)
 
     def _send_hello(self, alias: bytes, dial: _Dial) -> None:
         transport = self._transport
@@ -232,12 +237,14 @@ class Handshake(NodeState):
             self._peers.add(peer)
             self._changed.notify_all()
         if replaced is not None:
-            self._fail_inflight(replaced, "restarted (another lifecycle generation)")
+            self._fail_inflight(
+                replaced, "restarted (another lifecycle generation)", UnavailableReason.PEER_LOST
+            )
         log.info("mesh %s: peer %s READY (%s)", self.routing_id, peer.routing_id, peer.endpoint)
         self._wake_peer_waiters()
         return peer
 
-    def _conn_lost(self, conn: bytes, reason: str) -> None:
+    def _conn_lost(self, conn: bytes, reason: str, silent: bool = False) -> None:
         with self._lock:
             dial = self._dials.get(conn)
             peer = self._peers.by_conn.pop(conn, None)
@@ -248,6 +255,9 @@ class Handshake(NodeState):
                 peer.conns.discard(conn)
                 if primary:
                     self._peers.mark_lost(peer)
+                    peer.lost_reason = (
+                        UnavailableReason.PEER_PAUSED if silent else UnavailableReason.PEER_LOST
+                    )
                     others = self._peers.drop_conns(peer)
                 self._changed.notify_all()
         if dial is not None:
@@ -255,13 +265,20 @@ class Handshake(NodeState):
         if peer is None or not primary:
             return
         level = logging.INFO if self._closed or was_lost else logging.WARNING
-        log.log(level, "mesh %s: peer %s LOST: %s", self.routing_id, peer.routing_id, reason)
+        log.log(
+            level,
+            "mesh %s: peer %s LOST (%s): %s",
+            self.routing_id,
+            peer.routing_id,
+            peer.lost_reason.value,
+            reason,
+        )
         transport = self._transport
         for other in others:
             if transport is not None:
                 with contextlib.suppress(t.TransportError):
                     transport.disconnect(other)
-        self._fail_inflight(peer, f"lost: {reason}")
+        self._fail_inflight(peer, f"lost: {reason}", peer.lost_reason)
         self._wake_peer_waiters()
 
     def _receive_hello(self, rec: t.Inbound, env: Envelope) -> None:

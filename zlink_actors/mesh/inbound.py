@@ -21,6 +21,7 @@ from .._core.errors import (
     ProtocolError,
     ShuttingDownError,
     UnavailableError,
+    UnavailableReason,
     ZlinkError,
 )
 from .._engine.objects import ObjectKind
@@ -343,7 +344,10 @@ class Inbound(Calls):
         route = key[1]
         if exc is not None:
             if never_ran and isinstance(exc, CapacityExceededError):
-                exc = UnavailableError(f"the target's queue on node {self.routing_id!r} is full")
+                exc = UnavailableError(
+                    f"the target's queue on node {self.routing_id!r} is full",
+                    reason=UnavailableReason.QUEUE_FULL,
+                )
             self._reply_error(conn, route, exc)
             return
         self._reply_value(conn, route, value)

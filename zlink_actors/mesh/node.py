@@ -23,6 +23,7 @@ from .._core.errors import (
     DeadlineExceededError,
     NotFoundError,
     UnavailableError,
+    UnavailableReason,
     shutting_down,
 )
 from ..location.nodes import (
@@ -128,7 +129,9 @@ class MeshNode(GlobalObjects):
                 return transport.bind(app, completion_endpoint(app)).application
             except Exception as exc:  # taken meanwhile: another pair
                 last = exc
-        raise UnavailableError(f"no free pair of ports on {host}: {last}")
+        raise UnavailableError(
+            f"no free pair of ports on {host}: {last}", reason=UnavailableReason.UNREACHABLE
+        )
 
     def serve(self) -> None:
         """The runtime serves: dial `peers=`, keep them dialled, start discovery."""
@@ -307,6 +310,7 @@ class MeshNode(GlobalObjects):
                 route_cache_hits=self.route_cache_hits,
                 route_cache_misses=self.route_cache_misses,
                 route_cache_size=len(self._routes),
+                unavailable=dict(self.unavailable),
             )
 
     def _keep_peers(self) -> None:
@@ -440,7 +444,10 @@ def _bind_pair(transport: t.Transport, application: str) -> str:
     try:
         return transport.bind(application, completion).application
     except zmq.ZMQError as exc:
-        raise UnavailableError(f"cannot listen on {application} and {completion}: {exc}") from None
+        raise UnavailableError(
+            f"cannot listen on {application} and {completion}: {exc}",
+            reason=UnavailableReason.UNREACHABLE,
+        ) from None
 
 
 def _free_port_pair(host: str) -> int:
@@ -457,4 +464,4 @@ def _free_port_pair(host: str) -> int:
                 except OSError:
                     continue
             return int(port)
-    raise UnavailableError(f"no free pair of ports on {host}")
+    raise UnavailableError(f"no free pair of ports on {host}", reason=UnavailableReason.UNREACHABLE)

@@ -28,6 +28,7 @@ from .._core.errors import (
     NotFoundError,
     ProtocolError,
     UnavailableError,
+    UnavailableReason,
     ZlinkError,
 )
 from .._engine.objects import (
@@ -178,7 +179,10 @@ class GlobalObjects(Ownership):
             if placed is None:
                 raise NotFoundError(f"no READY node of the mesh registers {msg.type_name}")
             return await self._send_with_intent(placed, msg)
-        raise UnavailableError(f"Spot {spot_id!r}: the record kept changing; try again")
+        raise UnavailableError(
+            f"Spot {spot_id!r}: the record kept changing; try again",
+            reason=UnavailableReason.CONTENDED,
+        )
 
     def _instance_type(self, type_name: str | None) -> type | None:
         """This node's InstanceSpot type of that name (None: any one of this node's, if

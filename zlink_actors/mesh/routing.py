@@ -63,7 +63,7 @@ from .operations import (
     _Resolve,
     _wait,
 )
-from .peers import Peer
+from .peers import Peer, unusable
 from .state import _refuse_cancel, _Route, log
 
 __all__ = ["Routing"]
@@ -307,7 +307,11 @@ class Routing(Inbound):
         if peer is None or peer.state is not PeerState.READY:
             self._routes.pop((kind, target), None)  # the next call resolves again
             state = "unknown" if peer is None else peer.state.value
-            return failed(UnavailableError(f"the owner {owner!r} of {kind} {target!r} is {state}"))
+            return failed(
+                UnavailableError(
+                    f"the owner {owner!r} of {kind} {target!r} is {state}", reason=unusable(peer)
+                )
+            )
         return _Route(peer, kind, target)
 
     async def _resolve(self, kind: ObjectKind, target: str, wait: float) -> object:
@@ -323,11 +327,16 @@ class Routing(Inbound):
         owner = record.owner.node
         if owner == self.routing_id:
             if self._held(kind, target) is None:
-                raise UnavailableError(f"{kind} {target!r} is closing on this node")
+                raise UnavailableError(
+                    f"{kind} {target!r} is closing on this node", reason=UnavailableReason.CLOSED
+                )
             return _HERE
         bound = await self._lease_bound(record.owner)
         if bound is None:
-            raise UnavailableError(f"the owner {owner!r} of {kind} {target!r} holds no lease")
+            raise UnavailableError(
+                f"the owner {owner!r} of {kind} {target!r} holds no lease",
+                reason=UnavailableReason.LEASE_LAPSED,
+            )
         peer = await self._connected_peer(owner, wait, f"the owner {owner!r} of {kind} {target!r}")
         self._remember_record(record)
         return _Route(peer, kind, target)
@@ -336,8 +345,8 @@ class Routing(Inbound):
         """The READY peer `rid`, waiting up to `wait` seconds while its connection comes
         up: a node not known here yet (discovery lists it within about a second) or
         known from its descriptor and never reached. `UnavailableError` once the wait
-        is over (`CONNECTING`), and at once for one lost (`PEER_LOST`), draining
-        (`DRAINING`) or when this node stops."""
+        is over (`CONNECTING`), and at once for one lost (`PEER_LOST`; `PEER_PAUSED` when
+        it went silent), draining (`DRAINING`) or when this node stops."""
         loop = asyncio.get_running_loop()
         end = time.monotonic() + wait
         while True:
@@ -363,7 +372,7 @@ class Routing(Inbound):
         elif peer.state is PeerState.DRAINING:
             state, reason = "draining", UnavailableReason.DRAINING
         else:
-            state, reason = "lost", UnavailableReason.PEER_LOST
+            state, reason = "lost", peer.lost_reason  # PEER_PAUSED when it went silent
         raise UnavailableError(f"{what} is {state}", reason=reason)
 
     def _remember_record(self, record: AuthorityRecord) -> None:
@@ -480,6 +489,18 @@ class Routing(Inbound):
             return False
         return await self._lease_live(owner)
 
+    def _gone(self, owner: OwnerFence) -> UnavailableReason:
+        """Why `_owner_alive(owner)` said no: DRAINING or the peer's `lost_reason` when
+        this node saw it draining or lost, else LEASE_LAPSED (its lease is gone)."""
+        peer = self._peers.by_rid.get(owner.node)
+        if peer is None or peer.state is PeerState.READY:
+            return UnavailableReason.LEASE_LAPSED
+        if peer.state is PeerState.DRAINING:
+            return UnavailableReason.DRAINING
+        if peer.state is PeerState.CONNECTING and not peer.lost_at:
+            return UnavailableReason.LEASE_LAPSED
+        return peer.lost_reason
+
     async def _lease_live(self, owner: OwnerFence) -> bool:
         """Whether `owner`'s lease still exists in the store (inside its fencing margin
         too: only an expired lease may be taken over)."""
@@ -494,7 +515,7 @@ class Routing(Inbound):
         peer = self._peers.by_rid.get(rid)
         if peer is None or peer.state is not PeerState.READY:
             state = "unknown" if peer is None else peer.state.value
-            raise UnavailableError(f"node {rid!r} is {state}")
+            raise UnavailableError(f"node {rid!r} is {state}", reason=unusable(peer))
         return peer
 
     def _local_target(self, env: Envelope) -> tuple[ObjectKind, str] | ZlinkError:
@@ -505,11 +526,13 @@ class Routing(Inbound):
                 if self.runtime.fenced:
                     return UnavailableError(
                         f"node {self.routing_id!r}: its owner lease lapsed, it admits no new "
-                        "messages"
+                        "messages",
+                        reason=UnavailableReason.FENCED,
                     )
                 if env.intent is None and self._held(kind, target) is None:
                     return UnavailableError(
-                        f"node {self.routing_id!r} is not the owner of {kind} {target!r}"
+                        f"node {self.routing_id!r} is not the owner of {kind} {target!r}",
+                        reason=UnavailableReason.NOT_OWNER,
                     )
         return where
 

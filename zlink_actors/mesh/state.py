@@ -33,6 +33,7 @@ from .._core.completion import CompletionSource
 from .._core.errors import (
     ProtocolError,
     UnavailableError,
+    UnavailableReason,
 )
 from .._core.pending import Request
 from .._engine.kernel import Runtime
@@ -175,6 +176,9 @@ class MeshStatistics:
             that found a fresh route in the cache / had to read the Location Store.
         route_cache_size: routes cached now (expired ones are purged about every
             `route_cache_max_age`).
+        unavailable: requests from peers this node answered with `UnavailableError`,
+            by `UnavailableReason` value (`"queue_full"`, `"not_owner"`, ...; a reason
+            never given is absent; an unspecified one is not counted).
     """
 
     routing_id: str
@@ -195,6 +199,7 @@ class MeshStatistics:
     route_cache_hits: int = 0
     route_cache_misses: int = 0
     route_cache_size: int = 0
+    unavailable: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -287,6 +292,8 @@ class NodeState:
         #: second per (event, peer, reason) (`_warn_dropped`)
         self._bad_log = t.RateLimitedLog(log)
         self.late_replies = 0
+        #: Requests from peers this node answered `UnavailableError`, by reason value.
+        self.unavailable: dict[str, int] = {}
         self._first_seen: dict[str, float] = {}
         #: Duplicate routing ids refused (or refused to us), logged once each (`handshake`).
         self._duplicates: set[tuple[str, object]] = set()
@@ -408,13 +415,13 @@ class NodeState:
         with contextlib.suppress(RuntimeError):  # the loop has stopped: nobody waits
             self.runtime.io.loop.call_soon_threadsafe(wake)
 
-    def _fail_inflight(self, peer: Peer, why: str) -> None:
+    def _fail_inflight(self, peer: Peer, why: str, reason: UnavailableReason) -> None:
         with self._lock:
             routes = list(peer.inflight)
             peer.inflight.clear()
         for route in routes:
             self.runtime.pending.finish(
-                route, exc=UnavailableError(f"node {peer.routing_id!r} {why}")
+                route, exc=UnavailableError(f"node {peer.routing_id!r} {why}", reason=reason)
             )
 
     def _release(self, rec: t.Inbound) -> None:
@@ -450,8 +457,14 @@ class NodeState:
         kind, message = self.codec.encode_error(exc)
         if len(message) > _ERROR_TEXT:  # an error message never outgrows a reply
             message = message[:_ERROR_TEXT] + " [...]"
+        reason = self.codec.encode_reason(exc)
+        if reason:
+            with self._lock:
+                self.unavailable[reason] = self.unavailable.get(reason, 0) + 1
         self._reply_frames(
-            conn, route, [wire.encode_fields(wire.REPLY, error_kind=kind, error=message)]
+            conn,
+            route,
+            [wire.encode_fields(wire.REPLY, error_kind=kind, error=message, reason=reason)],
         )
 
     def _reply_frames(self, conn: bytes, route: int, frames: list[bytes]) -> None:

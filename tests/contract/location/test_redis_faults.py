@@ -21,6 +21,7 @@ from zlink_actors import (
     DeadlineExceededError,
     ShuttingDownError,
     UnavailableError,
+    UnavailableReason,
 )
 from zlink_actors.location import (
     Committed,
@@ -114,10 +115,12 @@ def test_unreachable_redis_is_unavailable_and_nothing_is_half_written() -> None:
         with pytest.raises(UnavailableError) as caught:
             run(store.read("k"))
         assert not isinstance(caught.value, WriteOutcomeUnknownError)
+        assert caught.value.reason is UnavailableReason.STORE_UNAVAILABLE
         with pytest.raises(UnavailableError) as caught:
             run(store.write([], [Put("k", b"1")]))
         # the connection failed before anything was sent: the outcome is known
         assert not isinstance(caught.value, WriteOutcomeUnknownError)
+        assert caught.value.reason is UnavailableReason.STORE_UNAVAILABLE
     finally:
         store.close()
 
@@ -132,16 +135,15 @@ def test_redis_killed_and_restarted_mid_run_gives_typed_errors_then_works(
         page = run(store.scan("k/", limit=10))
         assert page.cursor is not None
         own_redis.kill()
-        with pytest.raises(UnavailableError):
-            run(store.read("k/0"))
-        with pytest.raises(UnavailableError):
-            run(store.write([], [Put("k/0", b"2")]))
-        with pytest.raises(UnavailableError):
-            run(store.scan("k/"))
+        for op in (store.read("k/0"), store.write([], [Put("k/0", b"2")]), store.scan("k/")):
+            with pytest.raises(UnavailableError) as caught:
+                run(op)
+            assert caught.value.reason is UnavailableReason.STORE_UNAVAILABLE
         own_redis.start()  # the same port, no persistence: everything is gone
         assert isinstance(run(store.read("k/0")), Missing)
-        with pytest.raises(ScanExpiredError):  # the data the scan walked is gone
+        with pytest.raises(ScanExpiredError) as expired:  # the data the scan walked is gone
             run(store.scan("k/", cursor=page.cursor, limit=10))
+        assert expired.value.reason is UnavailableReason.STORE_UNAVAILABLE
         again = run(store.write([], [Put(f"k/{i}", b"3") for i in range(100)]))
         assert isinstance(again, Committed)
         found = run(store.read("k/99"))
@@ -334,6 +336,7 @@ def test_a_failed_script_reload_is_unavailable(redis_server: RedisServer) -> Non
             with pytest.raises(UnavailableError) as caught:
                 run(op)
             assert not isinstance(caught.value, WriteOutcomeUnknownError)
+            assert caught.value.reason is UnavailableReason.STORE_UNAVAILABLE
     finally:
         store.close()
         _redis_cli(redis_server, "SCRIPT", "FLUSH")
@@ -374,6 +377,7 @@ def test_an_error_reply_to_a_sent_write_is_an_unknown_outcome(redis_server: Redi
         with pytest.raises(WriteOutcomeUnknownError) as caught:
             run(store.write([], [Put("k", b"2"), Put("j", b"3")]))
         assert set(caught.value.versions) == {"k", "j"}
+        assert caught.value.reason is UnavailableReason.STORE_UNAVAILABLE
         assert client.hget(store._data + b"k", b"r") == caught.value.versions["k"].encode()
     finally:
         client.close()
