@@ -35,7 +35,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Generic, Self, TypedDict, TypeVar, Unpack, overload
 
@@ -479,11 +479,17 @@ class RedisServer:
         binary: the server to run, such as `redis_server_binary()` found.
         persist_dir: a directory of the caller's own for the append-only file (never a
             shared one such as /tmp: another server started there would load it).
+        also_bind: addresses to listen on besides 127.0.0.1 (such as this process's
+            address on a private bridge that nodes in network namespaces reach); Redis's
+            protected mode, which answers only loopback clients, is then off.
     """
 
-    def __init__(self, binary: str, *, persist_dir: str | None = None) -> None:
+    def __init__(
+        self, binary: str, *, persist_dir: str | None = None, also_bind: Sequence[str] = ()
+    ) -> None:
         self.binary = binary
         self.persist_dir = persist_dir
+        self.also_bind = tuple(also_bind)
         self.port = 0
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -504,7 +510,8 @@ class RedisServer:
                 [
                     self.binary,
                     "--port", str(port),
-                    "--bind", "127.0.0.1",
+                    "--bind", "127.0.0.1", *self.also_bind,
+                    "--protected-mode", "no" if self.also_bind else "yes",
                     "--save", "",
                     "--daemonize", "no",
                     "--loglevel", "warning",

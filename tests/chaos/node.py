@@ -1,6 +1,6 @@
 """One node of the chaos run in a process of its own: `python -m tests.chaos.node
 '<json config>'`, launched by the test kit's `NodeProcesses` (tests/integration/mesh/
-nodes.py). Config keys: `mesh`, `liveness_interval`, `liveness_timeout`, `lease`
+nodes.py). Config keys: `mesh`, `listen`, `liveness_interval`, `liveness_timeout`, `lease`
 (`LeaseConfig` keywords), `mesh_options` (any other `MeshConfig` keywords, such as
 `peer_expiry` where the mesh has it), `redis` (`url`, `key_prefix`), `log` (this
 process's event file).
@@ -36,6 +36,7 @@ def main() -> int:
         node_handler=ChaosControl,
         mesh=z.MeshConfig(
             config["mesh"],
+            listen=config.get("listen", "tcp://127.0.0.1:0"),
             liveness_interval=config["liveness_interval"],
             liveness_timeout=config["liveness_timeout"],
             lease=z.LeaseConfig(**config["lease"]),
