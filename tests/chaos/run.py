@@ -116,6 +116,7 @@ class _Run:
         self.rng = random.Random(config.seed)
         self.log = EventLog(directory / "driver.jsonl")
         self.stop_traffic = threading.Event()
+        self.stop_recovery = threading.Event()
         binary = redis_server_binary()
         if binary is None:
             raise RuntimeError("the chaos run needs redis-server (see docs/testing.md)")
@@ -158,6 +159,7 @@ class _Run:
 
     def __exit__(self, *exc: object) -> None:
         self.stop_traffic.set()
+        self.stop_recovery.set()
         for node in self.nodes:  # never leave a node stopped
             with contextlib.suppress(ProcessLookupError):
                 os.kill(node.pid, signal.SIGCONT)
@@ -326,7 +328,7 @@ class _Run:
         owner"): an object whose owner is not READY here is closed (the store allows it
         once the owner's lease expired) and created again; a missing one is created."""
         assert self.host is not None
-        while not self.stop_traffic.wait(0.5):
+        while not self.stop_recovery.wait(0.5):
             with self.lock:
                 broken, self.broken = self.broken, set()
             ready = {p.routing_id for p in self.host.peers() if p.state is z.PeerState.READY}
@@ -412,14 +414,15 @@ class _Run:
     # -- after the faults ----------------------------------------------------------------
 
     def _finish(self) -> None:
+        """After the faults: every call ends, one request goes to every object, every
+        node is probed; all of it within `settle` (a probe gets at least 5 s)."""
         config = self.config
         assert self.host is not None
+        config.say("chaos: faults over; waiting for every call to end")
         self.stop_traffic.set()
-        for thread in self.threads:
-            thread.join(10.0)
-        # Every call ends (a one-way waiting for credit too): take back every slot.
-        taken = 0
+        self.threads[0].join(10.0)  # the traffic
         end = time.monotonic() + config.settle
+        taken = 0  # every call ends (a one-way waiting for credit too): all slots back
         while taken < config.in_flight and time.monotonic() < end:
             if self.slots.acquire(timeout=0.1):
                 taken += 1
@@ -428,11 +431,19 @@ class _Run:
         expiry = _mesh_options().get("peer_expiry")
         if expiry is not None:  # a killed node's one-ways are counted by now
             time.sleep(max(0.0, self.last_kill + expiry + 1.0 - time.monotonic()))
-        # One request to every object (after the one-ways to it, in order), then a probe
-        # of every node: it answers, creates an object of its own and serves it.
-        for target in self.targets:
-            self._create(target, 5.0)
-            self._call_and_wait(target)
+        # One request to every object, behind the one-ways to it (in order), all at once;
+        # the take-over goes on meanwhile.
+        flush = [
+            self._submit(target, "request", 2.0)
+            for target in self.targets
+            if self.slots.acquire(timeout=0.1)  # (free unless a call never ended)
+        ]
+        for completion in flush:
+            if completion is not None:
+                completion.wait(max(0.0, end - time.monotonic()))
+        self.stop_recovery.set()
+        self.threads[1].join(10.0)
+        config.say("chaos: probing every node")
         for node in self.nodes:
             ok, detail = self._probe(node, end)
             self.log.write("probe", node=node.routing_id, ok=ok, detail=detail)
