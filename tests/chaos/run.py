@@ -208,6 +208,8 @@ class _Run:
 
     def go(self) -> None:
         config = self.config
+        if self.net is not None:
+            self.log.write("network", tag=self.net.tag, namespaces=NODES)
         self.redis.start()
         self.nodes = [self._launch(i) for i in range(NODES)]
         for node in self.nodes:

@@ -16,7 +16,7 @@ import pytest
 
 from tests.integration.mesh.nodes import ROOT, gone
 
-from .run import SHORT_FAULTS, ChaosConfig, run_chaos
+from .run import SHORT_FAULTS, ChaosConfig, partition_unavailable, run_chaos
 
 SEED = 26
 SECONDS = 18.0
@@ -73,14 +73,16 @@ def _chaos(*args: str) -> subprocess.Popen[str]:
     )
 
 
-def test_ctrl_c_stops_every_process_the_run_started(tmp_path: pathlib.Path) -> None:
-    run = _chaos(
-        "--seed", "1", "--minutes", "5", "--faults", "pause-short", "--log-dir", str(tmp_path)
-    )
+@pytest.mark.parametrize("fault", ["pause-short", "partition"])
+def test_ctrl_c_stops_every_process_the_run_started(tmp_path: pathlib.Path, fault: str) -> None:
+    if fault == "partition" and (why := partition_unavailable()) is not None:
+        print(f"skipped: {why}")
+        pytest.skip(why)
+    run = _chaos("--seed", "1", "--minutes", "5", "--faults", fault, "--log-dir", str(tmp_path))
     try:
         assert run.stdout is not None
         first = run.stdout.readline()
-        assert first.startswith("chaos: seed=1 minutes=5 faults=pause-short"), first
+        assert first.startswith(f"chaos: seed=1 minutes=5 faults={fault}"), first
         assert "traffic started" in run.stdout.readline()
         children = _children(run.pid)
         assert len(children) >= 4  # redis-server and three nodes
@@ -99,7 +101,14 @@ def test_ctrl_c_stops_every_process_the_run_started(tmp_path: pathlib.Path) -> N
         "node1-1.jsonl",
         "node2-1.jsonl",
     }
-    assert json.loads((tmp_path / "driver.jsonl").read_text().splitlines()[0])["e"] == "node_up"
+    events = [json.loads(line) for line in (tmp_path / "driver.jsonl").read_text().splitlines()]
+    assert [e["e"] for e in events if e["e"] != "network"][:3] == ["node_up"] * 3
+    # With partitions, every node ran in a namespace of the run's own: all removed.
+    tags = [e["tag"] for e in events if e["e"] == "network"]
+    assert len(tags) == (fault == "partition")
+    for tag in tags:
+        listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True)
+        assert f"zl{tag}" not in listed.stdout
 
 
 def test_an_unknown_fault_is_refused_before_anything_starts() -> None:
