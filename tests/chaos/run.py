@@ -60,7 +60,7 @@ FAULTS = (
 SHORT_FAULTS = ("pause-short", "pause-long", "kill")
 #: `MeshConfig(peer_expiry=...)` for the nodes and the driver where the mesh has it
 #: (issue 26 item 1): a killed node's undelivered one-ways are counted this long after.
-PEER_EXPIRY = 4.0
+PEER_EXPIRY = 6.0
 
 
 @dataclasses.dataclass
