@@ -25,6 +25,7 @@ __all__ = [
     "Tally",
     "Walker",
     "mesh_figures",
+    "set_host",
     "set_log",
 ]
 
@@ -32,8 +33,16 @@ __all__ = [
 _log: list[EventLog] = []
 
 
+#: The Host of this node process (set by the node main).
+_hosts: list[z.Host] = []
+
+
 def set_log(log: EventLog) -> None:
     _log[:] = [log]
+
+
+def set_host(host: z.Host) -> None:
+    _hosts[:] = [host]
 
 
 class Hit(msgspec.Struct, frozen=True):
@@ -148,11 +157,3 @@ class ChaosControl(z.NodeHandler):
     @z.handler
     def stats(self, ctx: z.NodeContext, msg: NodeStats) -> dict[str, Any]:
         return mesh_figures(_hosts[0])
-
-
-#: The Host of this node process (set by the node main).
-_hosts: list[z.Host] = []
-
-
-def set_host(host: z.Host) -> None:
-    _hosts[:] = [host]

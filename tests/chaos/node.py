@@ -23,6 +23,11 @@ from .events import EventLog
 from .model import ALL_TYPES, ChaosControl, Tally, Walker, mesh_figures, set_host, set_log
 
 
+def _watch_stdin(stop: threading.Event) -> None:
+    sys.stdin.read()  # until the run closes our stdin (or dies)
+    stop.set()
+
+
 def main() -> int:
     config: dict[str, Any] = json.loads(sys.argv[1])
     stop = threading.Event()
@@ -51,7 +56,7 @@ def main() -> int:
         host.start()
         info = host.node
         print(json.dumps({"routing_id": info.routing_id, "endpoint": info.endpoint}), flush=True)
-        threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
+        threading.Thread(target=_watch_stdin, args=(stop,), daemon=True).start()
         while not stop.wait(0.1):  # wake now and then so SIGTERM's handler runs
             pass
         log.write("stats", who=info.routing_id, **mesh_figures(host))

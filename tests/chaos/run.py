@@ -138,7 +138,6 @@ class _Run:
         self.processes = NodeProcesses()
         self.nodes: list[NodeProcess] = []
         self.incarnations = [0] * NODES
-        self.paused: set[int] = set()
         self.host: z.Host | None = None
         self.store: z.RedisLocationStore | None = None
         self.targets = [f"spot:tally-{n}" for n in range(config.objects)] + [
@@ -218,7 +217,12 @@ class _Run:
         listen = "tcp://127.0.0.1:0" if self.net is None else f"tcp://{self.net.host_address}:0"
         self.host = z.Host(
             mesh=z.MeshConfig(
-                MESH, listen=listen, lease=z.LeaseConfig(**LEASE), **FAST, **_mesh_options()
+                MESH,
+                listen=listen,
+                liveness_interval=FAST["liveness_interval"],
+                liveness_timeout=FAST["liveness_timeout"],
+                lease=z.LeaseConfig(**LEASE),
+                **_mesh_options(),
             ),
             location=self.store,
             message_types=ALL_TYPES,

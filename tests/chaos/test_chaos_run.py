@@ -48,7 +48,7 @@ def test_a_short_chaos_run_of_pauses_and_kills_breaks_no_rule(tmp_path: pathlib.
 
 def _children(pid: int) -> list[tuple[int, str | None]]:
     """The processes whose parent is `pid`, with their start times."""
-    found = []
+    found: list[tuple[int, str | None]] = []
     for entry in pathlib.Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
