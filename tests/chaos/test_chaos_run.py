@@ -19,7 +19,7 @@ from tests.integration.mesh.nodes import ROOT, gone
 from .run import SHORT_FAULTS, ChaosConfig, partition_unavailable, run_chaos
 
 SEED = 26
-SECONDS = 18.0
+SECONDS = 15.0
 
 
 @pytest.mark.xfail(
