@@ -71,7 +71,7 @@ def test_a_healthy_node_admits_and_counts_the_objects_it_owns(mesh: GlobalMesh) 
 
 def test_when_renewals_fail_the_owner_admits_no_new_work_and_accepted_work_finishes() -> None:
     with GlobalMesh(lease=SHORT) as mesh:
-        owner = mesh.add(spots=[Room])
+        owner = mesh.add(spots=[Room], cuttable=True)
         client = mesh.add()
         owner.spots.get_or_create("busy", Room).submit_sync()
         owner.spots.get_or_create("idle", Room).submit_sync()
@@ -82,8 +82,8 @@ def test_when_renewals_fail_the_owner_admits_no_new_work_and_accepted_work_finis
         assert mesh.journal.event("entered").wait(WAIT)
         assert mesh_stats(owner).lease_admitting is True
 
-        # Every lease in the store expires; the next renewals find them gone.
-        mesh.clock.advance(SHORT.ttl * 10)
+        # Its renewals fail from now on (the store stays cut off: it cannot recover).
+        mesh.cut(owner)
         _wait_fenced(owner, "idle")
 
         for host in (client, owner):
@@ -164,10 +164,10 @@ def test_an_id_left_reserved_by_a_dead_creator_gets_a_fresh_attempt_once_its_lea
 
 def test_a_fenced_owner_admits_no_new_timer_ticks() -> None:
     with GlobalMesh(lease=SHORT) as mesh:
-        owner = mesh.add(spots=[Ticker])
+        owner = mesh.add(spots=[Ticker], cuttable=True)
         owner.spots.get_or_create("t", Ticker).submit_sync()
         assert mesh.journal.wait_count("tick", 3)  # it ticks while the lease admits
-        mesh.clock.advance(SHORT.ttl * 10)
+        mesh.cut(owner)
         _wait_fenced(owner, "t")
         fenced_at = mesh.journal.count("tick")
         # Watched for NEGATIVE_WAIT (ten intervals): at most the tick already admitted.
@@ -176,13 +176,13 @@ def test_a_fenced_owner_admits_no_new_timer_ticks() -> None:
 
 def _fenced_board(mesh: GlobalMesh) -> tuple[Host, Host]:
     """An owner with the subscribed Board "b" (delivered one publish) and a client; the
-    owner's lease is then lost (the store's clock moved past every TTL)."""
-    owner = mesh.add(spots=[Board])
+    owner is then cut off from the store until its lease lapses (it cannot recover)."""
+    owner = mesh.add(spots=[Board], cuttable=True)
     client = mesh.add()
     owner.spots.get_or_create("b", Board).submit_sync()
     assert client.publish("news", "all", News(1)).submit_sync() is None
     assert mesh.journal.wait_count("news", 1)
-    mesh.clock.advance(SHORT.ttl * 10)
+    mesh.cut(owner)
     _wait_fenced(owner, "b")
     return owner, client
 
