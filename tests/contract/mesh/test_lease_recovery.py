@@ -151,10 +151,11 @@ def test_after_a_redis_restart_without_persistence_every_node_recovers_and_serve
         redis.kill()  # everything Redis held is gone: leases, records, descriptors
         redis.start()  # the same port, empty
 
-        for host, events in ((owner, owner_events), (other, other_events)):
+        for events in (owner_events, other_events):
             assert wait_until(
-                lambda events=events: events.kinds()[-2:]
-                == [StateChangeKind.FENCED, StateChangeKind.RECOVERED],
+                lambda events=events: (
+                    events.kinds()[-2:] == [StateChangeKind.FENCED, StateChangeKind.RECOVERED]
+                ),
                 WAIT,
             ), f"events: {events.kinds()}"
         # Each node holds a new lease, of a higher generation than the lost one.
@@ -310,8 +311,7 @@ def test_an_object_another_node_claimed_meanwhile_is_closed_with_ownership_lost(
         _, recovered = events.first(StateChangeKind.RECOVERED)
         assert (recovered.reclaimed_objects, recovered.lost_objects) == (1, 1)
         assert wait_until(
-            lambda: ("taken", owner.node.routing_id, "ownership_lost")
-            in journal().items("closing")
+            lambda: ("taken", owner.node.routing_id, "ownership_lost") in journal().items("closing")
         )
         assert mesh_stats(owner).ownership_lost == 1
         assert mesh_stats(owner).owned_objects == 1
