@@ -19,6 +19,8 @@ from collections.abc import Iterator
 import pytest
 
 from zlink_actors import (
+    ChannelContext,
+    ChannelHandler,
     Created,
     Existing,
     Host,
@@ -44,6 +46,16 @@ from ._mesh import INTERVAL
 
 #: Renewed every 0.2 s; admission stops 0.5 s before the 1.5 s TTL ends.
 SHORT = LeaseConfig(renew_interval=0.2, ttl=1.5, renew_timeout=0.2, fencing_margin=0.5)
+
+
+class Here(ChannelHandler):
+    """A channel server that answers with the routing id of its node."""
+
+    @handler
+    def where(self, ctx: ChannelContext, msg: Where) -> str:
+        node = ctx.node
+        assert node is not None
+        return str(node.routing_id)
 
 
 class Keeper(Spot):
@@ -267,6 +279,33 @@ def test_a_fenced_node_leaves_placement_and_its_peers_see_it_within_a_liveness_i
             for i in range(4)
         }
         assert placed == {rid, healthy.node.routing_id}
+
+
+def test_a_fenced_channel_server_is_chosen_only_when_no_admitting_server_is_left(
+    redis: RedisServer,
+) -> None:
+    with GlobalMesh(lease=SHORT, store=_store(redis)) as mesh:
+        fenced = mesh.add(channels={"work": Here}, cuttable=True)
+        healthy = mesh.add(channels={"work": Here})
+        client = mesh.add()
+        rid = fenced.node.routing_id
+
+        def ask(host: Host) -> str:
+            answer: str = host.request_to_channel("work", Where()).timeout(WAIT).submit_sync()
+            return answer
+
+        assert {ask(client) for _ in range(4)} == {rid, healthy.node.routing_id}
+        mesh.cut(fenced)
+        assert wait_until(lambda: any(p.routing_id == rid and p.fenced for p in client.peers()))
+        # The fenced node, asked too, sends its own channel calls to the admitting server.
+        for host in (client, fenced):
+            assert {ask(host) for _ in range(8)} == {healthy.node.routing_id}
+        # The last server standing is used even fenced (a channel needs no lease).
+        healthy.shutdown(WAIT)
+        assert wait_until(
+            lambda: all(p.routing_id == rid for p in client.peers() if p.state.value == "ready")
+        )
+        assert ask(client) == rid
 
 
 def test_every_node_of_a_type_fenced_makes_placement_unavailable_with_lease_lapsed(
