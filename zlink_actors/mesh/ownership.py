@@ -99,6 +99,8 @@ class _Looked:
 
 
 _SPOT: Final = ObjectKind.SPOT
+#: Records a recovery claims again at once (each a read and a compare-and-set).
+_RECLAIM_BATCH: Final = 64
 
 
 class Ownership(Routing):
@@ -307,8 +309,9 @@ class Ownership(Routing):
         fence = OwnerFence(self.routing_id, lease.grant.generation)
         with self._lock:
             owned = list(self._owned.items())
-        for key, held in owned:
-            await self._reclaim_one(key, held, fence)
+        for start in range(0, len(owned), _RECLAIM_BATCH):  # a few store round trips each
+            batch = owned[start : start + _RECLAIM_BATCH]
+            await asyncio.gather(*(self._reclaim_one(key, held, fence) for key, held in batch))
 
     async def _reclaim_one(
         self, key: tuple[ObjectKind, str], held: AuthorityRecord, fence: OwnerFence

@@ -21,11 +21,13 @@ import pytest
 from zlink_actors import (
     ChannelContext,
     ChannelHandler,
+    ConfigurationError,
     Created,
     Existing,
     Host,
     HostState,
     LeaseConfig,
+    MeshConfig,
     RedisLocationStore,
     ShutdownReason,
     Spot,
@@ -383,3 +385,13 @@ def test_on_lease_lost_shutdown_shuts_the_host_down_and_says_why(redis: RedisSer
         # The default policy recovers.
         assert wait_until(lambda: mesh_stats(survivor).lease_recoveries == 1, WAIT)
         assert survivor.shutdown(WAIT).reason is ShutdownReason.REQUESTED
+
+
+def test_the_new_options_refuse_bad_values_with_a_configuration_error() -> None:
+    with pytest.raises(ConfigurationError, match="on_lease_lost"):
+        MeshConfig("m", on_lease_lost="restart")
+    with pytest.raises(ConfigurationError, match="on_state_change"):
+        Host(on_state_change=lambda change: None)  # no mesh: no lease to report
+    with pytest.raises(ConfigurationError, match="on_state_change"):
+        Host(mesh=MeshConfig("m"), on_state_change="print")  # type: ignore[arg-type]
+    assert MeshConfig("m").on_lease_lost == "recover"
