@@ -174,6 +174,20 @@ def test_a_fenced_owner_admits_no_new_timer_ticks() -> None:
         assert not mesh.journal.wait_count("tick", fenced_at + 2, NEGATIVE_WAIT)
 
 
+def test_a_recovered_owner_ticks_again() -> None:
+    with GlobalMesh(lease=SHORT) as mesh:
+        owner = mesh.add(spots=[Ticker], cuttable=True)
+        owner.spots.get_or_create("t", Ticker).submit_sync()
+        assert mesh.journal.wait_count("tick", 2)
+        mesh.cut(owner)
+        _wait_fenced(owner, "t")
+        fenced_at = mesh.journal.count("tick")
+        mesh.heal(owner)
+        assert wait_until(lambda: mesh_stats(owner).lease_admitting, WAIT)
+        assert mesh.journal.wait_count("tick", fenced_at + 3)  # its timer runs again
+        assert mesh_stats(owner).lease_recoveries == 1
+
+
 def _fenced_board(mesh: GlobalMesh) -> tuple[Host, Host]:
     """An owner with the subscribed Board "b" (delivered one publish) and a client; the
     owner is then cut off from the store until its lease lapses (it cannot recover)."""
