@@ -373,6 +373,8 @@ class PeerInfo:
             raise ConfigurationError(f"state must be a PeerState, got {self.state!r}")
         if not isinstance(self.channels, Mapping):
             raise ConfigurationError("channels must be a mapping of ChannelName to weight")
+        if not isinstance(self.fenced, bool):
+            raise ConfigurationError(f"fenced must be a bool, got {self.fenced!r}")
         channels = dict(self.channels)
         for key, weight in channels.items():
             _text("a channel name", key)

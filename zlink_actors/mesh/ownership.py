@@ -190,6 +190,7 @@ class Ownership(Routing):
                     # taken over, and its generation never admits again.
                     if self.config.on_lease_lost == "shutdown":
                         self._shut_down_for_lost_lease(detail)
+                        next_renewal = time.monotonic() + _POLL  # until the shutdown stops it
                     else:
                         await lease.acquire()  # a new generation, above the lost one
                         reclaim = True
@@ -625,7 +626,9 @@ class Ownership(Routing):
         return OwnerFence(self.routing_id, grant.generation)
 
     def _admitting(self) -> bool:
-        return self.lease is not None and self.lease.admitting()
+        """The lease admits, and the keeper let admission resume (not while a recovery
+        still claims the records of the objects held here)."""
+        return self.lease is not None and self.lease.admitting() and not self.runtime.fenced
 
     async def _forward_create(self, peer: Peer, spec: _Spec, request: object, due: float) -> object:
         kind, obj_id = spec.kind, spec.obj_id
