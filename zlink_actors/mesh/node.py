@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import socket
 import threading
 import time
@@ -356,6 +357,7 @@ class MeshNode(GlobalObjects):
     async def _discover(self, store: LocationStore) -> None:
         lease = self.config.lease
         next_publish = 0.0
+        published = -math.inf
         stop = self._discovery_stop
         while not stop.is_set():
             now = time.monotonic()
@@ -365,9 +367,18 @@ class MeshNode(GlobalObjects):
                         store, self._descriptor(NodeDescriptorState.READY), lease.ttl
                     )
                     next_publish = now + lease.renew_interval
+                    published = now
                 with self._lock:
                     self._peers.purge(now)
                 nodes = await list_nodes(store, self.config.name)
+                if now - published < lease.ttl / 2 and all(
+                    node.routing_id != self.routing_id for node in nodes
+                ):
+                    # Our descriptor is gone long before its TTL: the store lost its
+                    # data (a Redis restarted without persistence). The lease keeper
+                    # checks its lease now, not at its next renewal; we publish again.
+                    self.check_lease_now()
+                    next_publish = now
                 # Off the loop: a dial waits for the transport's I/O thread, and this loop
                 # also runs the store's and the HTTP clients' work.
                 await asyncio.to_thread(self._discover_all, nodes, now)

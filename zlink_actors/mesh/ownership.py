@@ -179,6 +179,9 @@ class Ownership(Routing):
         while not stop():
             now = time.monotonic()
             acquired = acquired or lease.grant is not None  # also by `acquire_lease`'s late answer
+            if self._lease_check_now:
+                self._lease_check_now = False
+                next_renewal = now  # discovery saw the store lose its data
             try:
                 if lease.grant is None and not acquired:
                     if not self._acquiring_now():
@@ -226,11 +229,19 @@ class Ownership(Routing):
             if lease.grant is not None and lease.remaining() > 0:
                 due = min(due, time.monotonic() + lease.remaining())
             await self._pause(max(0.01, min(due - time.monotonic(), _POLL)), wake)
+            if not stop():
+                wake.clear()  # set by `check_lease_now` (the stop sets it once more)
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self.release_all(), RELEASE_WAIT)
         with contextlib.suppress(Exception):
             await asyncio.wait_for(lease.release(forget=True), RELEASE_WAIT)
         self.lease_state = "released"
+
+    def check_lease_now(self) -> None:
+        """On the I/O loop: the keeper renews (or finds lost) the lease at once instead
+        of at its next renewal (discovery saw the store lose its data)."""
+        self._lease_check_now = True
+        self._lease_stopping.set()  # only wakes the keeper: it ends on `_lease_stop`
 
     def lease_admitting(self) -> bool:
         """Whether this node's owner lease admits work now (False without `location=`,

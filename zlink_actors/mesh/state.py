@@ -310,6 +310,8 @@ class NodeState:
         self.ownership_lost = 0
         #: (objects claimed again, objects lost) since the node was last fenced.
         self._episode = (0, 0)
+        #: Discovery asks the lease keeper to renew at once (`check_lease_now`).
+        self._lease_check_now = False
         #: `on_lease_lost="shutdown"` began the Host's shutdown.
         self._lease_lost_shutdown = False
         #: `Host(on_state_change=...)`: told of every `StateChange` (the dispatcher runs it).

@@ -195,6 +195,27 @@ def test_after_a_redis_restart_without_persistence_every_node_recovers_and_serve
         assert type(owner.spots.get_or_create("k1", Keeper).submit_sync()) is Existing
 
 
+def test_a_store_that_lost_its_data_is_noticed_within_a_discovery_poll_not_a_renewal(
+    redis: RedisServer,
+) -> None:
+    # Renewals 10 s apart: the restart must be noticed by discovery (its own descriptor
+    # gone long before its TTL), about a second later.
+    slow = LeaseConfig(renew_interval=10.0, ttl=30.0, renew_timeout=1.0, fencing_margin=10.0)
+    events = Events()
+    with GlobalMesh(lease=slow, store=_store(redis)) as mesh:
+        owner = mesh.add(spots=[Keeper], on_state_change=events)
+        client = mesh.add()
+        owner.spots.get_or_create("k", Keeper).submit_sync()
+        assert _where(client, "k") == owner.node.routing_id
+        redis.kill()
+        redis.start()
+        restarted = time.monotonic()
+        assert wait_until(lambda: StateChangeKind.RECOVERED in events.kinds(), 4.0), events.kinds()
+        at, _ = events.first(StateChangeKind.RECOVERED)
+        assert at - restarted < 4.0  # not the next renewal, up to 10 s later
+        assert _served_again(client, "k") == owner.node.routing_id
+
+
 def test_after_an_outage_longer_than_the_ttl_nodes_recover_with_new_leases(
     redis: RedisServer,
 ) -> None:
