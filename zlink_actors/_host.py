@@ -242,7 +242,8 @@ class Host(CallSurface):
         on_state_change: called with a `StateChange` when this node's owner lease is
             fenced, recovers, or is lost with `on_lease_lost="shutdown"` (needs
             `mesh`; only a node with `location=` holds a lease). It runs on the
-            completion dispatcher, in order: it must not block.
+            completion dispatcher, in order: it must not block (what it raises is
+            logged).
 
     Raises:
         ConfigurationError: an option has a wrong type or value, a class is not a

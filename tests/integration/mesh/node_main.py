@@ -60,9 +60,16 @@ from .rooms import ROOM_TYPES, CreateRooms, Made, Room, RoomCounts, Rooms, count
 #: Set when the node is asked to stop; every nap ends at once then.
 _stopping = threading.Event()
 _count_lock = threading.Lock()
+_print_lock = threading.Lock()
 _handled = 0
 _napping = 0
 _host: list[z.Host] = []
+
+
+def _say(line: dict[str, Any]) -> None:
+    """Print one JSON line whole (the completion dispatcher prints state changes)."""
+    with _print_lock:
+        print(json.dumps(line), flush=True)
 
 
 def _count() -> None:
@@ -190,7 +197,7 @@ def _build(
 
     def state_changed(change: z.StateChange) -> None:
         line = {"state_change": change.kind.value, "generation": change.lease_generation}
-        print(json.dumps(line), flush=True)
+        _say(line)
         if change.kind is z.StateChangeKind.LEASE_LOST:
             stop.set()  # the Host shuts itself down: so does the process
 
@@ -230,7 +237,7 @@ def main() -> int:
     try:
         host.start()
         info = host.node
-        print(json.dumps({"routing_id": info.routing_id, "endpoint": info.endpoint}), flush=True)
+        _say({"routing_id": info.routing_id, "endpoint": info.endpoint})
         expect = config.get("expect_peers", len(config.get("peers", ())))
         if expect:
             try:
@@ -238,7 +245,7 @@ def main() -> int:
                 line: dict[str, Any] = {"ready": sorted(p.routing_id for p in ready)}
             except z.DeadlineExceededError as exc:
                 line = {"ready_error": str(exc)}
-            print(json.dumps(line), flush=True)
+            _say(line)
         threading.Thread(target=watch_stdin, daemon=True).start()
         while not stop.wait(0.1):  # wake now and then so SIGTERM's handler runs
             pass
@@ -247,7 +254,7 @@ def main() -> int:
         result = host.shutdown(5.0)
         if store is not None:
             store.close()
-    print(json.dumps({"stopped": result.outcome.value, "reason": result.reason.value}), flush=True)
+    _say({"stopped": result.outcome.value, "reason": result.reason.value})
     if result.reason is z.ShutdownReason.LEASE_LOST:
         return 4
     return 0 if result.outcome is z.ShutdownOutcome.STOPPED else 3
