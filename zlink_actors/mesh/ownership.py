@@ -619,7 +619,7 @@ class Ownership(Routing):
                 f"every node of mesh {self.config.name!r} that registers {kind} type "
                 f"{type_name} is fenced (its owner lease does not admit): try again once "
                 "one recovers",
-                reason=UnavailableReason.LEASE_LAPSED,
+                reason=UnavailableReason.FENCED,
             )
         raise NotFoundError(
             f"no READY node of mesh {self.config.name!r} registers {kind} type "
