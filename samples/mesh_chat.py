@@ -18,6 +18,12 @@ Redis), so no node is given another's address.
   each log that on stderr), an id never created is `NotFoundError`, and the objects on
   the other server keep serving.
 
+Its own `redis-server` runs without persistence (it lives as long as the demo): were it
+restarted, every node would lose its lease and every record, be fenced at once, and
+recover by itself within about a second (a new lease; each node writes back the records
+of the objects it holds). A Redis that outlives the processes should keep an append-only
+file (README.md, "What a Redis restart costs").
+
 Routing ids are random; the transcript names the servers "server-1", "server-2", ... in
 the order they first appear in it. Every child process has ended when this one returns,
 also after an error (try/finally, every wait bounded).
@@ -326,6 +332,8 @@ def front_end(args: argparse.Namespace) -> int:
             redis = RedisServer(binary)
             redis.start()
             args.redis_url = redis.url
+            # No persistence: a restart would fence every node until it recovered (see
+            # the module docstring).
             print("redis-server: started on a free loopback port")
         if args.role == "demo":
             args.key_prefix = f"mesh-chat-{uuid.uuid4().hex[:8]}"  # a fresh namespace per run

@@ -53,6 +53,7 @@ from ._core.pending import ReplyRouteId as ReplyRouteId
 from ._core.pool import PoolStatistics as PoolStatistics
 from ._core.state import HostState as HostState
 from ._core.state import ShutdownOutcome as ShutdownOutcome
+from ._core.state import ShutdownReason as ShutdownReason
 from ._core.state import ShutdownResult as ShutdownResult
 from ._core.workers import CpuPoolStatistics as CpuPoolStatistics
 from ._core.workers import IoStatistics as IoStatistics
@@ -93,6 +94,8 @@ from .mesh import MeshStatistics as MeshStatistics
 from .mesh import NodeInfo as NodeInfo
 from .mesh import PeerInfo as PeerInfo
 from .mesh import PeerState as PeerState
+from .mesh import StateChange as StateChange
+from .mesh import StateChangeKind as StateChangeKind
 
 __all__ = [
     "Actor",
@@ -166,6 +169,7 @@ __all__ = [
     "RequestCall",
     "SendCall",
     "ShutdownOutcome",
+    "ShutdownReason",
     "ShutdownResult",
     "ShuttingDownError",
     "Spot",
@@ -174,6 +178,8 @@ __all__ = [
     "SpotManager",
     "SpotMode",
     "SpotRef",
+    "StateChange",
+    "StateChangeKind",
     "SystemClock",
     "TimerSet",
     "TimerStatistics",

@@ -14,7 +14,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Self
@@ -58,7 +58,7 @@ from .http.config import HttpClientConfig
 from .http.hosted import HostScheduler, HttpClients
 from .location.spi import LocationStore
 from .mesh.codec import Codec, TypeRegistry
-from .mesh.config import ChannelServer, MeshConfig, NodeInfo, PeerInfo
+from .mesh.config import ChannelServer, MeshConfig, NodeInfo, PeerInfo, StateChange
 from .mesh.node import MeshNode, MeshStatistics
 
 __all__ = ["Host", "HostStatistics"]
@@ -239,6 +239,11 @@ class Host(CallSurface):
         message_types: extra payload types this Host can decode from the wire.
         check_codec: every local payload and reply crosses the wire codec too, so a
             type that could not cross the network fails here (`ProtocolError`).
+        on_state_change: called with a `StateChange` when this node's owner lease is
+            fenced, recovers, or is lost with `on_lease_lost="shutdown"` (needs
+            `mesh`; only a node with `location=` holds a lease). It runs on the
+            completion dispatcher, in order: it must not block (what it raises is
+            logged).
 
     Raises:
         ConfigurationError: an option has a wrong type or value, a class is not a
@@ -264,6 +269,7 @@ class Host(CallSurface):
         node_handler: type[NodeHandler] | None = None,
         message_types: Iterable[type] = (),
         check_codec: bool = False,
+        on_state_change: Callable[[StateChange], object] | None = None,
     ) -> None:
         if clock is not None and not isinstance(clock, Clock):
             raise ConfigurationError(f"clock must be a Clock, got {type(clock).__name__}")
@@ -279,6 +285,11 @@ class Host(CallSurface):
         publishes = _positive_int("publish_concurrency", publish_concurrency, 64)
         http_configs = HttpClients.check(http_clients)
         _check_mesh(mesh, location, node_handler, check_codec)
+        if on_state_change is not None and (mesh is None or not callable(on_state_change)):
+            raise ConfigurationError(
+                "on_state_change= must be a callable, and needs mesh= (it reports the "
+                "node's owner lease)"
+            )
         extra_types = _classes("message_types", message_types)
         weights, channel_classes = _channel_servers(channels)
         name = f"zlink-host{next(_host_numbers)}"
@@ -336,6 +347,8 @@ class Host(CallSurface):
                 location=location,
             )
             runtime.remote = self._mesh
+            self._mesh.on_state_change = on_state_change
+            self._mesh.shut_host_down = self._shut_down_for_lost_lease
             if location is not None:
                 runtime.objects = self._mesh  # Spots and Actors are global (mesh.md §2)
             runtime.services.provide(MESH_NODE, self._mesh)
@@ -412,6 +425,11 @@ class Host(CallSurface):
         if node is not None:
             node.close(max(0.0, seconds - (time.monotonic() - started)))
         return result
+
+    def _shut_down_for_lost_lease(self) -> None:
+        """`MeshConfig(on_lease_lost="shutdown")`: the node lost its lease (on a thread of
+        its own; the result's reason is `LEASE_LOST`)."""
+        self.shutdown()
 
     def __enter__(self) -> Self:
         return self.start()

@@ -47,7 +47,7 @@ from ._engine.objects import Actor, ChannelHandler, NodeHandler, Spot
 from ._host import Host
 from .http.config import HttpClientConfig
 from .location.spi import LocationStore
-from .mesh.config import ChannelServer, MeshConfig
+from .mesh.config import ChannelServer, MeshConfig, StateChange
 
 __all__ = [
     "DispatcherBlocker",
@@ -263,6 +263,7 @@ class HostOptions(TypedDict, total=False):
     node_handler: type[NodeHandler] | None
     message_types: Iterable[type]
     check_codec: bool
+    on_state_change: Callable[[StateChange], object] | None
 
 
 class HostHarness:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-__all__ = ["HostState", "ShutdownOutcome", "ShutdownResult"]
+__all__ = ["HostState", "ShutdownOutcome", "ShutdownReason", "ShutdownResult"]
 
 
 class HostState(enum.Enum):
@@ -27,6 +27,17 @@ class ShutdownOutcome(enum.Enum):
     FORCE_STOPPED = "force_stopped"
 
 
+class ShutdownReason(enum.Enum):
+    """Why a Host shut down."""
+
+    #: `Host.shutdown()` was called (also by the `with` block's end).
+    REQUESTED = "requested"
+    #: `MeshConfig(on_lease_lost="shutdown")`: the node's owner lease was lost (expired
+    #: or gone from the Location Store), and the Host shut itself down so that a
+    #: supervisor restarts it (docs/mesh.md "Owner leases").
+    LEASE_LOST = "lease_lost"
+
+
 @dataclass(frozen=True, slots=True)
 class ShutdownResult:
     """What `Host.shutdown()` returns. The runtime makes it; do not construct it yourself.
@@ -44,9 +55,12 @@ class ShutdownResult:
             dispatcher when `shutdown()` returned, because it did not drain in time
             (0 when it drained). They may belong to other Hosts, and they still run: the
             dispatcher outlives the Host.
+        reason: why the Host shut down (`ShutdownReason`): `REQUESTED` unless it shut
+            itself down.
     """
 
     outcome: ShutdownOutcome
     forced_operations: int = 0
     abandoned_threads: int = 0
     callbacks_pending: int = 0
+    reason: ShutdownReason = ShutdownReason.REQUESTED

@@ -22,7 +22,7 @@ from .._core.completion import Completion, _Cell, failed
 from .._core.errors import InvalidOperationError, shutting_down
 from .._core.pending import DeadlineScan, PendingEntry, PendingTable, ScannedEntry
 from .._core.pool import AppPool, Runner
-from .._core.state import HostState, ShutdownResult
+from .._core.state import HostState, ShutdownReason, ShutdownResult
 from .._core.workers import CpuPool, IoExecutor
 from .multicast import Publisher
 from .registry import Engine
@@ -84,6 +84,9 @@ class Runtime:
         #: `Host(check_codec=True)`: `check(value, into)` returns `value` as it would
         #: cross the wire (or raises `ProtocolError`); None: local values are not checked.
         self.codec_check: Callable[[object, object], object] | None = None
+        #: Why the Host shuts down (`ShutdownResult.reason`): set before the shutdown
+        #: begins by the tier that starts it on its own (a lost owner lease).
+        self.shutdown_reason = ShutdownReason.REQUESTED
         self.state = HostState.PREPARING
         self._lock = threading.Lock()
         self._stopped = threading.Event()

@@ -65,6 +65,9 @@ class CloseReason(enum.Enum):
     EXPLICIT_CLOSE = "explicit_close"
     HOST_SHUTDOWN = "host_shutdown"
     IDLE_EVICTED = "idle_evicted"
+    #: A global Spot or Actor whose id another node claimed while this node's owner
+    #: lease was lost (docs/mesh.md "Owner leases"): it never serves here again.
+    OWNERSHIP_LOST = "ownership_lost"
 
 
 class SpotConfig:

@@ -88,6 +88,7 @@ class _Drain:
             forced_operations=forced,
             abandoned_threads=abandoned,
             callbacks_pending=callbacks_pending,
+            reason=self.runtime.shutdown_reason,
         )
 
     def seal(self) -> list[Activation]:

@@ -216,6 +216,57 @@ class Authority:
         _need(record, AuthorityState.READY, "delete")
         return await self._remove(record)
 
+    async def reclaim(
+        self, held: AuthorityRecord, found: AuthorityRecord | None, owner: OwnerFence
+    ) -> AuthorityRecord | Conflict:
+        """A node that recovered from a lost lease claims again, for its new run `owner`,
+        an object it still holds (`held`, the record it committed): by compare-and-set
+        against what it just read (`found`), never blindly.
+
+        - `found` is None (the record is Missing, as after a store that lost its data):
+          written again if still Missing, Ready, with `held`'s object generation; the
+          id's generation counter is written too if it is missing as well, so the
+          generation is never issued again.
+        - `found` names `held.owner.node` and `held`'s object generation (an older run
+          of that node, or this very run): moved to `owner` if still at its version,
+          Ready, its owner generation incremented.
+
+        Returns `Conflict` when the record changed since it was read (read again).
+
+        Raises:
+            InvalidOperationError: `found` names another node or another generation of
+                the object (it is not this node's to claim).
+            GenerationExhaustedError: the owner generation is used up.
+        """
+        key = authority_key(held.kind.value, held.object_id)
+        if found is None:
+            counter_key = generation_key(held.kind.value, held.object_id)
+            counter = await self.store.read(counter_key)
+            conditions: list[IfMissing | IfVersion] = [IfMissing(key)]
+            mutations = []
+            if not isinstance(counter, Found):
+                conditions.append(IfMissing(counter_key))
+                mutations.append(Put(counter_key, b"%d" % held.generation))
+            new = replace(
+                held,
+                owner=owner,
+                owner_generation=next_generation(held.owner_generation, "owner"),
+                state=AuthorityState.READY,
+            )
+            done = await self.store.write(conditions, [Put(key, _value(new)), *mutations])
+            if isinstance(done, Conflict):
+                return done
+            return replace(new, version=done.versions[key])
+        if found.owner.node != held.owner.node or found.generation != held.generation:
+            raise InvalidOperationError(
+                f"the record of {held.object_id!r} names another owner or generation"
+            )
+        generation = next_generation(found.owner_generation, "owner")
+        return await self._swap(
+            found,
+            replace(found, owner=owner, owner_generation=generation, state=AuthorityState.READY),
+        )
+
     async def owner_alive(self, owner: OwnerFence) -> bool:
         """Whether the run `owner` names still holds a live lease."""
         found = await self.store.read(lease_key(owner.node))

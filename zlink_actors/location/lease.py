@@ -134,6 +134,11 @@ class OwnerLease:
         self._key = lease_key(owner)
         self._counter = lease_counter_key(owner)
         self.grant: LeaseGrant | None = None
+        #: The highest generation this object ever held: a later `acquire` (a node that
+        #: recovers from a lost lease) takes a higher one, even from a store that lost
+        #: its generation counter (a Redis restarted without persistence), so a lost
+        #: run's generation is never issued again and stays fenced for good.
+        self.last_generation = 0
 
     def admitting(self) -> bool:
         """Whether the admission deadline of the current grant is still ahead."""
@@ -151,7 +156,8 @@ class OwnerLease:
         )
 
     async def acquire(self) -> LeaseGrant:
-        """Start a host run: a new lease generation for `owner`, written under the TTL.
+        """Start a host run: a new lease generation for `owner`, written under the TTL,
+        above every generation this object held before (`last_generation`).
 
         Raises:
             AlreadyExistsError: a live lease of `owner` exists (another run holds it).
@@ -168,7 +174,7 @@ class OwnerLease:
                 guard: IfMissing | IfVersion = IfVersion(self._counter, counter.version)
             else:
                 current, guard = 0, IfMissing(self._counter)
-            generation = next_generation(current, "lease")
+            generation = next_generation(max(current, self.last_generation), "lease")
             sent_at = self._monotonic()
             done = await self.store.write(
                 [guard, IfMissing(self._key)],
@@ -181,6 +187,7 @@ class OwnerLease:
                 self.grant = LeaseGrant(
                     self.owner, generation, done.versions[self._key], self._deadline(sent_at, done)
                 )
+                self.last_generation = generation
                 return self.grant
             live = await self.store.read(self._key)
             if isinstance(live, Found):

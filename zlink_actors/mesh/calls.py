@@ -91,7 +91,7 @@ class Calls(Handshake):
         if kind is _CHANNEL:
             with self._lock:
                 local = None if self._draining else self._weights.get(target)
-                picked = self._peers.select(target, local)
+                picked = self._peers.select(target, local, self.lease_state == "fenced")
             if picked is None:
                 return failed(NotFoundError(f"no READY server of channel {target!r} in the mesh"))
             if picked is LOCAL:

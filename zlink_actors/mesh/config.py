@@ -36,6 +36,8 @@ __all__ = [
     "NodeInfo",
     "PeerInfo",
     "PeerState",
+    "StateChange",
+    "StateChangeKind",
     "advertised",
     "completion_endpoint",
     "parse_endpoint",
@@ -43,6 +45,8 @@ __all__ = [
 ]
 
 MAX_WEIGHT = 10_000
+#: `MeshConfig.on_lease_lost`: recover by itself (a new lease), or shut the Host down.
+ON_LEASE_LOST = ("recover", "shutdown")
 MAX_MESSAGE_SIZE = 2**30  # 1 GiB
 MAX_CREDIT_WINDOW = 2**40  # 1 TiB: far beyond any real window, safe in the u64 wire field
 MAX_IPC_PATH = 100  # bytes: PATH + ".c" must still fit sun_path (108 bytes on Linux)
@@ -310,14 +314,57 @@ class PeerState(enum.Enum):
     LOST = "lost"
 
 
+class StateChangeKind(enum.Enum):
+    """What a `StateChange` reports (`Host(on_state_change=...)`)."""
+
+    #: The node's owner lease stopped admitting (its renewals failed past the admission
+    #: deadline, or the lease was found gone): its Spots and Actors admit no new work,
+    #: it left placement and channel selection, its peers were told.
+    FENCED = "fenced"
+    #: Admitting again after `FENCED`: the same lease renewed in time, or a new lease
+    #: (a new generation) acquired and the objects still held claimed again.
+    RECOVERED = "recovered"
+    #: `MeshConfig(on_lease_lost="shutdown")`: the lease was lost and the Host shuts
+    #: itself down (`ShutdownResult.reason` is `ShutdownReason.LEASE_LOST`).
+    LEASE_LOST = "lease_lost"
+
+
+@dataclass(frozen=True, slots=True)
+class StateChange:
+    """One change of a node's owner lease, as `Host(on_state_change=callback)` hears it
+    (the callback runs on the completion dispatcher: it must not block).
+
+    Attributes:
+        kind: what happened (`StateChangeKind`).
+        routing_id: the node's routing id.
+        lease_generation: the generation of the lease held now (`RECOVERED`: the new
+            one when it was acquired again; 0: none is held).
+        detail: why, in words (the error a renewal met, say).
+        reclaimed_objects: `RECOVERED`: objects whose records this recovery claimed
+            again for the node.
+        lost_objects: `RECOVERED`: objects another node had claimed meanwhile, closed
+            here with `CloseReason.OWNERSHIP_LOST`.
+    """
+
+    kind: StateChangeKind
+    routing_id: str
+    lease_generation: int
+    detail: str = ""
+    reclaimed_objects: int = 0
+    lost_objects: int = 0
+
+
 @dataclass(frozen=True, slots=True)
 class PeerInfo:
-    """A snapshot of one peer; `channels` (ChannelName -> weight) is read-only."""
+    """A snapshot of one peer; `channels` (ChannelName -> weight) is read-only.
+    `fenced`: the peer said its owner lease is not admitting (it is left out of
+    placement, and chosen for a channel only when no other server is)."""
 
     routing_id: str
     endpoint: str
     state: PeerState
     channels: Mapping[str, int] = field(hash=False)
+    fenced: bool = False
 
     def __post_init__(self) -> None:
         _text("routing_id", self.routing_id)
@@ -326,6 +373,8 @@ class PeerInfo:
             raise ConfigurationError(f"state must be a PeerState, got {self.state!r}")
         if not isinstance(self.channels, Mapping):
             raise ConfigurationError("channels must be a mapping of ChannelName to weight")
+        if not isinstance(self.fenced, bool):
+            raise ConfigurationError(f"fenced must be a bool, got {self.fenced!r}")
         channels = dict(self.channels)
         for key, weight in channels.items():
             _text("a channel name", key)
@@ -358,6 +407,7 @@ class MeshConfig:
     route_cache_max_age: float = 15.0
     lease: LeaseConfig = field(default_factory=LeaseConfig)
     curve: CurveConfig | None = None
+    on_lease_lost: str = "recover"
 
     def __post_init__(self) -> None:
         _name("name", self.name)
@@ -384,6 +434,11 @@ class MeshConfig:
             raise ConfigurationError(f"lease must be a LeaseConfig, got {self.lease!r}")
         if self.curve is not None and not isinstance(self.curve, CurveConfig):
             raise ConfigurationError(f"curve must be None or a CurveConfig, got {self.curve!r}")
+        if self.on_lease_lost not in ON_LEASE_LOST:
+            raise ConfigurationError(
+                f"on_lease_lost must be one of {', '.join(map(repr, ON_LEASE_LOST))}, "
+                f"got {self.on_lease_lost!r}"
+            )
 
     def _check_ids(self) -> None:
         rid: object = self.routing_id

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import socket
 import threading
 import time
@@ -305,7 +306,12 @@ class MeshNode(GlobalObjects):
                 decode_errors=self.decode_errors + (stats.dropped_frames if stats else 0),
                 dropped_messages=self.dropped_messages,
                 late_replies=self.late_replies,
-                lease_admitting=self.location is not None and not self.runtime.fenced,
+                lease_admitting=self.lease_admitting(),
+                lease_state=self.lease_state,
+                lease_generation=self._lease_generation(),
+                lease_recoveries=self.lease_recoveries,
+                objects_reclaimed=self.objects_reclaimed,
+                ownership_lost=self.ownership_lost,
                 owned_objects=len(self._owned),
                 route_cache_hits=self.route_cache_hits,
                 route_cache_misses=self.route_cache_misses,
@@ -351,6 +357,7 @@ class MeshNode(GlobalObjects):
     async def _discover(self, store: LocationStore) -> None:
         lease = self.config.lease
         next_publish = 0.0
+        published = -math.inf
         stop = self._discovery_stop
         while not stop.is_set():
             now = time.monotonic()
@@ -360,9 +367,18 @@ class MeshNode(GlobalObjects):
                         store, self._descriptor(NodeDescriptorState.READY), lease.ttl
                     )
                     next_publish = now + lease.renew_interval
+                    published = now
                 with self._lock:
                     self._peers.purge(now)
                 nodes = await list_nodes(store, self.config.name)
+                if now - published < lease.ttl / 2 and all(
+                    node.routing_id != self.routing_id for node in nodes
+                ):
+                    # Our descriptor is gone long before its TTL: the store lost its
+                    # data (a Redis restarted without persistence). The lease keeper
+                    # checks its lease now, not at its next renewal; we publish again.
+                    self.check_lease_now()
+                    next_publish = now
                 # Off the loop: a dial waits for the transport's I/O thread, and this loop
                 # also runs the store's and the HTTP clients' work.
                 await asyncio.to_thread(self._discover_all, nodes, now)

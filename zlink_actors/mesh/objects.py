@@ -164,7 +164,7 @@ class GlobalObjects(Ownership):
                 if record.state is AuthorityState.READY:
                     self._remember_record(record)
                 return await self._send_with_intent(peer, msg)
-            if spot_type is not None:
+            if spot_type is not None and (forwarded or msg.type_name is None or self._admitting()):
                 result = await self._activate_here(msg, spot_type)
                 if result is _RETRY:
                     continue
@@ -174,10 +174,14 @@ class GlobalObjects(Ownership):
                     f"no Spot {spot_id!r} and no InstanceSpot type to activate it here"
                     + ("" if msg.type_name is not None else ": pass one to activate()")
                 )
-            with self._lock:
-                placed = self._peers.place(msg.type_name)
+            # Never placed on a node whose lease does not admit (this one included).
+            placed = self._place(_SPOT, msg.type_name, spot_type is not None)
             if placed is None:
-                raise NotFoundError(f"no READY node of the mesh registers {msg.type_name}")
+                assert spot_type is not None
+                result = await self._activate_here(msg, spot_type)  # refused: FENCED
+                if result is _RETRY:
+                    continue
+                return result
             return await self._send_with_intent(placed, msg)
         raise UnavailableError(
             f"Spot {spot_id!r}: the record kept changing; try again",

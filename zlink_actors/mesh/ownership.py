@@ -3,7 +3,14 @@ get-or-create", "Close", "Owner leases").
 
 - **Owner lease**: acquired before the node serves, renewed from the I/O loop; past its
   admission deadline the node is fenced (`runtime.fenced`): no new message, timer tick,
-  creation or Ready commit for its objects. A lost lease is lost for good.
+  creation or Ready commit for its objects; its peers hear it at once (an UPDATE: it
+  leaves placement and channel selection) and so does `Host(on_state_change=...)`.
+  It recovers by itself once the store answers: the same lease if it renews in time,
+  else a new one (a higher generation: the lost one never admits again); either way it
+  first claims again, by compare-and-set, the records of the objects it still holds
+  that are missing or still name it, and closes with `CloseReason.OWNERSHIP_LOST` those
+  another node claimed meanwhile. `MeshConfig(on_lease_lost="shutdown")` shuts the
+  Host down instead once the lease is found lost.
 - **Create / get-or-create** reserve the id by compare-and-set before the factory runs,
   here when this node registers the type, else on a READY peer that does (placement
   weight). Callers here that arrive while the attempt runs join it (`_inflight`); callers
@@ -22,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -30,6 +38,7 @@ from typing import Any, Final
 from .._calls.create import close_here, create_here
 from .._core.cancellation import CancellationToken
 from .._core.completion import Completion
+from .._core.dispatcher import get_dispatcher
 from .._core.errors import (
     AlreadyExistsError,
     InvalidOperationError,
@@ -38,8 +47,11 @@ from .._core.errors import (
     UnavailableReason,
     shutting_down,
 )
+from .._core.state import HostState, ShutdownReason
+from .._engine.lifecycle import close_activation
 from .._engine.objects import (
     ActorRef,
+    CloseReason,
     Created,
     Existing,
     ObjectKind,
@@ -53,7 +65,8 @@ from ..location.authority import (
     OwnerFence,
 )
 from ..location.spi import Conflict
-from .config import PeerState
+from . import codec as wire
+from .config import PeerState, StateChange, StateChangeKind
 from .operations import (
     _RETRY,
     ATTEMPT_BOUND,
@@ -86,6 +99,8 @@ class _Looked:
 
 
 _SPOT: Final = ObjectKind.SPOT
+#: Records a recovery claims again at once (each a read and a compare-and-set).
+_RECLAIM_BATCH: Final = 64
 
 
 class Ownership(Routing):
@@ -147,60 +162,233 @@ class Ownership(Routing):
         return acquiring is not None and not acquiring.done()
 
     async def keep_lease(self, stop: Callable[[], bool], wake: asyncio.Event) -> None:
-        """Acquire this run's owner lease, renew it, fence the node while its admission
-        deadline has passed; at the end (`stop()`, signalled by `wake`: at shutdown, once
-        every object closed), wait for the deletions of the records of the objects that
-        closed, delete the records still ours and release the lease."""
+        """Acquire this run's owner lease, renew it, fence the node while it does not
+        admit, and recover (module docstring); at the end (`stop()`, signalled by
+        `wake`: at shutdown, once every object closed), wait for the deletions of the
+        records of the objects that closed, delete the records still ours and release
+        the lease."""
         lease = self.lease
         assert lease is not None
         config = self.config.lease
         next_renewal = time.monotonic() + config.renew_interval
         acquired = lease.grant is not None
-        was_fenced = self.runtime.fenced
+        #: The records of the objects still held are claimed again before admitting.
+        reclaim = False
+        detail = ""
         next_purge = time.monotonic() + self.config.route_cache_max_age
         while not stop():
             now = time.monotonic()
             acquired = acquired or lease.grant is not None  # also by `acquire_lease`'s late answer
+            if self._lease_check_now:
+                self._lease_check_now = False
+                next_renewal = now  # discovery saw the store lose its data
             try:
-                if lease.grant is None and not acquired and not self._acquiring_now():
-                    await lease.acquire()
-                    acquired = True
-                    next_renewal = time.monotonic() + config.renew_interval
-                elif lease.grant is not None and now >= next_renewal:
+                if lease.grant is None and not acquired:
+                    if not self._acquiring_now():
+                        await lease.acquire()
+                        acquired = True
+                        next_renewal = time.monotonic() + config.renew_interval
+                elif lease.grant is None:
+                    # Lost (expired, or gone with the store's data): its records may be
+                    # taken over, and its generation never admits again.
+                    if self.config.on_lease_lost == "shutdown":
+                        self._shut_down_for_lost_lease(detail)
+                        next_renewal = time.monotonic() + _POLL  # until the shutdown stops it
+                    else:
+                        await lease.acquire()  # a new generation, above the lost one
+                        reclaim = True
+                        next_renewal = time.monotonic() + config.renew_interval
+                elif now >= next_renewal:
                     await lease.renew()
                     next_renewal = time.monotonic() + config.renew_interval
+                if reclaim and lease.admitting():
+                    await self._reclaim_all()
+                    reclaim = False
             except Exception as exc:  # the store is down, or the lease was lost
-                log.warning("mesh %s: owner lease: %s", self.routing_id, exc)
+                detail = f"{type(exc).__name__}: {exc}"
+                log.warning("mesh %s: owner lease: %s", self.routing_id, detail)
                 next_renewal = time.monotonic() + min(config.renew_interval, 0.5)
-                if acquired and lease.grant is None:
-                    # Lost for good: its records may be taken over. A new lease would be
-                    # a new run, and this run's objects must not serve again: restart.
-                    log.error(
-                        "mesh %s: the owner lease was lost; this node's objects admit no "
-                        "new work until it restarts",
-                        self.routing_id,
-                    )
             if now >= next_purge:
                 self._purge_routes(now)
                 next_purge = now + self.config.route_cache_max_age
             grant = lease.grant
+            admit = not (reclaim or self._lease_lost_shutdown)
             self.runtime.admission_deadline = (
-                grant.admission_deadline if grant is not None else -math.inf
+                grant.admission_deadline if grant is not None and admit else -math.inf
             )
-            fenced = self.runtime.fenced
-            if fenced is not was_fenced:
-                was_fenced = fenced
-                log.warning(
-                    "mesh %s: owner lease %s", self.routing_id, "lapsed" if fenced else "admitting"
+            if self.runtime.fenced:
+                if self.lease_state == "admitting":
+                    reclaim = True  # whatever the store kept, checked before admitting
+                    self._lease_changed("fenced", StateChangeKind.FENCED, detail or "lapsed")
+            elif self.lease_state != "admitting":
+                recovered = self.lease_state == "fenced"
+                self._lease_changed(
+                    "admitting", StateChangeKind.RECOVERED if recovered else None, ""
                 )
             due = next_renewal
             if lease.grant is not None and lease.remaining() > 0:
                 due = min(due, time.monotonic() + lease.remaining())
             await self._pause(max(0.01, min(due - time.monotonic(), _POLL)), wake)
+            if not stop():
+                wake.clear()  # set by `check_lease_now` (the stop sets it once more)
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self.release_all(), RELEASE_WAIT)
         with contextlib.suppress(Exception):
             await asyncio.wait_for(lease.release(forget=True), RELEASE_WAIT)
+        self.lease_state = "released"
+
+    def check_lease_now(self) -> None:
+        """On the I/O loop: the keeper renews (or finds lost) the lease at once instead
+        of at its next renewal (discovery saw the store lose its data)."""
+        self._lease_check_now = True
+        self._lease_stopping.set()  # only wakes the keeper: it ends on `_lease_stop`
+
+    def lease_admitting(self) -> bool:
+        """Whether this node's owner lease admits work now (False without `location=`,
+        before the lease is acquired, while fenced and while recovering): what
+        readiness waits for."""
+        return self.lease is not None and not self.runtime.fenced
+
+    def _lease_changed(self, state: str, kind: StateChangeKind | None, detail: str) -> None:
+        """The keeper's decision changed: peers hear it at once (an UPDATE: placement
+        and channel selection leave or take this node back), and so does the Host's
+        `on_state_change`."""
+        with self._lock:
+            self.lease_state = state
+            episode, self._episode = self._episode, (0, 0)
+            if kind is StateChangeKind.RECOVERED:
+                self.lease_recoveries += 1
+            peers = [p for p in self._peers.by_rid.values() if p.state is not PeerState.LOST]
+        if kind is StateChangeKind.FENCED:
+            log.warning("mesh %s: owner lease fenced: %s", self.routing_id, detail)
+        elif kind is StateChangeKind.RECOVERED:
+            log.warning(
+                "mesh %s: owner lease admitting again (generation %d): %d objects claimed "
+                "again, %d lost to other nodes",
+                self.routing_id,
+                self._lease_generation(),
+                *episode,
+            )
+        if self._info is not None and kind is not None:
+            update = self._hello_bytes()
+            for peer in peers:  # a notice: it must not wait behind credit or a PAUSED peer
+                self._notify_quietly(peer.conn, wire.encode_fields(wire.UPDATE), update)
+        if kind is not None:
+            reclaimed, lost = episode if kind is StateChangeKind.RECOVERED else (0, 0)
+            generation = self._lease_generation()
+            self._tell(StateChange(kind, self.routing_id, generation, detail, reclaimed, lost))
+
+    def _lease_generation(self) -> int:
+        grant = None if self.lease is None else self.lease.grant
+        return 0 if grant is None else grant.generation
+
+    def _tell(self, change: StateChange) -> None:
+        """Hand `change` to `Host(on_state_change=...)` on the completion dispatcher (in
+        order; what the callback raises is logged there)."""
+        callback = self.on_state_change
+        if callback is not None:
+            get_dispatcher().post(callback, change, None)
+
+    def _shut_down_for_lost_lease(self, detail: str) -> None:
+        """`on_lease_lost="shutdown"`: the Host shuts itself down (once), its result
+        saying why, for a supervisor to restart it."""
+        if self._lease_lost_shutdown:
+            return
+        self._lease_lost_shutdown = True
+        if self.runtime.state is HostState.SERVING:
+            self.runtime.shutdown_reason = ShutdownReason.LEASE_LOST
+        log.error(
+            "mesh %s: the owner lease was lost (%s): the Host shuts down (on_lease_lost="
+            "'shutdown')",
+            self.routing_id,
+            detail or "expired or gone from the store",
+        )
+        self._tell(StateChange(StateChangeKind.LEASE_LOST, self.routing_id, 0, detail))
+        shut = self.shut_host_down
+        if shut is not None:
+            threading.Thread(
+                target=shut, name=f"zlink-lease-lost-{self.routing_id}", daemon=True
+            ).start()
+
+    async def _reclaim_all(self) -> None:
+        """Claim again, for the lease held now, every object this node still holds whose
+        record is missing or still names it; close the others (`_ownership_lost`).
+        Raises on a store failure: the keeper tries the whole pass again (what was
+        claimed already is found claimed)."""
+        lease = self.lease
+        assert lease is not None
+        assert lease.grant is not None
+        fence = OwnerFence(self.routing_id, lease.grant.generation)
+        with self._lock:
+            owned = list(self._owned.items())
+        for start in range(0, len(owned), _RECLAIM_BATCH):  # a few store round trips each
+            batch = owned[start : start + _RECLAIM_BATCH]
+            await asyncio.gather(*(self._reclaim_one(key, held, fence) for key, held in batch))
+
+    async def _reclaim_one(
+        self, key: tuple[ObjectKind, str], held: AuthorityRecord, fence: OwnerFence
+    ) -> None:
+        authority = self.authority
+        assert authority is not None
+        kind, obj_id = key
+        for _ in range(ATTEMPTS):
+            found = await authority.read(AUTHORITY_KIND[kind], obj_id)
+            if (
+                found is not None
+                and found.owner == fence
+                and found.generation == held.generation
+                and found.state is AuthorityState.READY
+            ):
+                new = found  # claimed by an earlier pass
+            elif found is None or (
+                found.owner.node == self.routing_id and found.generation == held.generation
+            ):
+                claimed = await authority.reclaim(held, found, fence)
+                if isinstance(claimed, Conflict):
+                    continue  # it changed since it was read: read again
+                new = claimed
+            else:
+                self._ownership_lost(key, held, found)
+                return
+            with self._lock:
+                kept = self._owned.get(key) is held
+                if kept:
+                    self._owned[key] = new
+                    if new is not found:
+                        self.objects_reclaimed += 1
+                        self._episode = (self._episode[0] + 1, self._episode[1])
+            if not kept:  # closed meanwhile: its removal found the old record
+                await _quietly(authority.delete(new))
+            return
+        raise UnavailableError(
+            f"{kind} {obj_id!r}: the record kept changing while it was claimed again",
+            reason=UnavailableReason.CONTENDED,
+        )
+
+    def _ownership_lost(
+        self, key: tuple[ObjectKind, str], held: AuthorityRecord, found: AuthorityRecord
+    ) -> None:
+        """Another node claimed `key` while this node's lease was lost: the object closes
+        here (`on_closing` with `OWNERSHIP_LOST`) and never serves here again; its record
+        (the other node's) is left alone."""
+        with self._lock:
+            if self._owned.get(key) is not held:
+                return
+            del self._owned[key]  # its removal must not delete the other node's record
+            self.ownership_lost += 1
+            self._episode = (self._episode[0], self._episode[1] + 1)
+        self._routes.pop(key, None)
+        log.warning(
+            "mesh %s: %s %r was claimed by node %r while this node's lease was lost: it "
+            "closes here",
+            self.routing_id,
+            key[0],
+            key[1],
+            found.owner.node,
+        )
+        act = self._held(*key)
+        if act is not None and act.generation == held.generation:
+            close_activation(self.runtime, act, CloseReason.OWNERSHIP_LOST)
 
     async def _create(
         self, spec: _Spec, info: TypeInfo | None, request: object, due: float, forwarded: bool
@@ -256,20 +444,23 @@ class Ownership(Routing):
                     owner, self._left(due), f"the node {owner!r} creating {kind} {obj_id!r}"
                 )
                 return await self._forward_create(creator, spec, request, due)
-            if info is not None and (forwarded or self.config.placement_weight > 0):
+            here = info is not None and (forwarded or self.config.placement_weight > 0)
+            if info is not None and here and (forwarded or self._admitting()):
                 result = await self._attempt(spec, info, request)
                 if result is _RETRY:
                     continue
                 return result
             if forwarded:
                 raise NotFoundError(f"node {self.routing_id!r} does not register {type_name}")
-            with self._lock:
-                placed = self._peers.place(type_name)
+            # Placed elsewhere: never on a node whose lease does not admit (this one
+            # included: it creates here only while it admits, or when no other can).
+            placed = self._place(kind, type_name, here)
             if placed is None:
-                raise NotFoundError(
-                    f"no READY node of mesh {self.config.name!r} registers {kind} type "
-                    f"{type_name} with a placement weight above 0"
-                )
+                assert info is not None
+                result = await self._attempt(spec, info, request)  # refused: FENCED
+                if result is _RETRY:
+                    continue
+                return result
             return await self._forward_create(placed, spec, request, due)
         raise UnavailableError(
             f"{kind} {obj_id!r}: the record kept changing; try again",
@@ -414,6 +605,27 @@ class Ownership(Routing):
             await _quietly(authority.delete(committed))
         return result
 
+    def _place(self, kind: ObjectKind, type_name: str, here: bool) -> Peer | None:
+        """A READY peer with an admitting lease to create `type_name` on; None when this
+        node may still try (`here`: it registers the type; it is then refused with
+        `FENCED`). Raises when no node can take it."""
+        with self._lock:
+            placed = self._peers.place(type_name)
+            fenced = self._peers.fenced_servers(type_name)
+        if placed is not None or here:
+            return placed
+        if fenced:
+            raise UnavailableError(
+                f"every node of mesh {self.config.name!r} that registers {kind} type "
+                f"{type_name} is fenced (its owner lease does not admit): try again once "
+                "one recovers",
+                reason=UnavailableReason.FENCED,
+            )
+        raise NotFoundError(
+            f"no READY node of mesh {self.config.name!r} registers {kind} type "
+            f"{type_name} with a placement weight above 0"
+        )
+
     def _fence(self, what: str) -> OwnerFence:
         lease = self.lease
         grant = None if lease is None else lease.grant
@@ -425,7 +637,9 @@ class Ownership(Routing):
         return OwnerFence(self.routing_id, grant.generation)
 
     def _admitting(self) -> bool:
-        return self.lease is not None and self.lease.admitting()
+        """The lease admits, and the keeper let admission resume (not while a recovery
+        still claims the records of the objects held here)."""
+        return self.lease is not None and self.lease.admitting() and not self.runtime.fenced
 
     async def _forward_create(self, peer: Peer, spec: _Spec, request: object, due: float) -> object:
         kind, obj_id = spec.kind, spec.obj_id

@@ -54,18 +54,25 @@ class Peer:
     lost_at: float = 0.0
     #: Why it is LOST: PEER_PAUSED when it went silent (it may come back), else PEER_LOST.
     lost_reason: UnavailableReason = UnavailableReason.PEER_LOST
+    #: It said its owner lease is not admitting (HELLO / UPDATE): never placed on, and
+    #: chosen for a channel only when no admitting server is.
+    fenced: bool = False
     #: The node calls' route to it, and its channels' (made on first use: `Calls.route`).
     node_route: object = field(default=None, repr=False)
     channel_routes: dict[str, object] = field(default_factory=dict, repr=False)
 
     def info(self) -> PeerInfo:
         return PeerInfo(
-            self.routing_id, self.endpoint, self.state, MappingProxyType(dict(self.channels))
+            self.routing_id,
+            self.endpoint,
+            self.state,
+            MappingProxyType(dict(self.channels)),
+            self.fenced,
         )
 
     @property
     def selectable(self) -> bool:
-        return self.state is PeerState.READY
+        return self.state is PeerState.READY and not self.fenced
 
 
 def unusable(peer: Peer | None) -> UnavailableReason:
@@ -137,32 +144,50 @@ class PeerTable:
                 return peer
         return None
 
-    def select(self, channel: str, local_weight: int | None) -> Peer | _Local | None:
+    def select(
+        self, channel: str, local_weight: int | None, local_fenced: bool = False
+    ) -> Peer | _Local | None:
         """Pick one server of `channel` by smooth weighted round robin among the READY
         peers that serve it with weight > 0 and this node (`local_weight`: None when it
-        does not serve it, or drains). None when there is no candidate."""
+        does not serve it, or drains). A server whose owner lease is not admitting
+        (`local_fenced` for this node) is a candidate only when no other is. None when
+        there is no candidate."""
         candidates: list[tuple[object, int]] = []
+        fenced: list[tuple[object, int]] = []
         if local_weight:
-            candidates.append((LOCAL, local_weight))
+            (fenced if local_fenced else candidates).append((LOCAL, local_weight))
         for peer in self.by_rid.values():
             weight = peer.channels.get(channel, 0)
             if weight > 0 and peer.state is PeerState.READY:
-                candidates.append((peer, weight))
-        return self.pick(channel, candidates)
+                (fenced if peer.fenced else candidates).append((peer, weight))
+        return self.pick(channel, candidates or fenced)
 
     def place(self, type_name: str) -> Peer | None:
         """Pick a READY Object Server peer that registers `type_name` with placement
-        weight > 0, by smooth weighted round robin (global objects); None if none."""
+        weight > 0 and whose owner lease admits, by smooth weighted round robin (global
+        objects); None if none."""
         candidates: list[tuple[object, int]] = [
             (peer, peer.placement_weight)
             for peer in self.by_rid.values()
             if peer.state is PeerState.READY
+            and not peer.fenced
             and peer.placement_weight > 0
             and type_name in peer.types
         ]
         picked = self.pick("\x00place\x00" + type_name, candidates)
         assert picked is None or isinstance(picked, Peer)
         return picked
+
+    def fenced_servers(self, type_name: str) -> int:
+        """READY peers `place` left out only because their owner lease is not admitting."""
+        return sum(
+            1
+            for peer in self.by_rid.values()
+            if peer.state is PeerState.READY
+            and peer.fenced
+            and peer.placement_weight > 0
+            and type_name in peer.types
+        )
 
     def pick(self, name: str, candidates: list[tuple[object, int]]) -> Peer | _Local | None:
         """Smooth weighted round robin over `candidates` ((candidate, weight > 0)), with

@@ -20,7 +20,7 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -47,6 +47,7 @@ from .config import (
     NodeInfo,
     PeerInfo,
     PeerState,
+    StateChange,
 )
 from .peers import Peer, PeerTable, Role
 
@@ -146,6 +147,8 @@ class _Hello(msgspec.Struct, array_like=True, frozen=True):
     max_message_size: int = 0
     #: Its `MeshConfig.placement_weight` (-1: unknown, an older peer: the default).
     placement_weight: int = -1
+    #: Its owner lease stopped admitting (lost or lapsed) and has not recovered yet.
+    fenced: bool = False
 
 
 _encode_hello = msgspec.msgpack.Encoder().encode
@@ -171,6 +174,16 @@ class MeshStatistics:
         late_replies: replies that found their request already finished (dropped).
         lease_admitting: with `location=`, True while this node's owner lease admits
             work (False before it is acquired and once its admission deadline passed).
+        lease_state: `"none"` (no `location=`), `"acquiring"` (not admitting yet since
+            the start), `"admitting"`, `"fenced"` (it was admitting and is not now: it
+            recovers by itself, or shuts down with `on_lease_lost="shutdown"`) or
+            `"released"` (shutdown released it).
+        lease_generation: the generation of the owner lease held now (0: none).
+        lease_recoveries: times the node admitted again after being fenced.
+        objects_reclaimed: records this node claimed again for a new lease (or after
+            the store lost them) while recovering.
+        ownership_lost: objects closed here with `CloseReason.OWNERSHIP_LOST` because
+            another node claimed their id while this node's lease was lost.
         owned_objects: global Spots and Actors whose Ready record names this node.
         route_cache_hits / route_cache_misses: calls to global objects held elsewhere
             that found a fresh route in the cache / had to read the Location Store.
@@ -195,6 +208,11 @@ class MeshStatistics:
     dropped_messages: int
     late_replies: int
     lease_admitting: bool = False
+    lease_state: str = "none"
+    lease_generation: int = 0
+    lease_recoveries: int = 0
+    objects_reclaimed: int = 0
+    ownership_lost: int = 0
     owned_objects: int = 0
     route_cache_hits: int = 0
     route_cache_misses: int = 0
@@ -285,6 +303,21 @@ class NodeState:
         #: Serialises flow decisions with the `set_flow` calls that apply them.
         self._flow_lock = threading.Lock()
         self._draining = False
+        #: What the owner lease keeper decided last (`MeshStatistics.lease_state`).
+        self.lease_state = "none" if location is None else "acquiring"
+        self.lease_recoveries = 0
+        self.objects_reclaimed = 0
+        self.ownership_lost = 0
+        #: (objects claimed again, objects lost) since the node was last fenced.
+        self._episode = (0, 0)
+        #: Discovery asks the lease keeper to renew at once (`check_lease_now`).
+        self._lease_check_now = False
+        #: `on_lease_lost="shutdown"` began the Host's shutdown.
+        self._lease_lost_shutdown = False
+        #: `Host(on_state_change=...)`: told of every `StateChange` (the dispatcher runs it).
+        self.on_state_change: Callable[[StateChange], object] | None = None
+        #: `on_lease_lost="shutdown"`: what shuts the Host down (set by the Host).
+        self.shut_host_down: Callable[[], object] | None = None
         self._closed = False
         self.decode_errors = 0
         self.dropped_messages = 0
@@ -362,6 +395,7 @@ class NodeState:
         with self._lock:
             channels = dict(self._weights)
             draining = self._draining
+            fenced = self.lease_state == "fenced"
         return _encode_hello(
             _Hello(
                 self.routing_id,
@@ -375,6 +409,7 @@ class NodeState:
                 self.config.credit_window,
                 self.config.max_message_size,
                 self.config.placement_weight,
+                fenced,
             )
         )
 
@@ -396,6 +431,7 @@ class NodeState:
         peer.has_node_handler = hello.node_handler
         peer.max_message_size = hello.max_message_size
         peer.placement_weight = 100 if hello.placement_weight < 0 else hello.placement_weight
+        peer.fenced = hello.fenced
         if peer.state is not PeerState.LOST:
             peer.state = PeerState.DRAINING if hello.draining else PeerState.READY
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from zlink_actors import InvalidOperationError, ProtocolError
+from zlink_actors import InvalidOperationError, ProtocolError, UnavailableError
 from zlink_actors.location import (
     MAX_GENERATION,
     Authority,
@@ -18,6 +18,7 @@ from zlink_actors.location import (
     AuthorityState,
     Committed,
     Conflict,
+    Delete,
     GenerationExhausted,
     GenerationExhaustedError,
     LeaseConfig,
@@ -30,7 +31,12 @@ from zlink_actors.location import (
     publish_node,
     withdraw_node,
 )
-from zlink_actors.location.keys import authority_key, generation_key
+from zlink_actors.location.keys import (
+    authority_key,
+    generation_key,
+    lease_counter_key,
+    lease_key,
+)
 
 from .conftest import StoreFactory
 
@@ -230,5 +236,68 @@ def test_node_descriptors_are_published_under_a_ttl_and_found_by_scan(
             pytest.fail("the descriptor never expired")
         page = await store.scan("")
         assert page.store_now >= done.store_now + 0.1
+
+    run(go())
+
+
+def test_reclaim_writes_a_missing_record_again_and_moves_one_that_names_the_node(
+    make_store: StoreFactory,
+) -> None:
+    store = make_store()
+    auth = Authority(store)
+    a2 = OwnerFence("node-a", 2)  # node-a's new run, after its lease was lost
+
+    async def go() -> None:
+        reserved = await auth.reserve(SPOT, "r", "Room", A)
+        assert isinstance(reserved, AuthorityRecord)
+        held = await auth.commit(reserved)
+        assert isinstance(held, AuthorityRecord)
+        # Still there, naming the lost run: moved by compare-and-set.
+        moved = await auth.reclaim(held, await auth.read(SPOT, "r"), a2)
+        assert isinstance(moved, AuthorityRecord)
+        assert (moved.owner, moved.owner_generation, moved.generation) == (a2, 2, 1)
+        assert await auth.read(SPOT, "r") == moved
+        # Read before it changed: a conflict, nothing written.
+        assert isinstance(await auth.reclaim(held, held, a2), Conflict)
+        # Gone with the store's data (record and counter): written again, counter too.
+        await store.write(
+            [], [Delete(authority_key("spot", "r")), Delete(generation_key("spot", "r"))]
+        )
+        again = await auth.reclaim(held, None, a2)
+        assert isinstance(again, AuthorityRecord)
+        assert (again.state, again.generation, again.owner) == (AuthorityState.READY, 1, a2)
+        assert await auth.read(SPOT, "r") == again
+        # ... and the generation is never issued again.
+        assert isinstance(await auth.delete(again), Committed)
+        fresh = await auth.reserve(SPOT, "r", "Room", B)
+        assert isinstance(fresh, AuthorityRecord)
+        assert fresh.generation == 2
+        # Missing when read, but written meanwhile: a conflict.
+        assert isinstance(await auth.reclaim(held, None, a2), Conflict)
+        # Another node's record is not this node's to claim.
+        with pytest.raises(InvalidOperationError):
+            await auth.reclaim(held, fresh, a2)
+
+    run(go())
+
+
+def test_a_lease_acquired_again_after_a_loss_takes_a_higher_generation_even_without_its_counter(
+    make_store: StoreFactory,
+) -> None:
+    store = make_store()
+    lease = OwnerLease(
+        store, "node-a", LeaseConfig(renew_interval=1, ttl=10, renew_timeout=1, fencing_margin=2)
+    )
+
+    async def go() -> None:
+        first = await lease.acquire()
+        # The store loses everything it held (a Redis restarted without persistence).
+        await store.write([], [Delete(lease_key("node-a")), Delete(lease_counter_key("node-a"))])
+        with pytest.raises(UnavailableError):
+            await lease.renew()  # found lost: the grant is dropped
+        assert lease.grant is None
+        second = await lease.acquire()
+        assert second.generation > first.generation
+        assert lease.last_generation == second.generation
 
     run(go())

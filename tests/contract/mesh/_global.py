@@ -151,11 +151,18 @@ class GlobalMesh:
     Args:
         lease: the `LeaseConfig` of every Host unless `add()` is given another (the
             default timings unless a test is about leases).
+        store: the shared store instead of a `MemoryLocationStore` (a
+            `RedisLocationStore` on a test's own redis-server; `clock` then moves
+            nothing). It is closed with the mesh.
     """
 
-    def __init__(self, lease: LeaseConfig | None = None) -> None:
+    def __init__(
+        self, lease: LeaseConfig | None = None, *, store: LocationStore | None = None
+    ) -> None:
         self.clock = StoreClock()
-        self.store = MemoryLocationStore(clock=self.clock)
+        self.store: LocationStore = (
+            store if store is not None else MemoryLocationStore(clock=self.clock)
+        )
         self.lease = lease if lease is not None else LeaseConfig()
         self.hosts: list[Host] = []
         self.journal = Journal()

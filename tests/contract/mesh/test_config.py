@@ -367,6 +367,7 @@ def test_peer_info_channels_are_a_read_only_copy() -> None:
         (("node-2", "tcp://a:1", PeerState.READY, {"match": 10_001}), "channels"),
         ((None, "tcp://a:1", PeerState.READY, {}), "routing_id"),
         (("node-2", 5, PeerState.READY, {}), "endpoint"),
+        (("node-2", "tcp://a:1", PeerState.READY, {}, "yes"), "fenced"),
     ],
 )
 def test_peer_info_refuses_bad_fields(args: tuple[Any, ...], option: str) -> None:

@@ -71,7 +71,7 @@ def test_a_healthy_node_admits_and_counts_the_objects_it_owns(mesh: GlobalMesh) 
 
 def test_when_renewals_fail_the_owner_admits_no_new_work_and_accepted_work_finishes() -> None:
     with GlobalMesh(lease=SHORT) as mesh:
-        owner = mesh.add(spots=[Room])
+        owner = mesh.add(spots=[Room], cuttable=True)
         client = mesh.add()
         owner.spots.get_or_create("busy", Room).submit_sync()
         owner.spots.get_or_create("idle", Room).submit_sync()
@@ -82,8 +82,8 @@ def test_when_renewals_fail_the_owner_admits_no_new_work_and_accepted_work_finis
         assert mesh.journal.event("entered").wait(WAIT)
         assert mesh_stats(owner).lease_admitting is True
 
-        # Every lease in the store expires; the next renewals find them gone.
-        mesh.clock.advance(SHORT.ttl * 10)
+        # Its renewals fail from now on (the store stays cut off: it cannot recover).
+        mesh.cut(owner)
         _wait_fenced(owner, "idle")
 
         for host in (client, owner):
@@ -164,25 +164,39 @@ def test_an_id_left_reserved_by_a_dead_creator_gets_a_fresh_attempt_once_its_lea
 
 def test_a_fenced_owner_admits_no_new_timer_ticks() -> None:
     with GlobalMesh(lease=SHORT) as mesh:
-        owner = mesh.add(spots=[Ticker])
+        owner = mesh.add(spots=[Ticker], cuttable=True)
         owner.spots.get_or_create("t", Ticker).submit_sync()
         assert mesh.journal.wait_count("tick", 3)  # it ticks while the lease admits
-        mesh.clock.advance(SHORT.ttl * 10)
+        mesh.cut(owner)
         _wait_fenced(owner, "t")
         fenced_at = mesh.journal.count("tick")
         # Watched for NEGATIVE_WAIT (ten intervals): at most the tick already admitted.
         assert not mesh.journal.wait_count("tick", fenced_at + 2, NEGATIVE_WAIT)
 
 
+def test_a_recovered_owner_ticks_again() -> None:
+    with GlobalMesh(lease=SHORT) as mesh:
+        owner = mesh.add(spots=[Ticker], cuttable=True)
+        owner.spots.get_or_create("t", Ticker).submit_sync()
+        assert mesh.journal.wait_count("tick", 2)
+        mesh.cut(owner)
+        _wait_fenced(owner, "t")
+        fenced_at = mesh.journal.count("tick")
+        mesh.heal(owner)
+        assert wait_until(lambda: mesh_stats(owner).lease_admitting, WAIT)
+        assert mesh.journal.wait_count("tick", fenced_at + 3)  # its timer runs again
+        assert mesh_stats(owner).lease_recoveries == 1
+
+
 def _fenced_board(mesh: GlobalMesh) -> tuple[Host, Host]:
     """An owner with the subscribed Board "b" (delivered one publish) and a client; the
-    owner's lease is then lost (the store's clock moved past every TTL)."""
-    owner = mesh.add(spots=[Board])
+    owner is then cut off from the store until its lease lapses (it cannot recover)."""
+    owner = mesh.add(spots=[Board], cuttable=True)
     client = mesh.add()
     owner.spots.get_or_create("b", Board).submit_sync()
     assert client.publish("news", "all", News(1)).submit_sync() is None
     assert mesh.journal.wait_count("news", 1)
-    mesh.clock.advance(SHORT.ttl * 10)
+    mesh.cut(owner)
     _wait_fenced(owner, "b")
     return owner, client
 
@@ -279,12 +293,13 @@ def test_a_dead_owner_that_reaches_the_store_again_deletes_none_of_the_records_t
     assert mesh_stats(other).owned_objects == 1
 
 
-def test_a_fenced_owner_reconnected_to_the_store_stays_fenced_and_its_objects_can_be_closed(
+def test_a_fenced_owner_reconnected_to_the_store_after_its_lease_expired_recovers(
     mesh: GlobalMesh,
 ) -> None:
     owner = mesh.add(spots=[Room], mesh={"lease": DYING}, cuttable=True)
     other = mesh.add(spots=[Room])
     owner.spots.get_or_create("r", Room).submit_sync()
+    lost = mesh_stats(owner).lease_generation
     cut_at = time.monotonic()
     mesh.cut(owner)
     _wait_fenced(owner, "r")
@@ -292,12 +307,15 @@ def test_a_fenced_owner_reconnected_to_the_store_stays_fenced_and_its_objects_ca
     # wait that out (a time bound, what the lease is), then the partition heals.
     assert wait_until(lambda: time.monotonic() > cut_at + DYING.ttl + 0.2, WAIT + DYING.ttl)
     mesh.heal(owner)
-    # Lost for good: the new run would be a restart, so the node stays fenced.
-    assert not wait_until(lambda: mesh_stats(owner).lease_admitting, NEGATIVE_WAIT * 3)
-    with pytest.raises(UnavailableError):
-        other.request_to_spot("r", Ping(1), reply=int).submit_sync()
-    assert other.spots.close("r").submit_sync() is True  # a close still goes through
-    made = other.spots.get_or_create("r", Room).submit_sync()
-    assert type(made) is Created
-    assert made.ref.routing_id == other.node.routing_id
-    assert mesh.journal.items("ping") == []
+    # It recovers by itself with a new lease (a higher generation: the lost one never
+    # admits again), claims its record again and serves "r" as before.
+    assert wait_until(lambda: mesh_stats(owner).lease_admitting, WAIT)
+    stats = mesh_stats(owner)
+    assert stats.lease_generation > lost
+    assert (stats.lease_recoveries, stats.objects_reclaimed, stats.owned_objects) == (1, 1, 1)
+    assert (
+        _until_not_unavailable(lambda: other.request_to_spot("r", Ping(1), reply=int).submit_sync())
+        == 1
+    )
+    assert other.request_to_spot("r", Where(), reply=str).submit_sync() == owner.node.routing_id
+    assert type(other.spots.get_or_create("r", Room).submit_sync()) is Existing

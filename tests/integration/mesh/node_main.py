@@ -9,7 +9,8 @@ Run as `python -m tests.integration.mesh.node_main '<json config>'`. The config 
 - `redis`: `{"url": ..., "key_prefix": ...}` for a `RedisLocationStore` (discovery);
 - `expect_peers`: how many peers to wait for (default: as many as `peers`);
 - `rooms`: true to register the global `Room` Spot (rooms.py; needs `redis`), with
-  `lease`: `LeaseConfig` keywords (optional) and `placement_weight` (optional).
+  `lease`: `LeaseConfig` keywords (optional), `placement_weight` (optional) and
+  `on_lease_lost` (optional, as `MeshConfig`).
 
 The node handler (`Control`) answers `Ping`, echoes a `Blob` with its SHA-256, relays a
 `Blob` to another node, naps, reports the channel handler's count and the Host's
@@ -19,7 +20,10 @@ Once started the process prints one JSON line, `{"routing_id": ..., "endpoint": 
 once `expect_peers` peers are READY here, a second, `{"ready": [routing ids]}` (so a
 first request either way finds both sides of each pair READY). It serves until stdin
 closes or SIGTERM arrives, shuts the Host down (exit status 0 when it stopped cleanly, 3
-otherwise), prints `{"stopped": outcome}` and closes its store.
+otherwise), prints `{"stopped": outcome, "reason": reason}` and closes its store. Each
+`StateChange` of its owner lease is printed as `{"state_change": kind, "generation": n}`;
+with `on_lease_lost="shutdown"` a lost lease ends the process at once, exit status 4
+(what a supervisor restarts).
 """
 
 from __future__ import annotations
@@ -56,9 +60,16 @@ from .rooms import ROOM_TYPES, CreateRooms, Made, Room, RoomCounts, Rooms, count
 #: Set when the node is asked to stop; every nap ends at once then.
 _stopping = threading.Event()
 _count_lock = threading.Lock()
+_print_lock = threading.Lock()
 _handled = 0
 _napping = 0
 _host: list[z.Host] = []
+
+
+def _say(line: dict[str, Any]) -> None:
+    """Print one JSON line whole (the completion dispatcher prints state changes)."""
+    with _print_lock:
+        print(json.dumps(line), flush=True)
 
 
 def _count() -> None:
@@ -164,7 +175,9 @@ class Worker(z.ChannelHandler):
         _count()
 
 
-def _build(config: dict[str, Any]) -> tuple[z.Host, z.RedisLocationStore | None]:
+def _build(
+    config: dict[str, Any], stop: threading.Event
+) -> tuple[z.Host, z.RedisLocationStore | None]:
     mesh_options: dict[str, Any] = {
         "listen": config.get("listen", "tcp://127.0.0.1:0"),
         "peers": tuple(config.get("peers", ())),
@@ -179,6 +192,15 @@ def _build(config: dict[str, Any]) -> tuple[z.Host, z.RedisLocationStore | None]
         mesh_options["lease"] = z.LeaseConfig(**config["lease"])
     if "placement_weight" in config:
         mesh_options["placement_weight"] = config["placement_weight"]
+    if "on_lease_lost" in config:
+        mesh_options["on_lease_lost"] = config["on_lease_lost"]
+
+    def state_changed(change: z.StateChange) -> None:
+        line = {"state_change": change.kind.value, "generation": change.lease_generation}
+        _say(line)
+        if change.kind is z.StateChangeKind.LEASE_LOST:
+            stop.set()  # the Host shuts itself down: so does the process
+
     store = None
     if "redis" in config:
         store = z.RedisLocationStore(
@@ -196,6 +218,7 @@ def _build(config: dict[str, Any]) -> tuple[z.Host, z.RedisLocationStore | None]
         location=store,
         message_types=(*ALL_TYPES, *ROOM_TYPES),
         application_lane_items=config.get("lane_items", 1024),
+        on_state_change=state_changed,
     )
     return host, store
 
@@ -209,12 +232,12 @@ def main() -> int:
         sys.stdin.read()  # until the parent closes our stdin (or dies)
         stop.set()
 
-    host, store = _build(config)
+    host, store = _build(config, stop)
     _host.append(host)
     try:
         host.start()
         info = host.node
-        print(json.dumps({"routing_id": info.routing_id, "endpoint": info.endpoint}), flush=True)
+        _say({"routing_id": info.routing_id, "endpoint": info.endpoint})
         expect = config.get("expect_peers", len(config.get("peers", ())))
         if expect:
             try:
@@ -222,7 +245,7 @@ def main() -> int:
                 line: dict[str, Any] = {"ready": sorted(p.routing_id for p in ready)}
             except z.DeadlineExceededError as exc:
                 line = {"ready_error": str(exc)}
-            print(json.dumps(line), flush=True)
+            _say(line)
         threading.Thread(target=watch_stdin, daemon=True).start()
         while not stop.wait(0.1):  # wake now and then so SIGTERM's handler runs
             pass
@@ -231,7 +254,9 @@ def main() -> int:
         result = host.shutdown(5.0)
         if store is not None:
             store.close()
-    print(json.dumps({"stopped": result.outcome.value}), flush=True)
+    _say({"stopped": result.outcome.value, "reason": result.reason.value})
+    if result.reason is z.ShutdownReason.LEASE_LOST:
+        return 4
     return 0 if result.outcome is z.ShutdownOutcome.STOPPED else 3
 
 
