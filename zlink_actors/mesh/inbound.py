@@ -156,21 +156,24 @@ class Inbound(Calls):
         """How many more records the transport may read now (never more than M held)."""
         return self._permits - self._permits_in_use
 
-    def _permit(self) -> Callable[[], None]:
-        """Take an inbound permit; returns its release (PAUSED at 80%, RUNNING at 60%)."""
+    def _permit(self, kind: ObjectKind, target: str) -> Callable[[], None]:
+        """Take an inbound permit for a record to `target`; returns its release (PAUSED
+        at 80%, RUNNING at 60%). A target whose records hold `_target_cap` permits
+        already gets none: the record is admitted without one (`_unpermitted`)."""
+        key = (kind, target)
         with self._lock:
+            held = self._target_held.get(key)
+            if held is None:
+                held = self._target_held[key] = _TargetPermits(self, key)
+            elif held.count >= self._target_cap:
+                self.unpermitted_records += 1
+                return _unpermitted
+            held.count += 1
             self._permits_in_use += 1
             change = not self._paused and self._permits_in_use >= self._pause_at
         if change:
             self._apply_flow()
-        return self._release_permit
-
-    def _release_permit(self) -> None:
-        with self._lock:
-            self._permits_in_use -= 1
-            change = self._paused and self._permits_in_use <= self._resume_at
-        if change:
-            self._apply_flow()
+        return held.release
 
     def _apply_flow(self) -> None:
         """Decide PAUSED / RUNNING from the count as it is now and tell the transport, one
@@ -201,7 +204,7 @@ class Inbound(Calls):
         except ZlinkError as exc:
             self._drop_message(rec, peer, str(exc), decode=isinstance(exc, ProtocolError))
             return
-        meta = RemoteMetadata(env.metadata or {}, peer.routing_id, self._permit())
+        meta = RemoteMetadata(env.metadata or {}, peer.routing_id, self._permit(*where))
         done = deliver_send(self.runtime, where[0], where[1], payload, meta)
         if done.done():
             self._sent(rec, peer, meta, done)
@@ -293,12 +296,23 @@ class Inbound(Calls):
             return
         key = (peer.routing_id, route)
         # `_permit()`, inlined: this runs for every request.
+        held_key = (kind, target)
         with self._lock:
-            self._permits_in_use += 1
-            change = not self._paused and self._permits_in_use >= self._pause_at
+            held = self._target_held.get(held_key)
+            if held is None:
+                held = self._target_held[held_key] = _TargetPermits(self, held_key)
+            if held.count < self._target_cap:
+                held.count += 1
+                self._permits_in_use += 1
+                change = not self._paused and self._permits_in_use >= self._pause_at
+                release: Callable[[], None] = held.release
+            else:
+                self.unpermitted_records += 1
+                change = False
+                release = _unpermitted
         if change:
             self._apply_flow()
-        meta = RemoteMetadata(env.metadata or {}, peer.routing_id, self._release_permit)
+        meta = RemoteMetadata(env.metadata or {}, peer.routing_id, release)
         served = _Served()  # its slots filled here: see the class
         served.node = self
         served.conn = rec.peer
@@ -360,6 +374,35 @@ class Inbound(Calls):
             self._reply_error(conn, route, error)
             return
         self._reply_frames(conn, route, [wire.encode_fields(wire.REPLY, type_name=type_name), data])
+
+
+def _unpermitted() -> None:
+    """The start hook of a record admitted without a permit: nothing to give back."""
+
+
+class _TargetPermits:
+    """The inbound permits the records for one target hold (at most the node's
+    `_target_cap`); the entry goes when the last one is given back."""
+
+    __slots__ = ("count", "key", "node")
+
+    def __init__(self, node: Inbound, key: tuple[ObjectKind, str]) -> None:
+        self.node = node
+        self.key = key
+        self.count = 0
+
+    def release(self) -> None:
+        """One record's handler started (or the record ended unrun): its permit goes
+        back to the node, and to this target's share."""
+        node = self.node
+        with node._lock:
+            self.count -= 1
+            if not self.count and node._target_held.get(self.key) is self:
+                del node._target_held[self.key]
+            node._permits_in_use -= 1
+            change = node._paused and node._permits_in_use <= node._resume_at
+        if change:
+            node._apply_flow()
 
 
 class _Served:

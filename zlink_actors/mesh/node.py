@@ -317,6 +317,11 @@ class MeshNode(GlobalObjects):
                 route_cache_misses=self.route_cache_misses,
                 route_cache_size=len(self._routes),
                 unavailable=dict(self.unavailable),
+                target_permits=self._target_cap,
+                full_targets=sum(
+                    1 for held in self._target_held.values() if held.count >= self._target_cap
+                ),
+                unpermitted_records=self.unpermitted_records,
             )
 
     def _keep_peers(self) -> None:

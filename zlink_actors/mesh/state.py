@@ -168,6 +168,11 @@ class MeshStatistics:
         paused: True while this node tells its senders PAUSED.
         permits_in_use: inbound records received whose handler has not started.
         permits: the inbound permits (`MeshConfig.inbound_permits`).
+        target_permits: the most of them records for one target hold
+            (`MeshConfig.target_cap()`); records beyond it are admitted without one.
+        full_targets: targets whose records hold `target_permits` permits now.
+        unpermitted_records: records admitted without a permit since the node started
+            (their target held its share: docs/mesh.md "One full target").
         frames_in / frames_out: transport frames received / sent.
         decode_errors: received records that could not be decoded (logged, counted).
         dropped_messages: received one-way messages that reached no handler (logged).
@@ -218,6 +223,9 @@ class MeshStatistics:
     route_cache_misses: int = 0
     route_cache_size: int = 0
     unavailable: dict[str, int] = field(default_factory=dict)
+    target_permits: int = 0
+    full_targets: int = 0
+    unpermitted_records: int = 0
 
 
 @dataclass(slots=True)
@@ -300,6 +308,11 @@ class NodeState:
         self._pause_at = max(1, (self._permits * 8) // 10)
         self._resume_at = (self._permits * 6) // 10
         self._paused = False
+        #: The most permits records for one target hold (`MeshConfig.target_cap`), and
+        #: what they hold now, by (kind, target) (`inbound._TargetPermits`).
+        self._target_cap = config.target_cap()
+        self._target_held: dict[tuple[ObjectKind, str], Any] = {}
+        self.unpermitted_records = 0
         #: Serialises flow decisions with the `set_flow` calls that apply them.
         self._flow_lock = threading.Lock()
         self._draining = False

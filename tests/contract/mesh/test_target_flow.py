@@ -1,0 +1,119 @@
+"""One stuck object never makes the rest of its node unreachable (issue 26 item 3;
+docs/mesh.md "Backpressure and inbound flow control", "One full target").
+
+A Spot `stuck` whose handler blocks on a latch, and thousands of one-ways queued for it
+from one front end A, on server S: S keeps its inbound permits for its other objects
+(records for one target take at most `target_permits` of them), so requests from A and
+from a front end B that never sent anything to `stuck` reach the idle Spot `idle` on S
+within a bounded latency; a request to `stuck` fails fast with `UnavailableError` (its
+queue is full); once the latch is released every one-way is handled exactly once, in
+order.
+
+Real Hosts sharing one `MemoryLocationStore` (`_global.GlobalMesh`) on tcp loopback;
+every wait is bounded and asserted.
+"""
+
+from __future__ import annotations
+
+import time
+
+from zlink_actors import (
+    Completion,
+    DeadlineExceededError,
+    Host,
+    UnavailableError,
+    UnavailableReason,
+)
+from zlink_actors.mesh import codec as wire
+from zlink_actors.testing import WAIT, wait_until
+
+from ._global import GlobalMesh, mesh_stats
+from ._global_objects import Hold, Note, Ping, Room
+
+#: The server's permits: fixed, so the test does not depend on the CPU count (the
+#: default is 128 x CPUs). Before this change the server paused at 80% of them.
+PERMITS = 256
+#: One-ways queued for the stuck Spot: more than its application lane (1,024) holds, so
+#: some wait for admission, and far more than the permits.
+FLOOD = 3000
+#: The latency every request to the idle Spot must keep (they timed out before).
+BOUND = 1.0
+#: A request's deadline in the probes (longer than BOUND: a late reply is measured).
+DEADLINE = 3.0
+
+
+def _latency(host: Host, spot_id: str, n: int) -> float:
+    """Seconds one request to `spot_id` takes (DEADLINE when it timed out)."""
+    start = time.monotonic()
+    try:
+        assert (
+            host.request_to_spot(spot_id, Ping(n), reply=int).timeout(DEADLINE).submit_sync() == n
+        )
+    except DeadlineExceededError:
+        return DEADLINE
+    return time.monotonic() - start
+
+
+def _queue_full(host: Host) -> UnavailableError | None:
+    """The error of one request to `stuck` if it failed as a full queue, else None."""
+    try:
+        host.request_to_spot("stuck", Ping(-1), reply=int).timeout(0.3).submit_sync()
+    except UnavailableError as exc:
+        return exc
+    except DeadlineExceededError:
+        return None
+    raise AssertionError("a request to the stuck Spot was answered")
+
+
+def test_a_stuck_spot_and_its_queued_one_ways_leave_the_other_spots_of_its_node_reachable(
+    mesh: GlobalMesh,
+) -> None:
+    server = mesh.add(spots=[Room], mesh={"inbound_permits": PERMITS})
+    a = mesh.add()
+    b = mesh.add()
+    a.spots.get_or_create("stuck", Room).submit_sync()
+    a.spots.get_or_create("idle", Room).submit_sync()
+    log = mesh.journal
+    for host in (a, b):  # both front ends know where the two Spots live
+        assert _latency(host, "idle", 0) < DEADLINE
+
+    a.send_to_spot("stuck", Hold("stuck")).submit_sync()
+    assert log.event("entered").wait(WAIT)
+    sends: list[Completion[None]] = [
+        a.send_to_spot("stuck", Note(i)).submit() for i in range(FLOOD)
+    ]
+    # The one-ways reach S and fill what S gives one target.
+    assert wait_until(lambda: mesh_stats(server).permits_in_use >= PERMITS // 8)
+
+    latencies = {"A": [_latency(a, "idle", i) for i in range(1, 21)]}
+    latencies["B"] = [_latency(b, "idle", i) for i in range(21, 41)]
+    print(f"idle Spot latency, s: {latencies}")
+    assert max(latencies["A"]) < BOUND, latencies
+    assert max(latencies["B"]) < BOUND, latencies
+    stats = mesh_stats(server)
+    assert not stats.paused
+    # The stuck Spot holds its share of the permits and no more; what else is queued for
+    # it was admitted without one.
+    assert stats.target_permits == PERMITS // 8
+    assert stats.full_targets == 1
+    assert stats.permits_in_use <= stats.target_permits
+    assert stats.unpermitted_records > 0
+
+    # Once the stuck Spot's lane is full, a request to it fails at once.
+    assert wait_until(lambda: _queue_full(b) is not None)
+    start = time.monotonic()
+    refused = _queue_full(b)
+    assert refused is not None
+    assert time.monotonic() - start < BOUND
+    assert "queue" in str(refused)
+    assert "full" in str(refused)
+    if "reason" in wire.Envelope.__struct_fields__:  # the reason crosses the wire
+        assert refused.reason is UnavailableReason.QUEUE_FULL
+    assert _latency(b, "idle", 41) < BOUND  # and the idle Spot still answers
+
+    log.latch("stuck").set()
+    assert log.wait_count("note", FLOOD, within=WAIT * 4)
+    assert all(c.wait(WAIT) and c.exception() is None for c in sends)
+    notes = [n for spot, n, _ in log.items("note") if spot == "stuck"]  # type: ignore[misc]
+    assert notes == list(range(FLOOD))  # each once, in the order A sent them
+    assert wait_until(lambda: mesh_stats(server).permits_in_use == 0)
