@@ -117,3 +117,73 @@ def test_a_stuck_spot_and_its_queued_one_ways_leave_the_other_spots_of_its_node_
     notes = [n for spot, n, _ in log.items("note") if spot == "stuck"]  # type: ignore[misc]
     assert notes == list(range(FLOOD))  # each once, in the order A sent them
     assert wait_until(lambda: mesh_stats(server).permits_in_use == 0)
+
+
+#: A credit window the flood to the stuck Spot outgrows many times over (each one-way is
+#: charged at least 256 bytes: 64 KiB is 256 of them).
+SMALL_WINDOW = 64 * 1024
+
+
+def test_one_ways_to_a_full_target_wait_at_their_sender_and_its_other_calls_keep_flowing(
+    mesh: GlobalMesh,
+) -> None:
+    # S grants each sender a small credit window. Before per-target flow, what waited for
+    # the stuck Spot's lane held A's credit until admitted: past 256 of them A's every
+    # record to S (its requests to `idle` too) waited for credit behind them.
+    server = mesh.add(
+        spots=[Room], mesh={"inbound_permits": PERMITS, "credit_window": SMALL_WINDOW}
+    )
+    a = mesh.add()
+    a.spots.get_or_create("stuck", Room).submit_sync()
+    a.spots.get_or_create("idle", Room).submit_sync()
+    log = mesh.journal
+    assert _latency(a, "idle", 0) < DEADLINE
+
+    a.send_to_spot("stuck", Hold("stuck")).submit_sync()
+    assert log.event("entered").wait(WAIT)
+    sends = [a.send_to_spot("stuck", Note(i)).submit() for i in range(FLOOD)]
+    # S said FULL: the rest of the flood waits at A, never failing.
+    assert wait_until(lambda: mesh_stats(a).target_waits > 0)
+    assert not any(c.done() and c.exception() is not None for c in sends)
+
+    latencies = [_latency(a, "idle", i) for i in range(1, 21)]
+    print(f"idle Spot latency from the flooding sender, s: {latencies}")
+    assert max(latencies) < BOUND, latencies
+    # What S holds for the stuck Spot is its lane and at most two credit windows of A's
+    # (what A had sent before FULL reached it): the rest waits at A.
+    assert mesh_stats(a).target_waits >= FLOOD - 1024 - 2 * (SMALL_WINDOW // 256)
+
+    log.latch("stuck").set()
+    assert log.wait_count("note", FLOOD, within=WAIT * 4)
+    assert all(c.wait(WAIT) and c.exception() is None for c in sends)
+    notes = [n for spot, n, _ in log.items("note") if spot == "stuck"]  # type: ignore[misc]
+    assert notes == list(range(FLOOD))  # each once, in the order A sent them
+    assert wait_until(lambda: mesh_stats(a).target_waits == 0)
+    assert _latency(a, "stuck", 1) < BOUND  # the Spot is free again
+    assert wait_until(lambda: mesh_stats(server).permits_in_use == 0)
+
+
+def test_one_ways_waiting_for_a_full_target_fail_when_its_node_is_lost(
+    mesh: GlobalMesh,
+) -> None:
+    server = mesh.add(
+        spots=[Room],
+        cuttable=True,
+        mesh={"inbound_permits": PERMITS, "credit_window": SMALL_WINDOW},
+    )
+    a = mesh.add()
+    a.spots.get_or_create("stuck", Room).submit_sync()
+    log = mesh.journal
+    a.send_to_spot("stuck", Hold("stuck")).submit_sync()
+    assert log.event("entered").wait(WAIT)
+    sends = [a.send_to_spot("stuck", Note(i)).submit() for i in range(FLOOD)]
+    assert wait_until(lambda: mesh_stats(a).target_waits > 0)
+
+    mesh.kill(server)
+    # Never sent, they end: UnavailableError (the peer is lost), none left waiting.
+    assert all(c.wait(WAIT) for c in sends)
+    failed = [c.exception() for c in sends if c.exception() is not None]
+    assert failed
+    assert all(isinstance(e, UnavailableError) for e in failed)
+    assert all(e.reason is UnavailableReason.PEER_LOST for e in failed)  # type: ignore[union-attr]
+    assert mesh_stats(a).target_waits == 0
