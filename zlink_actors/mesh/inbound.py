@@ -289,7 +289,9 @@ class Inbound(Calls):
                         told = held.told
                         if told is None:
                             told = held.told = {}
-                        told[conn] = -1  # it holds its one-ways back already
+                        # It holds its one-ways back already (unless a FULL it has not
+                        # answered yet is on its way: its HELD gives that credit back).
+                        told.setdefault(conn, -1)
                         held.names = (env.target_kind, env.target)
                         return
                     room = lane - held.queued
