@@ -187,3 +187,41 @@ def test_one_ways_waiting_for_a_full_target_fail_when_its_node_is_lost(
     assert all(isinstance(e, UnavailableError) for e in failed)
     assert all(e.reason is UnavailableReason.PEER_LOST for e in failed)  # type: ignore[union-attr]
     assert mesh_stats(a).target_waits == 0
+
+
+def test_two_senders_flooding_one_full_target_each_get_every_one_way_handled_once_in_order(
+    mesh: GlobalMesh,
+) -> None:
+    # Both told FULL, both sent OPEN as the stuck Spot drains (each OPEN's room, then
+    # WAITING for more): every one-way of each is handled once, in its sender's order.
+    server = mesh.add(
+        spots=[Room], mesh={"inbound_permits": PERMITS, "credit_window": SMALL_WINDOW}
+    )
+    senders = [mesh.add(), mesh.add()]
+    senders[0].spots.get_or_create("stuck", Room).submit_sync()
+    senders[0].spots.get_or_create("idle", Room).submit_sync()
+    log = mesh.journal
+    for host in senders:
+        assert _latency(host, "idle", 0) < DEADLINE
+    senders[0].send_to_spot("stuck", Hold("stuck")).submit_sync()
+    assert log.event("entered").wait(WAIT)
+    each = FLOOD // 2
+    firsts = [0, 100_000]
+    sends = [
+        host.send_to_spot("stuck", Note(first + i)).submit()
+        for i in range(each)
+        for host, first in zip(senders, firsts, strict=True)
+    ]
+    assert wait_until(lambda: all(mesh_stats(h).target_waits > 0 for h in senders))
+    for host in senders:
+        assert max(_latency(host, "idle", i) for i in range(1, 6)) < BOUND
+
+    log.latch("stuck").set()
+    assert log.wait_count("note", FLOOD, within=WAIT * 4)
+    assert all(c.wait(WAIT) and c.exception() is None for c in sends)
+    notes = [n for spot, n, _ in log.items("note") if spot == "stuck"]  # type: ignore[misc]
+    assert len(notes) == FLOOD
+    for first in firsts:
+        assert [n for n in notes if first <= n < first + each] == list(range(first, first + each))
+    assert wait_until(lambda: all(mesh_stats(h).target_waits == 0 for h in senders))
+    assert wait_until(lambda: mesh_stats(server).permits_in_use == 0)
