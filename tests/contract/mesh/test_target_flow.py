@@ -79,11 +79,14 @@ def test_a_stuck_spot_and_its_queued_one_ways_leave_the_other_spots_of_its_node_
 
     a.send_to_spot("stuck", Hold("stuck")).submit_sync()
     assert log.event("entered").wait(WAIT)
+    received = mesh_stats(server).frames_in
     sends: list[Completion[None]] = [
         a.send_to_spot("stuck", Note(i)).submit() for i in range(FLOOD)
     ]
-    # The one-ways reach S and fill what S gives one target.
-    assert wait_until(lambda: mesh_stats(server).permits_in_use >= PERMITS // 8)
+    # Every one-way reaches S (before this change S PAUSED at 80% of its permits and read
+    # no more), and the stuck Spot holds what S gives one target.
+    assert wait_until(lambda: mesh_stats(server).frames_in >= received + FLOOD)
+    assert mesh_stats(server).permits_in_use >= PERMITS // 8
 
     latencies = {"A": [_latency(a, "idle", i) for i in range(1, 21)]}
     latencies["B"] = [_latency(b, "idle", i) for i in range(21, 41)]
