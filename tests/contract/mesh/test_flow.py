@@ -169,7 +169,7 @@ def test_a_parked_one_way_costs_its_sender_well_under_a_kibibyte(
     # (benchmarks/parked.py).
     rec = Recorder(harness)
     s = nodes.add()
-    r = nodes.add(node_handler=recording_gate(rec), mesh={"inbound_permits": PERMITS})
+    r = nodes.add(node_handler=recording_gate(rec), mesh=RECEIVER)
     rid = r.node.routing_id
     first = _pause(s, r, rec, 20)
     later = _until_one_parks(s, rid, 20)

@@ -15,7 +15,9 @@ every wait is bounded and asserted.
 
 from __future__ import annotations
 
+import gc
 import time
+import tracemalloc
 
 from zlink_actors import (
     Completion,
@@ -228,3 +230,34 @@ def test_two_senders_flooding_one_full_target_each_get_every_one_way_handled_onc
         assert [n for n in notes if first <= n < first + each] == list(range(first, first + each))
     assert wait_until(lambda: all(mesh_stats(h).target_waits == 0 for h in senders))
     assert wait_until(lambda: mesh_stats(server).permits_in_use == 0)
+
+
+def test_a_one_way_waiting_for_a_full_target_costs_its_sender_under_half_a_kibibyte(
+    mesh: GlobalMesh,
+) -> None:
+    # What it holds: its frames, a result cell (on the lock parked one-ways share) and
+    # a pair in its target's queue; about 360 - 390 bytes (benchmarks/parked.py).
+    mesh.add(spots=[Room], mesh={"inbound_permits": PERMITS, "credit_window": SMALL_WINDOW})
+    a = mesh.add()
+    a.spots.get_or_create("stuck", Room).submit_sync()
+    log = mesh.journal
+    a.send_to_spot("stuck", Hold("stuck")).submit_sync()
+    assert log.event("entered").wait(WAIT)
+    first = [a.send_to_spot("stuck", Note(i)).submit() for i in range(FLOOD)]
+    assert wait_until(lambda: mesh_stats(a).target_waits > 0)
+    waiting = mesh_stats(a).target_waits
+    count = 10_000
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        later = [a.send_to_spot("stuck", Note(FLOOD + i)).submit() for i in range(count)]
+        each = (tracemalloc.get_traced_memory()[0] - before) / count
+    finally:
+        tracemalloc.stop()
+    assert mesh_stats(a).target_waits == waiting + count  # every one waits at A
+    assert each < 512, f"{each:.0f} bytes per waiting one-way"
+
+    log.latch("stuck").set()
+    assert log.wait_count("note", FLOOD + count, within=WAIT * 4)
+    assert all(c.wait(WAIT) and c.exception() is None for c in [*first, *later])
