@@ -493,8 +493,7 @@ class NodeState:
             )
         # The one-ways waiting here for a full target of it were never sent: they fail.
         self._fail_target_waits(
-            peer,
-            UnavailableError(f"node {peer.routing_id!r} {why}", reason=UnavailableReason.PEER_LOST),
+            peer, UnavailableError(f"node {peer.routing_id!r} {why}", reason=reason)
         )
 
     def _fail_target_waits(self, peer: Peer, exc: BaseException) -> None:
