@@ -162,7 +162,8 @@ class Inbound(Calls):
     def _permit(self, kind: ObjectKind, target: str) -> Callable[[], None]:
         """Take an inbound permit for a record to `target`; returns its release (PAUSED
         at 80%, RUNNING at 60%). A target whose records hold `_target_cap` permits
-        already gets none: the record is admitted without one (`_unpermitted`)."""
+        already gets none: the record is admitted without one (its release only counts
+        it out of the target's queue)."""
         key = (kind, target)
         with self._lock:
             held = self._target_held.get(key)
