@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from types import TracebackType
@@ -10,7 +11,7 @@ from typing import TypeVar
 
 from ._errors import Closed, TransportUsageError, UnknownPeer, Withdrawn
 from ._io import EventCallback, IoThread, ReadBudget, ReceiveCallback
-from ._state import DIRECT, Core, admit_all, fail_all
+from ._state import DIRECT, Core, Parked, admit_all, fail_all
 from ._types import (
     Endpoints,
     FlowState,
@@ -326,6 +327,33 @@ class Transport:
         admitted.set_exception(Withdrawn("withdrawn by its owner before it was sent"))
         admit_all(behind)
         return True
+
+    def withdraw_matching(
+        self, peer: bytes, match: Callable[[Sequence[bytes]], bool]
+    ) -> list[tuple[Sequence[bytes], Future[None]]]:
+        """Take back, at once and in their order, every parked one-way message to `peer`
+        whose frames `match` (called under the transport's lock: it must be quick and
+        must not call the transport). They are never sent; their `admitted` futures are
+        left pending, for the caller to complete (it may submit the frames again later).
+        What waited behind them may be admitted now. An unknown peer has none.
+        """
+        core = self._core
+        taken: list[tuple[Sequence[bytes], Future[None]]] = []
+        with core.lock:
+            state = core.peers.get(peer)
+            if state is None or not state.parked:
+                return taken
+            kept: deque[Parked] = deque()
+            for item in state.parked:
+                if item.kind is _MESSAGE and match(item.frames):
+                    taken.append((item.frames, item.future))
+                    state.parked_bytes -= item.charge
+                else:
+                    kept.append(item)
+            state.parked = kept
+            behind = core.admit_parked_locked(state) if taken else []
+        admit_all(behind)
+        return taken
 
     def notify(self, peer: bytes, frames: Sequence[bytes]) -> None:
         """Send a one-way NOTICE on the completion connection: never charged, never parked,

@@ -124,3 +124,39 @@ def test_a_withdrawn_message_is_never_sent_and_what_waits_behind_it_goes(
         assert a.withdraw(b"B", behind.admitted) is False  # it went already
         assert holder.wait(lambda: len(holder.records) == 3)
         assert all(r.kind is t.InboundKind.MESSAGE for r in holder.records)
+
+
+def test_withdraw_matching_takes_back_the_matching_parked_messages_in_order(
+    tmp_path: pathlib.Path,
+) -> None:
+    """What the mesh does when a target says FULL: its parked one-ways come back (never
+    sent, their futures pending), in order; what waited behind them goes."""
+    holder = Owner(auto_release=False, replies=False)
+    with pair("tcp", tmp_path, b_owner=holder) as (a, _, b, _bo):
+        a.set_peer_window(b"B", 1024)
+        sent = [a.submit(b"B", [b"x" + bytes(300)]) for _ in range(3)]  # 903 of 1,024
+        assert [r.status for r in sent] == [t.SubmitStatus.OK] * 3
+        parked = [a.submit(b"B", [tag + bytes(300)]) for tag in (b"x", b"y", b"x", b"y")]
+        request = a.submit_request(b"B", 9, [b"x" + bytes(10)])  # a request is never taken
+        futures = [r.admitted for r in parked]
+        assert all(f is not None and not f.done() for f in futures)
+        taken = a.withdraw_matching(b"B", lambda frames: frames[0][:1] == b"x")
+        assert [(tuple(frames), future) for frames, future in taken] == [
+            ((b"x" + bytes(300),), futures[0]),
+            ((b"x" + bytes(300),), futures[2]),
+        ]
+        assert not any(f is not None and f.done() for f in (futures[0], futures[2]))
+        stats = a.peer_statistics(b"B")
+        assert stats.parked_messages == 3  # the two y's and the request
+        assert stats.parked_bytes == 2 * 301 + 256
+        assert a.withdraw_matching(b"nobody", lambda frames: True) == []
+        # B releases the three sent: the y's and the request go, the x's never do.
+        assert holder.wait(lambda: len(holder.records) == 3)
+        for record in list(holder.records):
+            b.release(record.peer, record.charge)
+        for future in (futures[1], futures[3], request.admitted):
+            assert future is not None
+            assert future.result(WAIT) is None
+        assert holder.wait(lambda: len(holder.records) == 6)
+        assert [r.frames[0][:1] for r in holder.records] == [b"x"] * 3 + [b"y", b"y", b"x"]
+        assert not any(f is not None and f.done() for f in (futures[0], futures[2]))

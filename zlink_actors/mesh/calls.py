@@ -6,6 +6,8 @@ from __future__ import annotations
 import _thread
 import math
 import threading
+from collections import deque
+from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import Any, Final
 
@@ -21,6 +23,7 @@ from .._core.errors import (
     ProtocolError,
     UnavailableError,
     UnavailableReason,
+    ZlinkError,
     shutting_down,
 )
 from .._core.handoff import wake
@@ -41,6 +44,7 @@ from .state import (
     _NODE,
     _refuse_cancel,
     _Route,
+    settle_wait,
 )
 
 __all__ = ["Calls"]
@@ -162,7 +166,18 @@ class Calls(Handshake):
         transport = self._transport
         assert transport is not None
         peer = route.peer
+        # One at a time per peer with what FULL and OPEN do (`_receive_notice`): a
+        # one-way never overtakes an older one to the same target.
+        flow = peer.flow
+        flow.acquire()
         try:
+            if peer.full_targets:  # a target of this peer is full: its one-ways wait here
+                waiting = peer.full_targets.get((_KIND_NAMES[route.kind], route.target))
+                if waiting is not None:
+                    held: _Cell[None] = _Cell(_PARKED_LOCK)
+                    waiting.append((frames, held))
+                    # SC §5/§7: a waiting send has no timeout, refuses caller cancellation.
+                    return Completion(held, _refuse_cancel)
             result = transport.submit(peer.conn, frames)
         except t.UnknownPeer:
             return failed(
@@ -174,6 +189,8 @@ class Calls(Handshake):
             return failed(shutting_down())
         except t.PayloadTooLarge as exc:
             return failed(ProtocolError(str(exc)))
+        finally:
+            flow.release()
         if result.status is t.SubmitStatus.OK:
             return settled(None)
         admitted = result.admitted
@@ -182,6 +199,94 @@ class Calls(Handshake):
         admitted.add_done_callback(cell)
         # SC §5/§7: a waiting send has no timeout and refuses caller cancellation.
         return Completion(cell, _refuse_cancel)
+
+    def _receive_notice(self, rec: t.Inbound) -> None:
+        """FULL and OPEN of a target of the peer; the other notices as `Handshake`'s."""
+        try:
+            env = wire._ENVELOPE_DECODER.decode(rec.frames[0])
+        except Exception:  # `Handshake._receive_notice` decodes it again and says why
+            env = None
+        if env is None or env.command not in (wire.FULL, wire.OPEN):
+            super()._receive_notice(rec)
+            return
+        peer = self._peers.by_conn.get(rec.peer)
+        if peer is None:
+            return  # from a connection whose peer is gone: nothing waits for it
+        key = (env.target_kind, env.target)
+        if env.command == wire.OPEN:
+            self._open_target(peer, key, env.route)
+            return
+        transport = self._transport
+        with peer.flow:
+            waiting = peer.full_targets.get(key)
+            if waiting is None:
+                waiting = peer.full_targets[key] = deque()
+            if transport is not None:
+                # Its one-ways parked in the transport (for credit) wait here too, in
+                # front (they are older): nothing for another target waits behind them.
+                taken = transport.withdraw_matching(peer.conn, _SendsTo(key))
+                waiting.extendleft(reversed(taken))
+        # Now the credit of what waits there for the target may come back.
+        held = wire.encode_fields(
+            wire.HELD, target_kind=key[0], target=key[1], mesh=self.config.name
+        )
+        self._notify_quietly(rec.peer, held, b"")
+
+    def _open_target(self, peer: Peer, key: tuple[str, str], room: int) -> None:
+        """Target `key` of `peer` has room for `room` more records: send that many of the
+        one-ways waiting for it, oldest first. While more wait it stays full here, and a
+        WAITING record behind those asks it for the next OPEN."""
+        transport = self._transport
+        if transport is None:
+            return
+        sent: list[tuple[_Cell[None] | Future[None], Future[None] | BaseException | None]] = []
+        with peer.flow:  # nothing else goes to the target meanwhile: FIFO
+            waiting = peer.full_targets.get(key)
+            if waiting is None:
+                return
+            while waiting and len(sent) < room:
+                frames, cell = waiting.popleft()
+                sent.append((cell, self._submit_waited(transport, peer, frames)))
+            if not waiting:
+                del peer.full_targets[key]
+            else:
+                ask = wire.encode_fields(
+                    wire.WAITING, target_kind=key[0], target=key[1], mesh=self.config.name
+                )
+                self._submit_waited(transport, peer, [ask, b""])
+        for settle, outcome in sent:  # settled outside the lock: a listener may send again
+            if isinstance(outcome, Future):
+                self._settle_when_admitted(outcome, settle, peer)
+            else:
+                settle_wait(settle, outcome)
+
+    def _settle_when_admitted(
+        self, admitted: Future[None], settle: _Cell[None] | Future[None], peer: Peer
+    ) -> None:
+        """Settle a one-way that waited for its target once the transport admits it."""
+        if isinstance(settle, Future):  # its first admission's: that one's callback maps it
+            admitted.add_done_callback(lambda done: settle_wait(settle, done.exception()))
+        else:
+            admitted.add_done_callback(
+                lambda done: settle.try_set(None, self._submit_failure(done, peer))
+            )
+
+    def _submit_waited(
+        self, transport: t.Transport, peer: Peer, frames: Sequence[bytes]
+    ) -> Future[None] | BaseException | None:
+        """Hand a one-way that waited for its target to the transport: None (sent), the
+        future of its admission (parked for credit), or why it failed."""
+        try:
+            result = transport.submit(peer.conn, frames)
+        except t.UnknownPeer:
+            return UnavailableError(
+                f"node {peer.routing_id!r} is lost", reason=UnavailableReason.PEER_LOST
+            )
+        except t.Closed:
+            return shutting_down()
+        except t.PayloadTooLarge as exc:
+            return ProtocolError(str(exc))
+        return result.admitted if result.status is not t.SubmitStatus.OK else None
 
     def request(
         self,
@@ -405,6 +510,8 @@ class Calls(Handshake):
         exc = done.exception()
         if exc is None:
             return None
+        if isinstance(exc, ZlinkError):  # set by the node itself (`settle_wait`): as is
+            return exc
         if isinstance(exc, t.Closed):
             return shutting_down()
         return UnavailableError(
@@ -487,6 +594,22 @@ class Calls(Handshake):
         else:
             with self._lock:
                 self.late_replies += 1
+
+
+class _SendsTo:
+    """Matches the frames of a one-way to one target (`Transport.withdraw_matching`)."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, key: tuple[str, str]) -> None:
+        self.key = key
+
+    def __call__(self, frames: Sequence[bytes]) -> bool:
+        try:
+            env = wire._ENVELOPE_DECODER.decode(frames[0])
+        except Exception:
+            return False
+        return env.command == wire.SEND and (env.target_kind, env.target) == self.key
 
 
 class _Outgoing(CellEntry):

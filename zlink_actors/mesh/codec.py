@@ -40,14 +40,18 @@ __all__ = [
     "BYE",
     "CANCEL",
     "COMMANDS",
+    "FULL",
+    "HELD",
     "HELLO",
     "OBJECTS",
+    "OPEN",
     "REJECT",
     "REPLY",
     "REQUEST",
     "SEND",
     "TARGET_KINDS",
     "UPDATE",
+    "WAITING",
     "Codec",
     "Envelope",
     "TypeRegistry",
@@ -68,8 +72,19 @@ REJECT: Final = 7
 #: Channel weights or draining, after the handshake.
 UPDATE: Final = 8
 BYE: Final = 9
+#: Per-target flow (docs/mesh.md "One full target"), naming the target by `target_kind`
+#: and `target`: a notice that one of our one-ways to it had to wait (send it no more
+#: one-ways); a notice that it has room again (`route`: for how many); the sender's
+#: record, behind what it sent on OPEN, that more are waiting for it; the sender's
+#: notice that it holds them back now.
+FULL: Final = 10
+OPEN: Final = 11
+WAITING: Final = 12
+HELD: Final = 13
 #: Every command an envelope may carry.
-COMMANDS: Final = frozenset({SEND, REQUEST, REPLY, CANCEL, HELLO, ADMIT, REJECT, UPDATE, BYE})
+COMMANDS: Final = frozenset(
+    {SEND, REQUEST, REPLY, CANCEL, HELLO, ADMIT, REJECT, UPDATE, BYE, FULL, OPEN, WAITING, HELD}
+)
 #: The target kind of the global objects' own requests between nodes (create, close,
 #: publish: `mesh/objects.py`).
 OBJECTS: Final = "objects"

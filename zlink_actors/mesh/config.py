@@ -404,6 +404,7 @@ class MeshConfig:
     placement_weight: int = 100
     credit_window: int = 16 * 2**20
     inbound_permits: int | None = None
+    target_permits: int | None = None
     route_cache_max_age: float = 15.0
     lease: LeaseConfig = field(default_factory=LeaseConfig)
     curve: CurveConfig | None = None
@@ -430,6 +431,8 @@ class MeshConfig:
         _int("placement_weight", self.placement_weight, 0, MAX_WEIGHT)
         if self.inbound_permits is not None:
             _int("inbound_permits", self.inbound_permits, 1)
+        if self.target_permits is not None:
+            _int("target_permits", self.target_permits, 1)
         if not isinstance(self.lease, LeaseConfig):
             raise ConfigurationError(f"lease must be a LeaseConfig, got {self.lease!r}")
         if self.curve is not None and not isinstance(self.curve, CurveConfig):
@@ -470,3 +473,13 @@ class MeshConfig:
         if self.inbound_permits is not None:
             return self.inbound_permits
         return 128 * (os.cpu_count() or 1)
+
+    def target_cap(self) -> int:
+        """The inbound permits records for one target may hold at once:
+        `target_permits`, or an eighth of `permits()` (at least 1) when it is None; never
+        more than `permits()`. Records for a target beyond it are admitted without a
+        permit (docs/mesh.md "One full target")."""
+        permits = self.permits()
+        if self.target_permits is not None:
+            return min(self.target_permits, permits)
+        return max(1, permits // 8)

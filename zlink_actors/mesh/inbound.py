@@ -131,6 +131,9 @@ class Inbound(Calls):
         elif command == wire.UPDATE:
             self._release(rec)
             self._receive_update(peer, rec)
+        elif command == wire.WAITING:
+            self._release(rec)
+            self._target_asked(rec.peer, env)
         elif command == wire.BYE:
             self._release(rec)
             with self._lock:
@@ -156,21 +159,26 @@ class Inbound(Calls):
         """How many more records the transport may read now (never more than M held)."""
         return self._permits - self._permits_in_use
 
-    def _permit(self) -> Callable[[], None]:
-        """Take an inbound permit; returns its release (PAUSED at 80%, RUNNING at 60%)."""
+    def _permit(self, kind: ObjectKind, target: str) -> Callable[[], None]:
+        """Take an inbound permit for a record to `target`; returns its release (PAUSED
+        at 80%, RUNNING at 60%). A target whose records hold `_target_cap` permits
+        already gets none: the record is admitted without one (its release only counts
+        it out of the target's queue)."""
+        key = (kind, target)
         with self._lock:
+            held = self._target_held.get(key)
+            if held is None:
+                held = self._target_held[key] = _TargetPermits(self, key)
+            held.queued += 1
+            if held.count >= self._target_cap:
+                self.unpermitted_records += 1
+                return held.release_unpermitted
+            held.count += 1
             self._permits_in_use += 1
             change = not self._paused and self._permits_in_use >= self._pause_at
         if change:
             self._apply_flow()
-        return self._release_permit
-
-    def _release_permit(self) -> None:
-        with self._lock:
-            self._permits_in_use -= 1
-            change = self._paused and self._permits_in_use <= self._resume_at
-        if change:
-            self._apply_flow()
+        return held.release
 
     def _apply_flow(self) -> None:
         """Decide PAUSED / RUNNING from the count as it is now and tell the transport, one
@@ -201,19 +209,116 @@ class Inbound(Calls):
         except ZlinkError as exc:
             self._drop_message(rec, peer, str(exc), decode=isinstance(exc, ProtocolError))
             return
-        meta = RemoteMetadata(env.metadata or {}, peer.routing_id, self._permit())
+        meta = RemoteMetadata(env.metadata or {}, peer.routing_id, self._permit(*where))
         done = deliver_send(self.runtime, where[0], where[1], payload, meta)
         if done.done():
             self._sent(rec, peer, meta, done)
+        # It waits for room in its target's queue: its sender, told FULL, sends the
+        # target no more, and its credit goes back once the sender said HELD (what the
+        # sender has for other targets never waits behind it).
+        elif self._target_full(where, env, rec):
+            done.add_done_callback(lambda c: self._sent(rec, peer, meta, c, False))
         else:
             done.add_done_callback(lambda c: self._sent(rec, peer, meta, c))
 
+    def _target_full(self, key: tuple[ObjectKind, str], env: Envelope, rec: t.Inbound) -> bool:
+        """A one-way `rec` waits for room in target `key`: its sender is told FULL (once
+        until OPEN) and keeps its next one-ways to the target until then. Its credit goes
+        back once the sender said HELD (at once if it did already): credit sent before
+        the sender held them back could send on what it has parked for the target.
+        False when the record was admitted and started meanwhile."""
+        conn = rec.peer
+        with self._lock:
+            held = self._target_held.get(key)
+            if held is None:
+                return False
+            told = held.told
+            if told is None:
+                told = held.told = {}
+            owed = told.get(conn)
+            if owed is not None and owed >= 0:
+                told[conn] = owed + rec.charge
+                return True
+            if owed is None:
+                told[conn] = rec.charge
+                held.names = (env.target_kind, env.target)
+        if owed is not None:  # it said HELD already
+            self._release(rec)
+            return True
+        full = wire.encode_fields(wire.FULL, target_kind=env.target_kind, target=env.target)
+        self._notify_quietly(conn, full, b"")
+        return True
+
+    def _receive_notice(self, rec: t.Inbound) -> None:
+        """HELD from a sender told FULL; the other notices as `Calls`'."""
+        try:
+            env = wire._ENVELOPE_DECODER.decode(rec.frames[0])
+        except Exception:  # the next handler decodes it again and says why
+            env = None
+        if env is None or env.command != wire.HELD:
+            super()._receive_notice(rec)
+            return
+        where = self._local_target(env)
+        if isinstance(where, ZlinkError):
+            return
+        with self._lock:
+            held = self._target_held.get(where)
+            told = None if held is None else held.told
+            owed = None if told is None else told.get(rec.peer)
+            if told is None or owed is None or owed < 0:
+                return
+            told[rec.peer] = -1  # from now on, what waits from it releases at once
+        self._give_back(rec.peer, owed)
+
+    def _give_back(self, conn: bytes, nbytes: int) -> None:
+        transport = self._transport
+        if nbytes and transport is not None:
+            with contextlib.suppress(t.TransportError):
+                transport.release(conn, nbytes)
+
+    def _target_asked(self, conn: bytes, env: Envelope) -> None:
+        """A WAITING record: `conn` holds more one-ways for the target it names. OPEN
+        with the room there is now, or once its queue is down to half its lane."""
+        where = self._local_target(env)
+        lane = self.runtime.pool.lane_items
+        room = lane
+        if not isinstance(where, ZlinkError):
+            with self._lock:
+                held = self._target_held.get(where)
+                if held is not None:
+                    if held.queued > lane // 2:
+                        told = held.told
+                        if told is None:
+                            told = held.told = {}
+                        # It holds its one-ways back already (unless a FULL it has not
+                        # answered yet is on its way: its HELD gives that credit back).
+                        told.setdefault(conn, -1)
+                        held.names = (env.target_kind, env.target)
+                        return
+                    room = lane - held.queued
+        self._open((env.target_kind, env.target), {conn: -1}, room)
+
+    def _open(self, names: tuple[str, str], told: dict[bytes, int], room: int) -> None:
+        """Tell the senders `told` that target `names` has room for `room` records (the
+        credit still owed to one that has not said HELD goes back with it)."""
+        frame = wire.encode_fields(wire.OPEN, route=room, target_kind=names[0], target=names[1])
+        for conn, owed in told.items():
+            if owed > 0:
+                self._give_back(conn, owed)
+            self._notify_quietly(conn, frame, b"")
+
     def _sent(
-        self, rec: t.Inbound, peer: Peer, meta: RemoteMetadata, done: Completion[None]
+        self,
+        rec: t.Inbound,
+        peer: Peer,
+        meta: RemoteMetadata,
+        done: Completion[None],
+        release: bool = True,
     ) -> None:
         """A received one-way message was admitted here (or refused): its credit goes
-        back now, so a full queue here makes its sender wait."""
-        self._release(rec)
+        back now (`release`; else it went when its sender was told FULL)."""
+        if release:
+            self._release(rec)
         exc = done.exception()
         if exc is not None:
             meta.started()
@@ -293,12 +398,24 @@ class Inbound(Calls):
             return
         key = (peer.routing_id, route)
         # `_permit()`, inlined: this runs for every request.
+        held_key = (kind, target)
         with self._lock:
-            self._permits_in_use += 1
-            change = not self._paused and self._permits_in_use >= self._pause_at
+            held = self._target_held.get(held_key)
+            if held is None:
+                held = self._target_held[held_key] = _TargetPermits(self, held_key)
+            held.queued += 1
+            if held.count < self._target_cap:
+                held.count += 1
+                self._permits_in_use += 1
+                change = not self._paused and self._permits_in_use >= self._pause_at
+                release: Callable[[], None] = held.release
+            else:
+                self.unpermitted_records += 1
+                change = False
+                release = held.release_unpermitted
         if change:
             self._apply_flow()
-        meta = RemoteMetadata(env.metadata or {}, peer.routing_id, self._release_permit)
+        meta = RemoteMetadata(env.metadata or {}, peer.routing_id, release)
         served = _Served()  # its slots filled here: see the class
         served.node = self
         served.conn = rec.peer
@@ -360,6 +477,64 @@ class Inbound(Calls):
             self._reply_error(conn, route, error)
             return
         self._reply_frames(conn, route, [wire.encode_fields(wire.REPLY, type_name=type_name), data])
+
+
+class _TargetPermits:
+    """What the records received for one target hold: `count` inbound permits (at most
+    the node's `_target_cap`), `queued` records not started (with a permit or without);
+    `told`, the senders told FULL and not yet OPEN, each with the credit owed back to
+    it once it says HELD (-1: it did). The entry goes with the last record
+    (docs/mesh.md "One full target")."""
+
+    __slots__ = ("count", "key", "names", "node", "queued", "told")
+
+    def __init__(self, node: Inbound, key: tuple[ObjectKind, str]) -> None:
+        self.node = node
+        self.key = key
+        self.count = 0
+        self.queued = 0
+        self.told: dict[bytes, int] | None = None
+        #: The target's `target_kind` and `target` on the wire (for FULL and OPEN).
+        self.names = ("", "")
+
+    def release(self) -> None:
+        """A record with a permit started (or ended unrun): the permit goes back."""
+        node = self.node
+        with node._lock:
+            self.count -= 1
+            node._permits_in_use -= 1
+            change = node._paused and node._permits_in_use <= node._resume_at
+            opened = self._started_locked()
+        if change:
+            node._apply_flow()
+        if opened is not None:
+            node._open(self.names, *opened)
+
+    def release_unpermitted(self) -> None:
+        """A record admitted without a permit started (or ended unrun)."""
+        node = self.node
+        with node._lock:
+            opened = self._started_locked()
+        if opened is not None:
+            node._open(self.names, *opened)
+
+    def _started_locked(self) -> tuple[dict[bytes, int], int] | None:
+        """One record fewer waits (the node's lock held): the senders to tell OPEN now
+        and the room there is, once the queue is down to half the lane; None if none."""
+        self.queued -= 1
+        queued = self.queued
+        opened = None
+        told = self.told
+        if told is not None:
+            lane = self.node.runtime.pool.lane_items
+            if queued <= lane // 2:
+                self.told = None
+                opened = (told, lane - queued)
+        if not queued:
+            held = self.node._target_held
+            if held.get(self.key) is self:
+                del held[self.key]
+        return opened
 
 
 class _Served:

@@ -201,6 +201,9 @@ class MeshNode(GlobalObjects):
         with self._lock:
             calls = list(self._calls)
             self._changed.notify_all()
+            every = list(self._peers.by_rid.values())
+        for peer in every:  # one-ways still waiting for a full target never went
+            self._fail_target_waits(peer, shutting_down("the one-way was sent"))
         for route in calls:
             self.runtime.pending.finish(route, exc=shutting_down("the call finished"))
 
@@ -289,7 +292,15 @@ class MeshNode(GlobalObjects):
 
     def statistics(self) -> MeshStatistics:
         transport = self._transport
-        stats = transport.statistics() if transport is not None else None
+        with contextlib.ExitStack() as flows:
+            # Every peer's one-ways held back for a full target, counted with the
+            # transport's parked ones at one moment: FULL moves them from there to here
+            # under the peer's `flow` lock, so none is counted twice or missed.
+            peers = list(self._peers.by_rid.values())
+            for peer in peers:
+                flows.enter_context(peer.flow)
+            stats = transport.statistics() if transport is not None else None
+            waits = sum(len(w) for peer in peers for w in peer.full_targets.values())
         with self._lock:
             counts = {state.value: n for state, n in self._peers.counts().items()}
             return MeshStatistics(
@@ -297,7 +308,7 @@ class MeshNode(GlobalObjects):
                 peers=counts,
                 lost_peers=self._peers.lost_peers,
                 credit_in_use=stats.credit_in_use if stats else 0,
-                parked_sends=stats.parked_messages if stats else 0,
+                parked_sends=(stats.parked_messages if stats else 0) + waits,
                 paused=self._paused,
                 permits_in_use=self._permits_in_use,
                 permits=self._permits,
@@ -317,6 +328,12 @@ class MeshNode(GlobalObjects):
                 route_cache_misses=self.route_cache_misses,
                 route_cache_size=len(self._routes),
                 unavailable=dict(self.unavailable),
+                target_permits=self._target_cap,
+                full_targets=sum(
+                    1 for held in self._target_held.values() if held.count >= self._target_cap
+                ),
+                unpermitted_records=self.unpermitted_records,
+                target_waits=waits,
             )
 
     def _keep_peers(self) -> None:

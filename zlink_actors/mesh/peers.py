@@ -10,9 +10,12 @@ runs under the node's lock; nothing touches the transport.
 
 from __future__ import annotations
 
+import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any
 
 from .._core.errors import UnavailableReason
 from .config import PeerInfo, PeerState
@@ -60,6 +63,14 @@ class Peer:
     #: The node calls' route to it, and its channels' (made on first use: `Calls.route`).
     node_route: object = field(default=None, repr=False)
     channel_routes: dict[str, object] = field(default_factory=dict, repr=False)
+    #: Its targets that told us FULL, by (target kind, target): our one-ways to each
+    #: that wait here until it says OPEN, oldest first, as (frames, how to settle it:
+    #: `state.settle_wait`); docs/mesh.md "One full target".
+    full_targets: dict[tuple[str, str], deque[Any]] = field(default_factory=dict, repr=False)
+    #: Guards `full_targets`, and orders our one-ways to it with FULL and OPEN (held
+    #: while a one-way goes to the transport). Reentrant: a result settled under it may
+    #: send again on the same thread.
+    flow: threading.RLock = field(default_factory=threading.RLock, repr=False)
 
     def info(self) -> PeerInfo:
         return PeerInfo(

@@ -29,7 +29,7 @@ import msgspec
 
 import transports as t
 
-from .._core.completion import CompletionSource
+from .._core.completion import CompletionSource, _Cell
 from .._core.errors import (
     ProtocolError,
     UnavailableError,
@@ -72,6 +72,7 @@ __all__ = [
     "connection_name",
     "log",
     "new_generation",
+    "settle_wait",
 ]
 
 log = logging.getLogger("zlink_actors.mesh")
@@ -164,10 +165,18 @@ class MeshStatistics:
         peers: peers known now, by `PeerState` value (`"ready"`, ...).
         lost_peers: peers lost since the node started.
         credit_in_use: bytes we have in flight to peers, under their credit.
-        parked_sends: messages waiting for credit (or for a PAUSED peer).
+        parked_sends: messages waiting for credit, for a PAUSED peer or for a full
+            target (`target_waits`).
         paused: True while this node tells its senders PAUSED.
         permits_in_use: inbound records received whose handler has not started.
         permits: the inbound permits (`MeshConfig.inbound_permits`).
+        target_permits: the most of them records for one target hold
+            (`MeshConfig.target_cap()`); records beyond it are admitted without one.
+        full_targets: targets whose records hold `target_permits` permits now.
+        unpermitted_records: records admitted without a permit since the node started
+            (their target held its share: docs/mesh.md "One full target").
+        target_waits: of `parked_sends`, the one-ways waiting here because their target
+            on a peer said FULL.
         frames_in / frames_out: transport frames received / sent.
         decode_errors: received records that could not be decoded (logged, counted).
         dropped_messages: received one-way messages that reached no handler (logged).
@@ -218,6 +227,10 @@ class MeshStatistics:
     route_cache_misses: int = 0
     route_cache_size: int = 0
     unavailable: dict[str, int] = field(default_factory=dict)
+    target_permits: int = 0
+    full_targets: int = 0
+    unpermitted_records: int = 0
+    target_waits: int = 0
 
 
 @dataclass(slots=True)
@@ -247,6 +260,20 @@ class _Route:
 
 def _refuse_cancel() -> bool:
     return False
+
+
+def settle_wait(settle: _Cell[None] | Future[None], exc: BaseException | None) -> None:
+    """End a one-way that waited for a full target (`Peer.full_targets`): admitted
+    (`exc` None) or failed. `settle` is its result cell, or, for one the transport had
+    parked and gave back, the transport's `admitted` future its caller listens to."""
+    if isinstance(settle, Future):
+        if not settle.done():
+            if exc is None:
+                settle.set_result(None)
+            else:
+                settle.set_exception(exc)
+    else:
+        settle.try_set(None, exc)
 
 
 class NodeState:
@@ -300,6 +327,11 @@ class NodeState:
         self._pause_at = max(1, (self._permits * 8) // 10)
         self._resume_at = (self._permits * 6) // 10
         self._paused = False
+        #: The most permits records for one target hold (`MeshConfig.target_cap`), and
+        #: what they hold now, by (kind, target) (`inbound._TargetPermits`).
+        self._target_cap = config.target_cap()
+        self._target_held: dict[tuple[ObjectKind, str], Any] = {}
+        self.unpermitted_records = 0
         #: Serialises flow decisions with the `set_flow` calls that apply them.
         self._flow_lock = threading.Lock()
         self._draining = False
@@ -459,6 +491,19 @@ class NodeState:
             self.runtime.pending.finish(
                 route, exc=UnavailableError(f"node {peer.routing_id!r} {why}", reason=reason)
             )
+        # The one-ways waiting here for a full target of it were never sent: they fail.
+        self._fail_target_waits(
+            peer, UnavailableError(f"node {peer.routing_id!r} {why}", reason=reason)
+        )
+
+    def _fail_target_waits(self, peer: Peer, exc: BaseException) -> None:
+        """End every one-way waiting here for a full target of `peer` with `exc`."""
+        with peer.flow:
+            waits = list(peer.full_targets.values())
+            peer.full_targets.clear()
+        for waiting in waits:
+            for _, settle in waiting:
+                settle_wait(settle, exc)
 
     def _release(self, rec: t.Inbound) -> None:
         if rec.charge:

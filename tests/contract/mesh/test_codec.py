@@ -34,13 +34,17 @@ from zlink_actors.mesh.codec import (
     BYE,
     CANCEL,
     COMMANDS,
+    FULL,
+    HELD,
     HELLO,
+    OPEN,
     REJECT,
     REPLY,
     REQUEST,
     SEND,
     TARGET_KINDS,
     UPDATE,
+    WAITING,
     Codec,
     Envelope,
     TypeRegistry,
@@ -117,7 +121,8 @@ def msgpack(value: object) -> bytes:
 
 def test_the_commands_are_the_pinned_numbers() -> None:
     assert tuple(range(1, 10)) == (SEND, REQUEST, REPLY, CANCEL, HELLO, ADMIT, REJECT, UPDATE, BYE)
-    assert frozenset(range(1, 10)) == COMMANDS
+    assert (FULL, OPEN, WAITING, HELD) == (10, 11, 12, 13)
+    assert frozenset(range(1, 14)) == COMMANDS
 
 
 def test_an_envelope_with_every_field_set_round_trips() -> None:
@@ -219,7 +224,7 @@ def test_a_malformed_envelope_is_a_protocol_error(data: bytes, why: str) -> None
     ("fields", "match"),
     [
         ([0], "unknown command"),
-        ([10], "unknown command"),
+        ([14], "unknown command"),
         ([REQUEST, b"\x01" * 15], "OperationId"),
         ([REQUEST, b"\x01" * 17], "OperationId"),
         ([REQUEST, b"", -1], "ReplyRouteId"),

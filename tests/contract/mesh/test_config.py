@@ -49,6 +49,7 @@ def test_mesh_config_defaults_are_the_pinned_values() -> None:
     assert config.placement_weight == 100
     assert config.credit_window == 16 * 2**20
     assert config.inbound_permits is None
+    assert config.target_permits is None
     assert config.route_cache_max_age == 15.0
     assert config.lease == LeaseConfig()
     assert config.curve is None
@@ -188,6 +189,7 @@ _REJECTED: list[tuple[str, object]] = [
     *(("credit_window", v) for v in (0, -1, True, 1.5, "1", None, 2**40 + 1)),
     *(("placement_weight", v) for v in (-1, 10_001, True, False, 1.5, "1", None)),
     *(("inbound_permits", v) for v in (0, -1, True, 1.5, "1")),
+    *(("target_permits", v) for v in (0, -1, True, 1.5, "1")),
     *(("lease", v) for v in (None, {}, "LeaseConfig()")),
     *(("curve", v) for v in ("curve", {}, object())),
 ]
@@ -212,6 +214,7 @@ def test_every_bad_value_is_refused_naming_its_option(option: str, value: object
         "credit_window",
         "placement_weight",
         "inbound_permits",
+        "target_permits",
     ],
 )
 @pytest.mark.parametrize("flag", [True, False])
@@ -244,6 +247,14 @@ def test_permits_default_is_128_per_cpu(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setattr(os, "cpu_count", lambda: None)
     assert MeshConfig("game").permits() == 128
     assert MeshConfig("game", inbound_permits=7).permits() == 7
+
+
+def test_one_target_holds_an_eighth_of_the_permits_unless_told_otherwise() -> None:
+    assert MeshConfig("game", inbound_permits=256).target_cap() == 32
+    assert MeshConfig("game", inbound_permits=7).target_cap() == 1  # at least one
+    assert MeshConfig("game", inbound_permits=64, target_permits=5).target_cap() == 5
+    # Never more than the node has.
+    assert MeshConfig("game", inbound_permits=64, target_permits=100).target_cap() == 64
 
 
 # -- CurveConfig -----------------------------------------------------------------------

@@ -8,7 +8,9 @@ replies travel on the completion connection, which is read while paused, so requ
 flight still complete.
 
 R is the receiver with `inbound_permits=10`, its node handler held in `Hold`; S sends to
-it.
+it. These tests are about the node-wide permits, the last resort against a flood: R lets
+one target (its node handler) take all of them (`target_permits=10`; by default one
+target holds at most an eighth, test_target_flow.py).
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ from ._nodes import (
 
 #: The receiver's permits: PAUSED once 8 records wait for their handler, RUNNING at 6.
 PERMITS = 10
+#: The receiver's `MeshConfig` options.
+RECEIVER = {"inbound_permits": PERMITS, "target_permits": PERMITS}
 
 
 @pytest.fixture
@@ -77,7 +81,7 @@ def test_a_receiver_out_of_permits_pauses_and_its_senders_wait_instead_of_failin
 ) -> None:
     rec = Recorder(harness)
     s = nodes.add()
-    r = nodes.add(node_handler=recording_gate(rec), mesh={"inbound_permits": PERMITS})
+    r = nodes.add(node_handler=recording_gate(rec), mesh=RECEIVER)
     rid = r.node.routing_id
     first = _pause(s, r, rec, 20)
     later = _until_one_parks(s, rid, 20)
@@ -104,7 +108,7 @@ def test_a_node_never_holds_more_received_records_than_its_permits(
 ) -> None:
     rec = Recorder(harness)
     s = nodes.add()
-    r = nodes.add(node_handler=recording_gate(rec), mesh={"inbound_permits": PERMITS})
+    r = nodes.add(node_handler=recording_gate(rec), mesh=RECEIVER)
     sends = _pause(s, r, rec, 40)
 
     def over() -> bool:
@@ -123,7 +127,7 @@ def test_a_paused_nodes_own_requests_in_flight_still_complete(
 ) -> None:
     at_s, at_r = Recorder(harness), Recorder(harness)
     s = nodes.add(node_handler=recording_gate(at_s))
-    r = nodes.add(node_handler=recording_gate(at_r), mesh={"inbound_permits": PERMITS})
+    r = nodes.add(node_handler=recording_gate(at_r), mesh=RECEIVER)
     s_rid = s.node.routing_id
 
     # R asks S something S's handler holds on to, and then R is paused.
@@ -144,7 +148,7 @@ def test_a_request_to_a_paused_node_waits_and_completes_after_it_resumes(
 ) -> None:
     rec = Recorder(harness)
     s = nodes.add()
-    r = nodes.add(node_handler=recording_gate(rec), mesh={"inbound_permits": PERMITS})
+    r = nodes.add(node_handler=recording_gate(rec), mesh=RECEIVER)
     sends = _pause(s, r, rec, 20)
 
     call = s.request_to_node(MESH, r.node.routing_id, Work(9), reply=int).timeout(30.0).submit()
@@ -165,7 +169,7 @@ def test_a_parked_one_way_costs_its_sender_well_under_a_kibibyte(
     # (benchmarks/parked.py).
     rec = Recorder(harness)
     s = nodes.add()
-    r = nodes.add(node_handler=recording_gate(rec), mesh={"inbound_permits": PERMITS})
+    r = nodes.add(node_handler=recording_gate(rec), mesh=RECEIVER)
     rid = r.node.routing_id
     first = _pause(s, r, rec, 20)
     later = _until_one_parks(s, rid, 20)

@@ -141,12 +141,14 @@ def _credit_exhausted(
     harness: HostHarness, nodes: Nodes, b_options: dict[str, Any] | None = None, **a_options: Any
 ) -> tuple[Host, Host, Recorder]:
     """A and B with 4 KiB windows, B's node handler held and its queue (2) full, and A's
-    window used up by 8 padded notes (some of them wait)."""
+    window used up by 8 padded notes (some of them wait). B has one inbound permit, which
+    a queued note holds: B reads no more and is PAUSED (a full target alone no longer
+    holds its senders' credit: its sender keeps what waits for it, test_target_flow.py)."""
     rec = Recorder(harness)
     window = {"credit_window": 4096}
     a = nodes.add(mesh=window, **a_options)
     b = nodes.add(
-        mesh=window,
+        mesh={**window, "inbound_permits": 1, "target_permits": 1},
         node_handler=recording_gate(rec),
         application_lane_items=2,
         **(b_options or {}),
@@ -373,8 +375,13 @@ def test_cancelling_a_request_that_waits_for_credit_means_it_never_runs(
 
     window = {"credit_window": 4096}
     a = nodes.add(mesh=window)
+    # One inbound permit on B, which a queued note holds: B reads no more (PAUSED), as in
+    # `_credit_exhausted`.
     b = nodes.add(
-        mesh=window, node_handler=Gate, channels={"work": Worker}, application_lane_items=2
+        mesh={**window, "inbound_permits": 1, "target_permits": 1},
+        node_handler=Gate,
+        channels={"work": Worker},
+        application_lane_items=2,
     )
     rid = b.node.routing_id
     for r in range(ROUNDS):

@@ -99,7 +99,10 @@ def test_a_request_that_waited_for_credit_carries_the_budget_it_has_left(
         node_handler=Slow,
         channels={"clock": Clock},
         application_lane_items=2,
-        mesh=_mesh(credit_window=4096),
+        # One inbound permit, which a queued chunk holds: the receiver reads no more and
+        # is PAUSED, so the request waits at the sender (a full target alone would not
+        # hold the sender's credit: test_target_flow.py).
+        mesh=_mesh(credit_window=4096, inbound_permits=1, target_permits=1),
     )
     clock = z.ManualClock()
     sender = harness.host(clock=clock, mesh=_mesh(peers=(receiver.node.endpoint,)))
