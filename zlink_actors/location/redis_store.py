@@ -134,6 +134,16 @@ def _check_target(url: str, found: dict[str, Any]) -> None:
         raise ConfigurationError(f"an unusable Redis URL {_shown(url)!r}: {why}")
 
 
+def _check_options(url: str, pool: aioredis.ConnectionPool) -> None:
+    """`ConfigurationError` for a query option redis-py parses but its connections refuse
+    (an unknown name, `protocol=9`, `ssl_cert_reqs=bogus`): a connection object is built
+    here, which does not connect, instead of failing every operation with a TypeError."""
+    try:
+        pool.connection_class(**pool.connection_kwargs)
+    except (TypeError, ValueError, RedisError) as exc:
+        raise ConfigurationError(f"an unusable Redis URL {_shown(url)!r}: {exc}") from None
+
+
 #: A `password=` option in a URL's query, up to its value.
 _QUERY_PASSWORD: Final = re.compile(r"((?:^|[?&])password=)[^&#]*", re.IGNORECASE)
 
@@ -210,6 +220,7 @@ class RedisLocationStore:
         except (ValueError, TypeError) as exc:  # redis-py's own checks of the URL
             raise ConfigurationError(f"an unusable Redis URL {_shown(url)!r}: {exc}") from None
         _check_target(url, pool.connection_kwargs)
+        _check_options(url, pool)
         self._connection_class: type[AbstractConnection] = pool.connection_class
         self._connection_kwargs: dict[str, Any] = dict(pool.connection_kwargs)
         self.url = url

@@ -74,6 +74,9 @@ def _wait_until(condition: Any, timeout: float = 10.0) -> bool:
         ("redis//127.0.0.1:6379", "redis://"),
         ("", "redis://"),
         ("redis://[::1", "IPv6"),
+        ("redis://127.0.0.1:6379?unknown=1", "unexpected keyword argument 'unknown'"),
+        ("redis://127.0.0.1:6379?protocol=9", "protocol must be either 2 or 3"),
+        ("rediss://127.0.0.1:6379?ssl_cert_reqs=bogus", "Invalid SSL Certificate"),
     ],
 )
 def test_an_unusable_redis_url_is_a_configuration_error_at_construction(url: str, why: str) -> None:
