@@ -346,7 +346,8 @@ class Routing(Inbound):
         up: a node not known here yet (discovery lists it within about a second) or
         known from its descriptor and never reached. `UnavailableError` once the wait
         is over (`CONNECTING`), and at once for one lost (`PEER_LOST`; `PEER_PAUSED` when
-        it went silent), draining (`DRAINING`) or when this node stops."""
+        it went silent) or draining (`DRAINING`); `ShuttingDownError` when this node
+        stops meanwhile."""
         loop = asyncio.get_running_loop()
         end = time.monotonic() + wait
         while True:
@@ -367,6 +368,8 @@ class Routing(Inbound):
             except TimeoutError:
                 with self._lock, contextlib.suppress(ValueError):
                     self._peer_waiters.remove(waiter)
+        if self._closed or self._draining:  # this node stops: the wait is not the owner's
+            raise shutting_down()
         if peer is None or coming:
             state, reason = "not connected yet", UnavailableReason.CONNECTING
         elif peer.state is PeerState.DRAINING:

@@ -138,3 +138,17 @@ def test_calls_to_an_owner_whose_connection_never_comes_up_end_within_their_boun
     assert 0.4 <= time.monotonic() - started < WAIT
     with pytest.raises((z.DeadlineExceededError, z.UnavailableError)):
         asked.result(WAIT)
+
+
+def test_calls_waiting_for_an_owners_connection_end_shutting_down_when_their_host_stops(
+    harness: HostHarness, stopped_owner: tuple[NodeProcess, z.RedisLocationStore]
+) -> None:
+    owner, store = stopped_owner
+    client = _dialling(harness, store, owner)
+    sent = client.send_to_spot("lobby", Say("one-way")).submit()
+    asked = client.request_to_spot("lobby", Say("cold"), reply=Said).timeout(3 * WAIT).submit()
+    assert not wait_until(lambda: sent.done() or asked.done(), 0.3)  # both wait
+    assert client.shutdown(WAIT).outcome is z.ShutdownOutcome.STOPPED
+    # The owner is as live as before: its caller's Host stopping is no reason to retry it.
+    for call in (sent, asked):
+        assert type(call.exception(WAIT)) is z.ShuttingDownError
