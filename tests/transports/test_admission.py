@@ -8,6 +8,7 @@ import concurrent.futures as cf
 import threading
 import tracemalloc
 from concurrent.futures import Future
+from typing import cast
 
 import pytest
 
@@ -110,15 +111,27 @@ def test_a_parked_record_is_its_own_future_and_small() -> None:
     assert each < 256, each
 
 
+def _straddled() -> tuple[Admission, Future[None], Admission]:
+    """An admission, a plain future and an admission, in the order of their ids (made
+    interleaved: the allocator decides where each lands)."""
+    made: list[Future[None]] = []
+    for _ in range(200):
+        made += [Admission(), Future()]
+    made.sort(key=id)
+    admitted = [i for i, future in enumerate(made) if isinstance(future, Admission)]
+    first, last = admitted[0], admitted[-1]
+    for middle in made[first + 1 : last]:
+        if not isinstance(middle, Admission):
+            return cast(Admission, made[first]), middle, cast(Admission, made[last])
+    raise AssertionError("no plain future between two admissions by id")
+
+
 def test_waits_that_mix_admissions_and_other_futures_in_either_order_never_deadlock() -> None:
     # concurrent.futures.wait() takes each future's condition in the order of their ids:
     # two waits, one on (admission, future) and one on (future, admission) with the
     # other admission on the other side of the future's id, once deadlocked when every
     # admission's condition shared one lock.
-    admissions = [Admission() for _ in range(64)]
-    other: Future[None] = Future()
-    below = next(a for a in admissions if id(a) < id(other))
-    above = next(a for a in admissions if id(a) > id(other))
+    below, other, above = _straddled()
     rounds = 2000
     ran = [0, 0]
 
