@@ -9,7 +9,7 @@ completions dropped, as a fire-and-forget sender does) and prints the sender's r
 set before and after (the process's RSS: both Hosts, but the receiver reads nothing while
 paused), then parks `traced` more under `tracemalloc` and prints the bytes allocated per
 parked message. Not a timed test; `make test` has the bound (tests/contract/mesh/
-test_flow.py, < 1 KiB each over 10,000). docs/mesh.md, "Backpressure", has the figures.
+test_flow.py, < 512 bytes each over 10,000). docs/mesh.md, "Backpressure", has the figures.
 """
 
 from __future__ import annotations

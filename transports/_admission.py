@@ -5,9 +5,18 @@ methods) and two lists when it is made: about 1.6 KiB, more than the rest of a p
 message. An `Admission` is a `Future[None]` that makes none of them: its state is guarded
 by one lock shared by every admission (a message is admitted or fails once, under it,
 for a few instructions), its done-callbacks are one callable or a list, and a
-`Condition` on the shared lock is made only for a thread that blocks in `result()` or
-`exception()`, or for `concurrent.futures.wait()`. It is made running (it cannot be
-cancelled: a parked message is taken back with `Transport.withdraw`).
+`Condition` (with a lock of its own) is made only for a thread that blocks in `result()`
+or `exception()`, or for `concurrent.futures.wait()` / `as_completed()`. It is made
+running (it cannot be cancelled: a parked message is taken back with
+`Transport.withdraw`).
+
+Locks: the shared lock is a leaf (nothing else is taken while it is held), so it never
+takes part in a lock-order cycle; `concurrent.futures.wait()` takes the conditions of the
+futures it is given in the order of their ids, which is only deadlock-free when each
+future's condition has a lock of its own (a condition on the shared lock made two
+`wait()` calls that mixed admissions with other futures deadlock). Once an admission has
+a condition, it finishes under it too, so a waiter is installed either before the
+admission finished (and is told) or after (and sees it done), never both.
 """
 
 from __future__ import annotations
@@ -19,9 +28,9 @@ from concurrent.futures._base import FINISHED, LOGGER, RUNNING, _Waiter
 
 __all__ = ["Admission"]
 
-#: Guards the state of every `Admission` (an RLock: `concurrent.futures.wait()` takes the
-#: condition of each future it is given, one after the other, before it releases any).
-_LOCK = threading.RLock()
+#: Guards the state of every `Admission`; a leaf lock: held for a few instructions, never
+#: while taking another lock or calling out.
+_LOCK = threading.Lock()
 
 _Callback = Callable[[Future[None]], object]
 
@@ -48,7 +57,7 @@ class Admission(Future[None]):
         with _LOCK:
             cond = self._cond
             if cond is None:
-                cond = self._cond = threading.Condition(_LOCK)
+                cond = self._cond = threading.Condition(threading.Lock())
             return cond
 
     @_condition.setter
@@ -126,26 +135,35 @@ class Admission(Future[None]):
 
     def _finish(self, exc: BaseException | None) -> None:
         with _LOCK:
-            if self._state == FINISHED:
-                raise InvalidStateError(f"{self!r} is done already")
-            if exc is not None:
-                self._exception = exc
-            self._state = FINISHED
-            if self._waiter_list:
-                for waiter in self._waiter_list:
+            cond = self._cond
+            if cond is None:  # nobody waits, and a later waiter sees it done
+                held = self._done_locked(exc)
+        if cond is not None:
+            with cond:  # a waiter is installed (under `cond`) before or after, not during
+                with _LOCK:
+                    held = self._done_locked(exc)
+                for waiter in self._waiter_list or ():
                     if exc is None:
                         waiter.add_result(self)
                     else:
                         waiter.add_exception(self)
-            if self._cond is not None:
-                self._cond.notify_all()
-            held = self._callbacks
-            if held is not None:
-                del self._callbacks
+                cond.notify_all()
         if held is None:
             return
         for fn in held if isinstance(held, list) else (held,):
             self._call(fn)
+
+    def _done_locked(self, exc: BaseException | None) -> _Callback | list[_Callback] | None:
+        """Mark it done with `exc` (under `_LOCK`); the callbacks to run (outside it)."""
+        if self._state == FINISHED:
+            raise InvalidStateError(f"{self!r} is done already")
+        if exc is not None:
+            self._exception = exc
+        self._state = FINISHED
+        held = self._callbacks
+        if held is not None:
+            del self._callbacks
+        return held
 
     def _invoke_callbacks(self) -> None:  # Future's, for anything that calls it
         return None  # each callback runs once, from `_finish` or `add_done_callback`
@@ -157,8 +175,7 @@ class Admission(Future[None]):
             LOGGER.exception("exception calling callback for %r", self)
 
     def _wait(self, timeout: float | None) -> None:
-        with _LOCK:
-            if self._state != FINISHED:
-                cond = self._condition
-                if not cond.wait_for(self.done, timeout):
-                    raise TimeoutError()
+        cond = self._condition
+        with cond:  # it finishes under `cond` once `cond` exists: no wake-up is missed
+            if not cond.wait_for(self.done, timeout):
+                raise TimeoutError()

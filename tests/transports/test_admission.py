@@ -8,6 +8,7 @@ import concurrent.futures as cf
 import threading
 import tracemalloc
 from concurrent.futures import Future
+from typing import cast
 
 import pytest
 
@@ -108,3 +109,84 @@ def test_a_parked_record_is_its_own_future_and_small() -> None:
     assert isinstance(keep[0], Future)
     # A concurrent.futures.Future alone is about 1.6 KiB.
     assert each < 256, each
+
+
+def _straddled() -> tuple[Admission, Future[None], Admission]:
+    """An admission, a plain future and an admission, in the order of their ids (made
+    interleaved: the allocator decides where each lands)."""
+    made: list[Future[None]] = []
+    for _ in range(200):
+        made += [Admission(), Future()]
+    made.sort(key=id)
+    admitted = [i for i, future in enumerate(made) if isinstance(future, Admission)]
+    first, last = admitted[0], admitted[-1]
+    for middle in made[first + 1 : last]:
+        if not isinstance(middle, Admission):
+            return cast(Admission, made[first]), middle, cast(Admission, made[last])
+    raise AssertionError("no plain future between two admissions by id")
+
+
+def test_waits_that_mix_admissions_and_other_futures_in_either_order_never_deadlock() -> None:
+    # concurrent.futures.wait() takes each future's condition in the order of their ids:
+    # two waits, one on (admission, future) and one on (future, admission) with the
+    # other admission on the other side of the future's id, once deadlocked when every
+    # admission's condition shared one lock.
+    below, other, above = _straddled()
+    rounds = 2000
+    ran = [0, 0]
+
+    def wait(fs: list[Future[None]], slot: int) -> None:
+        for _ in range(rounds):
+            cf.wait(fs, timeout=0)
+            ran[slot] += 1
+
+    threads = [
+        threading.Thread(target=wait, args=([below, other], 0), daemon=True),
+        threading.Thread(target=wait, args=([other, above], 1), daemon=True),
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(WAIT)
+    assert ran == [rounds, rounds]  # (a deadlock left both short, their threads blocked)
+
+
+def _one_race() -> None:
+    """Six threads block on four admissions (result, as_completed, wait) while this one
+    finishes them; each sees each outcome once."""
+    admissions = [Admission() for _ in range(4)]
+    go = threading.Barrier(7)
+    seen: list[object] = []
+
+    def block(admission: Admission) -> None:
+        go.wait(WAIT)
+        seen.append(admission.exception(WAIT))
+
+    def completed() -> None:
+        go.wait(WAIT)
+        seen.append(len(list(cf.as_completed(admissions, timeout=WAIT))))
+
+    def waited() -> None:
+        go.wait(WAIT)
+        done, _ = cf.wait(admissions, timeout=WAIT)
+        seen.append(len(done))
+
+    threads = [threading.Thread(target=block, args=(a,)) for a in admissions]
+    threads += [threading.Thread(target=completed), threading.Thread(target=waited)]
+    for thread in threads:
+        thread.start()
+    go.wait(WAIT)
+    lost = t.PeerLost("gone")
+    admissions[0].set_result(None)
+    admissions[1].set_exception(lost)
+    admissions[2].set_result(None)
+    admissions[3].set_result(None)
+    for thread in threads:
+        thread.join(WAIT)
+    assert not any(thread.is_alive() for thread in threads)
+    assert sorted(map(repr, seen)) == sorted(map(repr, [None, lost, None, None, 4, 4]))
+
+
+def test_many_threads_waiting_in_result_as_completed_and_wait_all_see_it_once() -> None:
+    for _ in range(50):  # the finish races the waiters' installation each round
+        _one_race()

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import re
 import socket
 import threading
 import urllib.parse
@@ -133,18 +134,37 @@ def _check_target(url: str, found: dict[str, Any]) -> None:
         raise ConfigurationError(f"an unusable Redis URL {_shown(url)!r}: {why}")
 
 
+def _check_options(url: str, pool: aioredis.ConnectionPool) -> None:
+    """`ConfigurationError` for a query option redis-py parses but its connections refuse
+    (an unknown name, `protocol=9`, `ssl_cert_reqs=bogus`): a connection object is built
+    here, which does not connect, instead of failing every operation with a TypeError."""
+    try:
+        pool.connection_class(**pool.connection_kwargs)
+    except (TypeError, ValueError, RedisError) as exc:
+        raise ConfigurationError(f"an unusable Redis URL {_shown(url)!r}: {exc}") from None
+
+
+#: A `password=` option in a URL's query, up to its value.
+_QUERY_PASSWORD: Final = re.compile(r"((?:^|[?&])password=)[^&#]*", re.IGNORECASE)
+
+
 def _shown(url: str) -> str:
-    """`url` for an error message: a password in it is replaced by `***`."""
+    """`url` for a message, a log line or `repr`: a password in it (`user:PASSWORD@`, or
+    a `password=` query option) is replaced by `***`."""
     try:
         parts = urllib.parse.urlsplit(url)
-        if parts.password is None:
-            return url
-    except ValueError:
-        return url.split("@", 1)[-1] if "@" in url else url
-    user = f"{parts.username}:" if parts.username else ":"
-    return urllib.parse.urlunsplit(
-        parts._replace(netloc=f"{user}***@{parts.netloc.rsplit('@', 1)[1]}")
-    )
+        password = parts.password
+    except ValueError:  # redis-py refused it too; keep the scheme, hide what may be one
+        scheme, sep, rest = url.partition("://")
+        if "@" in rest:
+            rest = "***@" + rest.rsplit("@", 1)[1]
+        return scheme + sep + _QUERY_PASSWORD.sub(r"\1***", rest)
+    if password is not None:  # a netloc: urlunsplit keeps the rest as it was
+        user = f"{parts.username}:" if parts.username else ":"
+        url = urllib.parse.urlunsplit(
+            parts._replace(netloc=f"{user}***@{parts.netloc.rsplit('@', 1)[1]}")
+        )
+    return _QUERY_PASSWORD.sub(r"\1***", url)
 
 
 def _now(sec: bytes, usec: bytes) -> float:
@@ -200,9 +220,12 @@ class RedisLocationStore:
         except (ValueError, TypeError) as exc:  # redis-py's own checks of the URL
             raise ConfigurationError(f"an unusable Redis URL {_shown(url)!r}: {exc}") from None
         _check_target(url, pool.connection_kwargs)
+        _check_options(url, pool)
         self._connection_class: type[AbstractConnection] = pool.connection_class
         self._connection_kwargs: dict[str, Any] = dict(pool.connection_kwargs)
         self.url = url
+        #: `url` with its password hidden: what messages, logs and `repr` show.
+        self._shown = _shown(url)
         self.key_prefix = key_prefix
         # Length-prefixed, so no prefix can reach under another's namespace (a prefix
         # may itself contain ":zla1:").
@@ -218,7 +241,7 @@ class RedisLocationStore:
         self._pools: dict[asyncio.AbstractEventLoop, _LoopPool] = {}
 
     def __repr__(self) -> str:
-        return f"RedisLocationStore({self.url!r}, key_prefix={self.key_prefix!r})"
+        return f"RedisLocationStore({self._shown!r}, key_prefix={self.key_prefix!r})"
 
     # -- the pools, one per event loop -----------------------------------------------
 
@@ -377,7 +400,7 @@ class RedisLocationStore:
                 except (RedisError, OSError) as exc:
                     pool.all.discard(conn)
                     raise UnavailableError(
-                        f"cannot reach Redis at {self.url}: {exc}",
+                        f"cannot reach Redis at {self._shown}: {exc}",
                         reason=UnavailableReason.STORE_UNAVAILABLE,
                     ) from exc
             return conn
@@ -438,7 +461,7 @@ class RedisLocationStore:
                         await conn.read_response()
                     except (RedisError, OSError) as exc:
                         raise UnavailableError(
-                            f"cannot load the store's script into Redis at {self.url}: {exc}",
+                            f"cannot load the store's script into Redis at {self._shown}: {exc}",
                             reason=UnavailableReason.STORE_UNAVAILABLE,
                         ) from exc
                     continue
@@ -481,7 +504,7 @@ class RedisLocationStore:
             )
         except _Lost as exc:
             raise UnavailableError(
-                f"lost the connection to Redis at {self.url}: {exc}",
+                f"lost the connection to Redis at {self._shown}: {exc}",
                 reason=UnavailableReason.STORE_UNAVAILABLE,
             ) from None
         except _Refused as exc:
@@ -553,12 +576,12 @@ class RedisLocationStore:
             )
         except _Lost as exc:
             raise WriteOutcomeUnknownError(
-                f"lost the result of a write to Redis at {self.url}: {exc}", versions
+                f"lost the result of a write to Redis at {self._shown}: {exc}", versions
             ) from None
         except _Refused as exc:
             # A script that fails midway keeps what it wrote: the outcome is unknown.
             raise WriteOutcomeUnknownError(
-                f"Redis answered a write at {self.url} with an error: {exc}", versions
+                f"Redis answered a write at {self._shown} with an error: {exc}", versions
             ) from None
         except DeadlineExceededError as exc:
             if not progress.sent:
@@ -599,7 +622,7 @@ class RedisLocationStore:
             )
         except _Lost as exc:
             raise UnavailableError(
-                f"lost the connection to Redis at {self.url}: {exc}",
+                f"lost the connection to Redis at {self._shown}: {exc}",
                 reason=UnavailableReason.STORE_UNAVAILABLE,
             ) from None
         except _Refused as exc:

@@ -123,6 +123,9 @@ class Routing(Inbound):
                 ]
             ],
         ] = {}
+        #: (kind, id) -> the latest monotonic end of the waits of the calls in `_queued`
+        #: (under the lock): the resolution waits for a connecting owner until then.
+        self._queue_ends: dict[tuple[ObjectKind, str], float] = {}
         #: `acquire_lease`'s acquisition (it may outlive its bounded wait).
         self._acquiring: Future[LeaseGrant] | None = None
         #: Lease reads in progress, by owner (the I/O loop only).
@@ -240,28 +243,34 @@ class Routing(Inbound):
         with what it submitted, or with the error; calls to one target that wait for its
         resolution are submitted in the order they were made, and calls made meanwhile
         queue behind them (`route` sends them here), so per-peer order holds. The
-        resolution waits up to `wait` seconds (the first call's) for an owner whose
-        connection is still coming up; the calls queued behind it share that wait."""
+        resolution waits for an owner whose connection is still coming up until the
+        latest end of the queued calls' waits (each `wait` seconds from its call): a
+        call queued behind one with a shorter wait keeps its own (a request still ends
+        at its own deadline)."""
         key = (kind, target)
+        end = time.monotonic() + wait
         with self._lock:
             queue = self._queued.get(key)
             if queue is not None:
                 queue.append((step, finish))
+                self._queue_ends[key] = max(self._queue_ends.get(key, end), end)
                 return
             self._queued[key] = [(step, finish)]
+            self._queue_ends[key] = end
         try:
-            self._spawn(self._run_in_order(kind, target, wait))
+            self._spawn(self._run_in_order(kind, target))
         except RuntimeError:  # the loop has stopped
             with self._lock:
                 waiting = self._queued.pop(key, [])
+                self._queue_ends.pop(key, None)
             for _, ends in waiting:
                 ends(shutting_down())
 
-    async def _run_in_order(self, kind: ObjectKind, target: str, wait: float) -> None:
+    async def _run_in_order(self, kind: ObjectKind, target: str) -> None:
         key = (kind, target)
         found: object
         try:
-            found = await self._resolve(kind, target, wait)
+            found = await self._resolve(kind, target, lambda: self._queue_ends.get(key, 0.0))
         except Exception as exc:
             found = _failure(exc)
         while True:
@@ -269,6 +278,7 @@ class Routing(Inbound):
                 batch = self._queued.get(key)
                 if not batch:
                     self._queued.pop(key, None)  # from now on, calls may go straight out
+                    self._queue_ends.pop(key, None)
                     return
                 self._queued[key] = []
             for step, finish in batch:
@@ -314,10 +324,10 @@ class Routing(Inbound):
             )
         return _Route(peer, kind, target)
 
-    async def _resolve(self, kind: ObjectKind, target: str, wait: float) -> object:
+    async def _resolve(self, kind: ObjectKind, target: str, until: Callable[[], float]) -> object:
         """The Ready owner of `target`: `_HERE`, a `_Route`, or it raises the call's error.
-        An owner with a live lease whose connection is still coming up is waited for, at
-        most `wait` seconds (`_connected_peer`)."""
+        An owner with a live lease whose connection is still coming up is waited for
+        until the monotonic time `until()` (read again as it waits: `_connected_peer`)."""
         authority = self.authority
         assert authority is not None
         record = await authority.read(AUTHORITY_KIND[kind], target)
@@ -337,16 +347,21 @@ class Routing(Inbound):
                 f"the owner {owner!r} of {kind} {target!r} holds no lease",
                 reason=UnavailableReason.LEASE_LAPSED,
             )
-        peer = await self._connected_peer(owner, wait, f"the owner {owner!r} of {kind} {target!r}")
+        what = f"the owner {owner!r} of {kind} {target!r}"
+        peer = await self._connected_peer(owner, 0.0, what, until)
         self._remember_record(record)
         return _Route(peer, kind, target)
 
-    async def _connected_peer(self, rid: str, wait: float, what: str) -> Peer:
-        """The READY peer `rid`, waiting up to `wait` seconds while its connection comes
-        up: a node not known here yet (discovery lists it within about a second) or
-        known from its descriptor and never reached. `UnavailableError` once the wait
-        is over (`CONNECTING`), and at once for one lost (`PEER_LOST`; `PEER_PAUSED` when
-        it went silent), draining (`DRAINING`) or when this node stops."""
+    async def _connected_peer(
+        self, rid: str, wait: float, what: str, until: Callable[[], float] | None = None
+    ) -> Peer:
+        """The READY peer `rid`, waiting up to `wait` seconds (or until the monotonic
+        time `until()`, read again at each look) while its connection comes up: a node
+        not known here yet (discovery lists it within about a second) or known from its
+        descriptor and never reached. `UnavailableError` once the wait is over
+        (`CONNECTING`), and at once for one lost (`PEER_LOST`; `PEER_PAUSED` when it
+        went silent) or draining (`DRAINING`); `ShuttingDownError` when this node stops
+        meanwhile."""
         loop = asyncio.get_running_loop()
         end = time.monotonic() + wait
         while True:
@@ -355,7 +370,7 @@ class Routing(Inbound):
                 if peer is not None and peer.state is PeerState.READY:
                     return peer
                 coming = peer is None or (peer.state is PeerState.CONNECTING and not peer.lost_at)
-                left = end - time.monotonic()
+                left = (end if until is None else until()) - time.monotonic()
                 if not coming or left <= 0 or self._closed or self._draining:
                     break
                 waiter: asyncio.Future[None] = loop.create_future()
@@ -367,6 +382,8 @@ class Routing(Inbound):
             except TimeoutError:
                 with self._lock, contextlib.suppress(ValueError):
                     self._peer_waiters.remove(waiter)
+        if self._closed or self._draining:  # this node stops: the wait is not the owner's
+            raise shutting_down()
         if peer is None or coming:
             state, reason = "not connected yet", UnavailableReason.CONNECTING
         elif peer.state is PeerState.DRAINING:

@@ -356,6 +356,8 @@ class NodeState:
         #: What peers send that we drop: counted each (above), logged at most once a
         #: second per (event, peer, reason) (`_warn_dropped`)
         self._bad_log = t.RateLimitedLog(log)
+        #: A sweep of `_bad_log` is scheduled on the I/O loop (`_warn_dropped`).
+        self._bad_sweep = False
         self.late_replies = 0
         #: Requests from peers this node answered `UnavailableError`, by reason value.
         self.unavailable: dict[str, int] = {}
@@ -531,8 +533,24 @@ class NodeState:
         self, event: str, peer: object, reason: object, msg: str, *args: object
     ) -> None:
         """Log something a peer sent that was dropped (already counted): `msg` gets this
-        node's routing id, then `args`; at most once a second per (event, peer, reason)."""
-        self._bad_log.log(logging.WARNING, event, peer, reason, msg, self.routing_id, *args)
+        node's routing id, then `args`; at most once a second per (event, peer, reason).
+        A line held back schedules a sweep a little over a second later, so the count of
+        a flood that stopped is logged then, not at the next drop or at close."""
+        bad = self._bad_log
+        if bad.log(logging.WARNING, event, peer, reason, msg, self.routing_id, *args):
+            return
+        if self._bad_sweep or not bad.suppressed:  # one sweep at a time; nothing held
+            return
+        self._bad_sweep = True
+        with contextlib.suppress(RuntimeError):  # the loop has stopped: close flushes
+            self.runtime.io.loop.call_soon_threadsafe(
+                self.runtime.io.loop.call_later, 1.1 * bad.interval, self._sweep_dropped
+            )
+
+    def _sweep_dropped(self) -> None:
+        """On the I/O loop: log what `_bad_log`'s ended windows held back."""
+        self._bad_sweep = False
+        self._bad_log.tick()
 
     def _reply_error(self, conn: bytes, route: int, exc: BaseException) -> None:
         kind, message = self.codec.encode_error(exc)

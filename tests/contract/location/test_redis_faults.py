@@ -74,6 +74,9 @@ def _wait_until(condition: Any, timeout: float = 10.0) -> bool:
         ("redis//127.0.0.1:6379", "redis://"),
         ("", "redis://"),
         ("redis://[::1", "IPv6"),
+        ("redis://127.0.0.1:6379?unknown=1", "unexpected keyword argument 'unknown'"),
+        ("redis://127.0.0.1:6379?protocol=9", "protocol must be either 2 or 3"),
+        ("rediss://127.0.0.1:6379?ssl_cert_reqs=bogus", "Invalid SSL Certificate"),
     ],
 )
 def test_an_unusable_redis_url_is_a_configuration_error_at_construction(url: str, why: str) -> None:
@@ -86,6 +89,36 @@ def test_a_password_in_an_unusable_url_is_not_shown() -> None:
         RedisLocationStore("redis://app:s3cret@:6379/0", key_prefix="p")
     assert "s3cret" not in str(caught.value)
     assert "app:***@" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("redis://app:s3cret@127.0.0.1:1/0", "redis://app:***@127.0.0.1:1/0"),
+        ("redis://:s3cret@127.0.0.1:1", "redis://:***@127.0.0.1:1"),
+        ("redis://127.0.0.1:1/0?password=s3cret&db=0", "redis://127.0.0.1:1/0?password=***&db=0"),
+        ("unix:///tmp/none.sock?db=1&password=s3cret", "unix:///tmp/none.sock?db=1&password=***"),
+    ],
+)
+def test_a_password_is_shown_neither_by_repr_nor_by_the_errors_of_an_unreachable_server(
+    url: str, shown: str
+) -> None:
+    store = RedisLocationStore(url, key_prefix="p", operation_timeout=2)
+    try:
+        assert repr(store) == f"RedisLocationStore({shown!r}, key_prefix='p')"
+        with pytest.raises(UnavailableError) as caught:
+            run(store.read("k"))  # its message goes to logs and to wait_ready's error
+        assert "s3cret" not in str(caught.value)
+        assert shown in str(caught.value)
+    finally:
+        store.close()
+
+
+def test_a_password_in_a_url_redis_py_refuses_is_not_shown() -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        RedisLocationStore("redis://app:s3cret@[::1", key_prefix="p")
+    assert "s3cret" not in str(caught.value)
+    assert "redis://***@[::1" in str(caught.value)
 
 
 @pytest.mark.parametrize(

@@ -11,11 +11,13 @@ never stop the node.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import queue
 import random
 import time
+from collections.abc import Iterator
 from typing import Any, ClassVar
 
 import msgspec
@@ -449,6 +451,26 @@ def test_a_garbage_flood_is_counted_each_and_logged_a_bounded_number_of_times(
     assert _still_serves(a, b, rec) == ["work42"]
 
 
+@contextlib.contextmanager
+def _rogue(node: Host) -> Iterator[t.Transport]:
+    """A bare transport named b"rogue" connected to `node` (READY at the transport level,
+    no mesh handshake); closed at the end, also when the test failed."""
+    ready: queue.Queue[t.PeerEvent] = queue.Queue()
+
+    def event(e: t.PeerEvent) -> None:
+        if e.kind is t.PeerEventKind.READY:
+            ready.put(e)
+
+    endpoint = node.node.endpoint
+    rogue = t.Transport(b"rogue", lambda batch: None, on_event=event)
+    try:
+        rogue.connect(b"b", t.Endpoints(endpoint, completion_endpoint(endpoint)))
+        ready.get(timeout=WAIT)
+        yield rogue
+    finally:
+        rogue.close()
+
+
 def test_a_flood_of_undecodable_records_from_a_peer_without_a_handshake_is_logged_bounded(
     harness: HostHarness, nodes: Nodes, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -456,17 +478,7 @@ def test_a_flood_of_undecodable_records_from_a_peer_without_a_handshake_is_logge
     rec = Recorder(harness)
     a = nodes.add()
     b = nodes.add(node_handler=recording_gate(rec))
-    ready: queue.Queue[t.PeerEvent] = queue.Queue()
-
-    def event(e: t.PeerEvent) -> None:
-        if e.kind is t.PeerEventKind.READY:
-            ready.put(e)
-
-    endpoint = b.node.endpoint
-    rogue = t.Transport(b"rogue", lambda batch: None, on_event=event)
-    try:
-        rogue.connect(b"b", t.Endpoints(endpoint, completion_endpoint(endpoint)))
-        ready.get(timeout=WAIT)
+    with _rogue(b) as rogue:
         before = mesh_stats(b).decode_errors
         count = 1000
         start = time.monotonic()
@@ -474,11 +486,37 @@ def test_a_flood_of_undecodable_records_from_a_peer_without_a_handshake_is_logge
             rogue.submit(b"b", [b"\xc1 not an envelope"])  # parked ones go as b admits
         assert wait_until(lambda: mesh_stats(b).decode_errors == before + count)
         elapsed = time.monotonic() - start
-    finally:
-        rogue.close()
     lines = _warnings(caplog, "bad record from b'rogue'")
     assert 1 <= lines <= elapsed + 2, (lines, elapsed)
     assert _still_serves(a, b, rec) == ["work42"]
+
+
+def test_the_count_of_a_flood_that_stopped_is_logged_within_about_a_second(
+    harness: HostHarness, nodes: Nodes, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Before: the node logged the first bad record at once and the count of the rest
+    # only at the next bad record or at its close (hours later, or never seen).
+    caplog.set_level(logging.WARNING)
+    b = nodes.add()
+    with _rogue(b) as rogue:
+        before = mesh_stats(b).decode_errors
+        count = 200
+        for _ in range(count):
+            rogue.submit(b"b", [b"\xc1 not an envelope"])
+        assert wait_until(lambda: mesh_stats(b).decode_errors == before + count)
+
+        def held() -> list[str]:
+            return [
+                r.getMessage()
+                for r in caplog.records
+                if "bad record from b'rogue'" in r.getMessage()
+                and "more like this" in r.getMessage()
+            ]
+
+        assert wait_until(lambda: held() != [], 3.0), caplog.text[-2000:]  # b still runs
+        lines = [r for r in caplog.records if "bad record from b'rogue'" in r.getMessage()]
+        assert len(lines) == 2, [r.getMessage() for r in lines]  # the first, then the count
+        assert held()[0].startswith(f"{count - 1} more like this"), held()
 
 
 # -- check_codec -------------------------------------------------------------------------

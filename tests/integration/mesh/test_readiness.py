@@ -123,6 +123,24 @@ def test_a_cold_start_call_waits_for_its_owners_connection_within_its_deadline(
     assert wait_until(lambda: handled() == 2, WAIT)  # the request and the one-way, once each
 
 
+def test_a_call_queued_behind_one_with_a_shorter_deadline_keeps_its_own_wait(
+    harness: HostHarness, stopped_owner: tuple[NodeProcess, z.RedisLocationStore]
+) -> None:
+    owner, store = stopped_owner
+    client = _dialling(harness, store, owner)
+    short = client.request_to_spot("lobby", Say("short"), reply=Said).timeout(0.3).submit()
+    long = client.request_to_spot("lobby", Say("long"), reply=Said).timeout(3 * WAIT).submit()
+    sent = client.send_to_spot("lobby", Say("one-way")).submit()
+    with pytest.raises(z.DeadlineExceededError):
+        short.result(WAIT)
+    # The calls queued behind it waited for the one resolution, which once ended with
+    # the first call's wait: both failed then, UnavailableError(CONNECTING) at 0.3 s.
+    assert not wait_until(lambda: long.done() or sent.done(), 0.3)
+    owner.proc.send_signal(signal.SIGCONT)
+    assert long.result(3 * WAIT) == Said("long", "lobby", owner.routing_id)
+    assert sent.result(WAIT) is None
+
+
 def test_calls_to_an_owner_whose_connection_never_comes_up_end_within_their_bounds(
     harness: HostHarness, stopped_owner: tuple[NodeProcess, z.RedisLocationStore]
 ) -> None:
@@ -138,3 +156,17 @@ def test_calls_to_an_owner_whose_connection_never_comes_up_end_within_their_boun
     assert 0.4 <= time.monotonic() - started < WAIT
     with pytest.raises((z.DeadlineExceededError, z.UnavailableError)):
         asked.result(WAIT)
+
+
+def test_calls_waiting_for_an_owners_connection_end_shutting_down_when_their_host_stops(
+    harness: HostHarness, stopped_owner: tuple[NodeProcess, z.RedisLocationStore]
+) -> None:
+    owner, store = stopped_owner
+    client = _dialling(harness, store, owner)
+    sent = client.send_to_spot("lobby", Say("one-way")).submit()
+    asked = client.request_to_spot("lobby", Say("cold"), reply=Said).timeout(3 * WAIT).submit()
+    assert not wait_until(lambda: sent.done() or asked.done(), 0.3)  # both wait
+    assert client.shutdown(WAIT).outcome is z.ShutdownOutcome.STOPPED
+    # The owner is as live as before: its caller's Host stopping is no reason to retry it.
+    for call in (sent, asked):
+        assert type(call.exception(WAIT)) is z.ShuttingDownError
