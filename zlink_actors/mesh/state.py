@@ -322,6 +322,10 @@ class NodeState:
         #: While `_on_receive` runs (on the transport's I/O thread, the only caller of
         #: `_receive` as well): the credit its admitted requests owe, by connection.
         self._batch_owed: dict[bytes, int] | None = None
+        #: The Host clock (deadlines), and whether it is the real `time.monotonic()`:
+        #: then a request's deadline is read on its caller's clock (`Inbound._caller_due`).
+        self._now = runtime.timers._now
+        self._real_time = runtime.real_time
         self._permits = config.permits()
         self._permits_in_use = 0
         self._pause_at = max(1, (self._permits * 8) // 10)
