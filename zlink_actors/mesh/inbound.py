@@ -405,7 +405,13 @@ class Inbound(Calls):
             self._reply_error(rec.peer, route, exc)
             return
         now = self._now()
-        due = self._caller_due(rec.peer, env, now)
+        # `_caller_due`, inlined: this runs for every request.
+        due = env.due
+        transport = self._transport
+        if due and self._real_time and transport is not None:
+            due = caller_deadline(now, env.deadline, due, transport.clock_offset(rec.peer))
+        else:
+            due = now + env.deadline
         if not due > now:
             self._release(rec)
             self._reply_error(rec.peer, route, _late_on_arrival())

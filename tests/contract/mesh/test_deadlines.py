@@ -18,12 +18,7 @@ from zlink_actors import DeadlineExceededError, NodeContext, NodeHandler, handle
 from zlink_actors.mesh.inbound import caller_deadline
 from zlink_actors.testing import WAIT, HostHarness, wait_until
 
-from ._nodes import MESH, Hold, Nodes, Recorder, Work, mesh_stats, probe, recording_gate
-
-
-@pytest.fixture
-def nodes(harness: HostHarness) -> Nodes:
-    return Nodes(harness)
+from ._nodes import MESH, Nodes, Work, held_gate, mesh_stats, probe
 
 
 def test_a_request_whose_callers_deadline_passed_in_the_queue_never_starts_though_its_timer_is_late(
@@ -31,12 +26,8 @@ def test_a_request_whose_callers_deadline_passed_in_the_queue_never_starts_thoug
 ) -> None:
     """B's timer thread is held, so B's own timer for the request never fires: only the
     check when the request leaves the queue can keep its handler from starting."""
-    rec = Recorder(harness)
-    a = nodes.add()
-    b = nodes.add(node_handler=recording_gate(rec))
+    rec, a, b = held_gate(harness, nodes)
     rid = b.node.routing_id
-    a.send_to_node(MESH, rid, Hold()).submit_sync()
-    assert rec.entered.wait(WAIT)
 
     stalled, release = threading.Event(), threading.Event()
 
