@@ -143,9 +143,9 @@ class Inbound(Calls):
         else:
             self._bad(rec, f"an unknown command {command}")
 
-    def _caller_due(self, conn: bytes, env: Envelope, now: float) -> float:
-        """When the caller's deadline of request `env` (from connection `conn`) passes, on
-        this Host's clock at `now` (docs/mesh.md "Deadlines across nodes").
+    def _caller_due(self, rec: t.Inbound, env: Envelope, peer: Peer, now: float) -> float:
+        """When the caller's deadline of request `env` (record `rec` from `peer`) passes,
+        on this Host's clock at `now` (docs/mesh.md "Deadlines across nodes").
 
         On the real clock, with the caller's own deadline (`env.due`) and a heartbeat
         sample of the caller's clock offset: the earliest moment the caller's clock may
@@ -155,10 +155,19 @@ class Inbound(Calls):
         """
         due = env.due
         if due and self._real_time:
-            transport = self._transport
-            if transport is not None:
-                return caller_deadline(now, env.deadline, due, transport.clock_offset(conn))
+            return caller_deadline(now, env.deadline, due, self._caller_clock(rec.peer, peer))
         return now + env.deadline
+
+    def _caller_clock(self, conn: bytes, peer: Peer) -> t.ClockOffset | None:
+        """The clock offset of `peer` as the heartbeat of connection `conn` bounds it; while
+        that connection has no sample yet, the last one another connection of the same
+        lifecycle gave (the same process: the same clock)."""
+        transport = self._transport
+        clock = None if transport is None else transport.clock_offset(conn)
+        if clock is None:
+            return peer.clock
+        peer.clock = clock
+        return clock
 
     def _local_target(self, env: Envelope) -> tuple[ObjectKind, str] | ZlinkError:
         kind = _KINDS.get(env.target_kind)
@@ -405,11 +414,16 @@ class Inbound(Calls):
             self._reply_error(rec.peer, route, exc)
             return
         now = self._now()
-        # `_caller_due`, inlined: this runs for every request.
+        # `_caller_due` and `_caller_clock`, inlined: this runs for every request.
         due = env.due
         transport = self._transport
         if due and self._real_time and transport is not None:
-            due = caller_deadline(now, env.deadline, due, transport.clock_offset(rec.peer))
+            clock = transport.clock_offset(rec.peer)
+            if clock is None:
+                clock = peer.clock
+            else:
+                peer.clock = clock
+            due = caller_deadline(now, env.deadline, due, clock)
         else:
             due = now + env.deadline
         if not due > now:

@@ -318,7 +318,7 @@ class GlobalObjects(Ownership):
             return
         self._release(rec)
         now = self._now()
-        left = self._caller_due(rec.peer, env, now) - now
+        left = self._caller_due(rec, env, peer, now) - now
         if not left > 0:
             meta.started()
             late = DeadlineExceededError("the request's deadline passed before it arrived")
@@ -362,7 +362,7 @@ class GlobalObjects(Ownership):
             self._drop_message(rec, peer, f"a one-way {type(op).__name__}", decode=True)
             return
         now = self._now()
-        due = max(self._caller_due(rec.peer, env, now), now + 1e-3)
+        due = max(self._caller_due(rec, env, peer, now), now + 1e-3)
         work: Coroutine[Any, Any, object]
         if isinstance(op, CreateOp) and op.kind in KIND_OF:
             kind = KIND_OF[op.kind]

@@ -18,7 +18,7 @@ from zlink_actors import DeadlineExceededError, NodeContext, NodeHandler, handle
 from zlink_actors.mesh.inbound import caller_deadline
 from zlink_actors.testing import WAIT, HostHarness, wait_until
 
-from ._nodes import MESH, Nodes, Work, held_gate, mesh_stats, probe
+from ._nodes import MESH, Nodes, Recorder, Work, held_gate, mesh_stats, probe, recording_gate
 
 
 def test_a_request_whose_callers_deadline_passed_in_the_queue_never_starts_though_its_timer_is_late(
@@ -75,6 +75,41 @@ def test_a_remote_handler_sees_a_deadline_no_later_than_its_callers(nodes: Nodes
     # Both Hosts read the same monotonic clock: B's deadline is A's (start + 2 s, taken
     # just after `start`), less at most the heartbeat's band, never more.
     assert start + 2.0 - 0.5 < at <= end + 2.0
+
+
+def test_the_dialling_node_has_its_peers_clock_from_the_handshake(nodes: Nodes) -> None:
+    """The ADMIT carries the admitting node's clock: the dialling node (B dials A) can
+    judge A's first request even if the heartbeat's first PONG comes after it (A's
+    PONG and its first request race: they travel on two connections)."""
+    a = nodes.add()
+    b = nodes.add()
+    peer = b._node()._peers.by_rid[a.node.routing_id]  # set before B saw A READY
+    band = peer.clock
+    assert band is not None
+    assert band.low <= 0.0 <= band.high  # one process, one clock: the true offset is 0
+    assert band.high - band.low < 0.5
+
+
+def test_a_peers_clock_band_outlives_the_connection_that_measured_it(nodes: Nodes) -> None:
+    """A second connection of the same lifecycle (the same process: the same clock)
+    reads the band an earlier connection measured until its own heartbeat has one."""
+    a = nodes.add()
+    b = nodes.add(node_handler=recording_gate(Recorder(nodes.harness)))
+    assert a.request_to_node(MESH, b.node.routing_id, Work(3), reply=int).submit_sync() == 3
+    node = b._node()
+    peer = node._peers.by_rid[a.node.routing_id]
+    transport = node._transport
+    assert transport is not None
+    kept = peer.clock  # kept on the peer as the request was judged
+    assert kept is not None
+    assert node._caller_clock(b"a connection with no sample yet", peer) is kept
+    # A connection with a sample of its own (once its first PONG came) gives it, and the
+    # peer keeps that one.
+    assert wait_until(lambda: transport.clock_offset(peer.conn) is not None)
+    band = transport.clock_offset(peer.conn)
+    assert band is not None
+    assert node._caller_clock(peer.conn, peer) is band
+    assert peer.clock is band
 
 
 # -- the judgement, with injected clocks --------------------------------------------------
