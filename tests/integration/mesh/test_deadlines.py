@@ -13,6 +13,7 @@ grown by that request alone.
 
 from __future__ import annotations
 
+import pathlib
 import signal
 import time
 from typing import Any
@@ -71,6 +72,17 @@ def _peer_ready(host: z.Host, node: NodeProcess) -> bool:
     )
 
 
+def _freeze(node: NodeProcess) -> float:
+    """SIGSTOP `node` and wait (bounded) until it is stopped: the signal is delivered
+    asynchronously, and a process busy on another CPU runs on for a moment. Returns
+    when it was frozen (this process's monotonic clock)."""
+    node.proc.send_signal(signal.SIGSTOP)
+    stat = pathlib.Path(f"/proc/{node.pid}/stat")
+    # Field 3, after the parenthesised command name: T = stopped by a signal.
+    assert wait_until(lambda: stat.read_text().rsplit(")", 1)[1].split()[0] == "T")
+    return time.monotonic()
+
+
 def _ran_after_resume(host: z.Host, node: NodeProcess) -> int:
     """Once the node serves again: a request to the same channel after everything sent
     before it, answered (so every earlier record on that gate ran or was refused first);
@@ -93,8 +105,7 @@ def test_requests_sent_to_a_frozen_receiver_that_time_out_never_start_after_it_r
             assert _job(host, i, WAIT).result(WAIT) == Done(i, node.routing_id)
     before = _handled(host, node)
 
-    frozen = time.monotonic()
-    node.proc.send_signal(signal.SIGSTOP)
+    frozen = _freeze(node)
     try:
         calls = [_job(host, i, TIMEOUT) for i in range(CALLS)]
         outcomes = [type(call.exception(WAIT)) for call in calls]
@@ -126,8 +137,7 @@ def test_requests_queued_behind_a_handler_when_the_receiver_froze_never_start_af
     assert wait_until(lambda: _credit_in_use(host) == 0)
     assert not nap.done()
 
-    frozen = time.monotonic()
-    node.proc.send_signal(signal.SIGSTOP)
+    frozen = _freeze(node)
     try:
         outcomes = [type(call.exception(WAIT)) for call in calls]
         assert outcomes == [z.DeadlineExceededError] * CALLS
