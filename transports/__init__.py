@@ -4,6 +4,8 @@ submit results where a message is admitted, waits, or fails, and is never droppe
 See docs/transports.md. This package never imports `zlink_actors`.
 """
 
+from ._clock import DRIFT as DRIFT
+from ._clock import ClockOffset as ClockOffset
 from ._errors import Closed as Closed
 from ._errors import InvalidRelease as InvalidRelease
 from ._errors import MalformedFrame as MalformedFrame
@@ -29,8 +31,10 @@ from ._types import TransportConfig as TransportConfig
 from ._types import TransportStatistics as TransportStatistics
 
 __all__ = [
+    "ClockOffset",
     "Closed",
     "CurveConfig",
+    "DRIFT",
     "Endpoints",
     "FlowState",
     "Inbound",

@@ -38,7 +38,15 @@ from zmq.utils.monitor import recv_monitor_message
 from ._errors import Closed, MalformedFrame, PeerLost, TransportUsageError, _SilentPeerLost
 from ._logs import RateLimitedLog
 from ._receive import Item, Receiver
-from ._state import CREDIT_DELAY, Command, Core, PeerState, admit_all, fail_all
+from ._state import (
+    CREDIT_DELAY,
+    Command,
+    Core,
+    PeerState,
+    admit_all,
+    fail_all,
+    next_ping_locked,
+)
 from ._types import Endpoints, FlowState, Inbound, PeerEvent, PeerEventKind
 from ._wire import (
     ENVELOPE_SIZE,
@@ -944,9 +952,8 @@ class IoThread(threading.Thread):
                     why = "silent" if state.ready else "no hello answered"
                     lost.append((peer, f"{why} for {core.config.heartbeat_timeout} s", state.ready))
                 elif state.ready and now >= state.next_ping:
-                    state.ping_seq += 1
                     state.next_ping = now + core.config.heartbeat_interval
-                    pings.append((peer, state.ping_seq))
+                    pings.append((peer, next_ping_locked(state, now)))
         for peer, reason, silent in lost:
             self.lose(peer, reason, silent=silent)
         for peer, seq in pings:

@@ -9,11 +9,13 @@ futures to complete).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 
+from ._clock import ClockOffset, decode_stamp, encode_stamp
 from ._errors import MalformedFrame, PayloadTooLarge
-from ._state import Command, Core, PeerState
+from ._state import Command, Core, PeerState, next_ping_locked
 from ._types import FlowState, Inbound, InboundKind, PeerEvent, PeerEventKind, make_inbound
 from ._wire import ENVELOPE_SIZE, Envelope, Kind, Record
 
@@ -195,6 +197,9 @@ class Receiver:
             if not state.ready:
                 state.ready = True
                 state.next_ping = now + self.core.config.heartbeat_interval
+                # A first PING at once: its PONG gives the peer's clock offset before
+                # the owner's first request can arrive (`Transport.clock_offset`).
+                self.core.post(("comp", state.name, Kind.PING, next_ping_locked(state, now), ()))
                 self.events.append(PeerEvent(state.name, PeerEventKind.READY))
         elif env.kind is Kind.REPLY:
             state.slots = max(0, state.slots - 1)
@@ -206,7 +211,16 @@ class Receiver:
                 state.flow_epoch_seen = env.route_id
                 state.paused_by_peer = env.aux == FlowState.PAUSED.value
         elif env.kind is Kind.PING:
-            self.core.post(("comp", state.name, Kind.PONG, env.route_id, ()))
+            # Our clock, read after the PING came: the pinger's offset sample.
+            stamp = (encode_stamp(time.monotonic()),)
+            self.core.post(("comp", state.name, Kind.PONG, env.route_id, stamp))
+        elif env.kind is Kind.PONG:
+            sent = state.ping_sent.pop(env.route_id, None)
+            remote = decode_stamp(payload)
+            if sent is not None and remote is not None:
+                sample = ClockOffset.sample(sent, remote, time.monotonic())
+                clock = state.clock
+                state.clock = sample if clock is None else clock.merged(sample)
 
     def hello_locked(
         self,
@@ -241,6 +255,8 @@ class Receiver:
             state.ready = True
             state.next_ping = now + core.config.heartbeat_interval
             flush.append(("comp", peer, Kind.HELLO_ACK, 0, (), core.advertised_cap))
+            # A first PING at once (see `completion_locked`'s HELLO_ACK).
+            flush.append(("comp", peer, Kind.PING, next_ping_locked(state, now), ()))
             if core.flow_epoch:
                 flush.append(("comp", peer, Kind.FLOW, core.flow_epoch, (), core.flow.value))
             flush.extend(state.completion_backlog)

@@ -22,15 +22,28 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._admission import Admission
+from ._clock import ClockOffset
 from ._errors import Closed, InvalidRelease, PayloadTooLarge, PeerLost, UnknownPeer
 from ._types import FlowState, PeerStatistics, SubmitResult, SubmitStatus, TransportConfig
 from ._wire import BODY_BYTES, Kind
 
-__all__ = ["CREDIT_DELAY", "DIRECT", "Command", "Core", "Parked", "PeerState"]
+__all__ = [
+    "CREDIT_DELAY",
+    "DIRECT",
+    "PINGS_KEPT",
+    "Command",
+    "Core",
+    "Parked",
+    "PeerState",
+    "next_ping_locked",
+]
 
 #: Seconds a small credit return may wait for a reply to carry it (docs/transports.md,
 #: "Credit: what a window means").
 CREDIT_DELAY = 0.001
+
+#: How many recent PINGs per peer are remembered for their PONGs (`next_ping_locked`).
+PINGS_KEPT = 8
 
 #: A command for the I/O thread: (op, *args). Ops: "app" (peer, kind, route_id, frames,
 #: charge),
@@ -103,11 +116,27 @@ class PeerState:
     deadline: float = 0.0  # lost if nothing is heard from the peer by then
     next_ping: float = 0.0
     ping_seq: int = 0
+    #: When each recent PING was queued (our monotonic clock), by sequence: a PONG
+    #: that comes after the next PING left still gives a sample.
+    ping_sent: dict[int, float] = field(default_factory=dict)
+    #: The peer's clock minus ours (`Transport.clock_offset`); None before a stamped PONG.
+    #: Replaced whole (one reference: read without the lock).
+    clock: ClockOffset | None = None
     # counters
     sent_frames: int = 0
     sent_bytes: int = 0
     received_frames: int = 0
     received_bytes: int = 0
+
+
+def next_ping_locked(state: PeerState, now: float) -> int:
+    """The sequence of the PING to `state`'s peer that leaves now (at `now`); the lock is
+    held. The last `PINGS_KEPT` send times are kept for their PONGs."""
+    seq = state.ping_seq = state.ping_seq + 1
+    sent = state.ping_sent
+    sent[seq] = now
+    sent.pop(seq - PINGS_KEPT, None)
+    return seq
 
 
 class Core:

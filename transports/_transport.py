@@ -9,6 +9,7 @@ from concurrent.futures import Future
 from types import TracebackType
 from typing import TypeVar
 
+from ._clock import ClockOffset
 from ._errors import Closed, TransportUsageError, UnknownPeer, Withdrawn
 from ._io import EventCallback, IoThread, ReadBudget, ReceiveCallback
 from ._state import DIRECT, Core, Parked, admit_all, fail_all
@@ -468,6 +469,15 @@ class Transport:
                 received_messages=core.received_messages,
                 direct_messages=core.direct_messages,
             )
+
+    def clock_offset(self, peer: bytes) -> ClockOffset | None:
+        """How far `peer`'s `time.monotonic()` is from ours (its clock minus ours), as
+        the heartbeat's PING / PONG round trips bound it; None while no stamped PONG
+        came (the first PING leaves as soon as the peer is ready; a peer of an older
+        version stamps none) or for an unknown peer. No lock: cheap enough for every
+        received request (docs/transports.md, "Clock offset")."""
+        state = self._core.peers.get(peer)  # one dict read and one attribute: atomic
+        return None if state is None else state.clock
 
     def peer_statistics(self, peer: bytes) -> PeerStatistics:
         """A frozen snapshot of one peer. Raises UnknownPeer."""

@@ -102,13 +102,18 @@ def pair(
     b_config: t.TransportConfig = FAST,
     b_owner: Owner | None = None,
 ) -> Iterator[tuple[t.Transport, Owner, t.Transport, Owner]]:
-    """A connected to B (both in this process), READY on both sides."""
+    """A connected to B (both in this process), READY on both sides, and each side's
+    first heartbeat round trip done (each has the other's clock offset): nothing is
+    queued for either I/O thread when the test begins."""
     a_owner, b_owner = Owner(), b_owner or Owner()
     with transport(b"A", a_owner, a_config) as a, transport(b"B", b_owner, b_config) as b:
         endpoints = b.bind(*addresses(kind, tmp, "b"))
         a.connect(b"B", endpoints)
         assert a_owner.wait(lambda: t.PeerEventKind.READY in a_owner.event_kinds(b"B"))
         assert b_owner.wait(lambda: t.PeerEventKind.READY in b_owner.event_kinds(b"A"))
+        assert wait_until(
+            lambda: a.clock_offset(b"B") is not None and b.clock_offset(b"A") is not None
+        )
         yield a, a_owner, b, b_owner
 
 

@@ -672,7 +672,7 @@ def deliver_send(
 class _ServedCall(RequestCall[Any]):
     """`deliver_request`'s call: its request reports its outcome as it settles."""
 
-    __slots__ = ("_done",)
+    __slots__ = ("_done", "_due")
 
     def __init__(
         self,
@@ -681,12 +681,16 @@ class _ServedCall(RequestCall[Any]):
         target: str,
         payload: object,
         done: Callable[[object, BaseException | None], None],
+        due: float,
     ) -> None:
         super().__init__(runtime, kind, target, payload)
         self._done = done
+        #: The caller's deadline on this Host's clock (`deliver_request`).
+        self._due = due
 
     def _new_request(self, info: HandlerInfo, expires: float | None, due: float) -> Request:
         runtime = self._runtime
+        due = min(due, self._due)
         req = ServedRequest(
             self._payload, self._metadata, info, runtime.engine, None, runtime.pending, expires, due
         )
@@ -702,9 +706,14 @@ def deliver_request(
     metadata: dict[str, object] | None,
     timeout: float,
     done: Callable[[object, BaseException | None], None],
+    due: float | None = None,
 ) -> Request | Completion[Any]:
     """A request that stays on this Host (another node routed it here), with the deadline
     its caller had left; it is never routed again.
+
+    `timeout` arms its timer; `due` (this Host's clock, default: now + `timeout`) is
+    the caller's deadline itself: `ctx.deadline`, and the moment from which its handler
+    never starts (`RecordRunner.run_record`), also when the timer is late.
 
     `done(value, exc)` runs once, on the thread that settles the request, once it was
     registered. Returns the queued request (cancel it with `.cancel()`), or a Completion
@@ -726,7 +735,9 @@ def deliver_request(
         or runtime.state is not _SERVING
         or (fence is not None and _monotonic() >= fence)
     ):
-        call = _ServedCall(runtime, kind, target, payload, done)
+        if due is None:
+            due = runtime.timers._now() + timeout
+        call = _ServedCall(runtime, kind, target, payload, done, due)
         call._route = _LOCAL
         call._metadata = metadata
         call._timeout = timeout
@@ -740,7 +751,7 @@ def deliver_request(
         None,
         pending,
         None,
-        runtime.timers._now() + timeout,
+        runtime.timers._now() + timeout if due is None else due,
     )
     req.on_settled = done
     status = runtime.pool.enqueue(act.box, req)

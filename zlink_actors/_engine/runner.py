@@ -17,13 +17,14 @@ from typing import Any, cast
 
 from .._core.context import runtime_var
 from .._core.errors import (
+    DeadlineExceededError,
     InternalFailureError,
     UnavailableError,
     UnavailableReason,
     shutting_down,
 )
 from .._core.mailbox import Mailbox
-from .._core.pending import Request, SyncRequest
+from .._core.pending import Request, ServedRequest, SyncRequest
 from .._core.record import (
     K_CALL,
     K_CALLBACK,
@@ -57,6 +58,12 @@ log = logging.getLogger("zlink_actors")
 ContextTypes = dict[ObjectKind, type[TurnContext]]
 
 _ACTOR = ObjectKind.ACTOR
+_SERVED = ServedRequest
+
+
+def _late() -> DeadlineExceededError:
+    return DeadlineExceededError("the caller's deadline passed before the handler started")
+
 
 #: A message or request record: what a handler turn delivers.
 Delivery = Message | Request | SyncRequest
@@ -70,6 +77,8 @@ class RecordRunner:
         self.engine = runtime.engine
         self.pool = runtime.pool
         self.contexts = contexts
+        #: The Host clock's reading, for the start check of a served request.
+        self._now = runtime.timers._now
 
     def run_record(self, box: Mailbox, rec: Record) -> bool:
         """Run one record under its gate; True if the turn was handed off.
@@ -91,6 +100,11 @@ class RecordRunner:
                 if req.route_id not in req.table._entries:
                     # Already terminal (cancelled, expired, or shut down while queued):
                     # its caller has its result, so its handler never runs.
+                    return False
+                if type(req) is _SERVED and req.due <= self._now():
+                    # Another node's request whose caller's deadline has passed (its timer
+                    # may not have fired yet: rounded up, or late): never started.
+                    req.table.finish(req.route_id, exc=_late())
                     return False
             if act.kind is _ACTOR or act.init_pending:
                 return self._run_delivery(act, box, msg)

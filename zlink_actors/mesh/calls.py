@@ -310,9 +310,12 @@ class Calls(Handshake):
         cancel: CancellationToken | None,
         intent: str | None,
         cache_key: object,
+        caller_due: float = math.inf,
     ) -> Completion[Any]:
-        """`request`, with the instance intent of a Spot message (None: none) and the
-        route-cache entry an `UnavailableError` reply invalidates (None: none)."""
+        """`request`, with the instance intent of a Spot message (None: none), the
+        route-cache entry an `UnavailableError` reply invalidates (None: none) and the
+        deadline of the call this request is a step of (Host clock; `timeout` is what was
+        left of it, rounded up: the receiver is told the earlier of the two)."""
         peer = route.peer
         try:
             type_name, data = self._encode(payload, peer)
@@ -339,7 +342,8 @@ class Calls(Handshake):
             out.timer = timer = runtime.timers.call_after(timeout, out.expire)
             if route_id not in runtime.pending._entries:
                 timer.cancel()
-        self._launch(out, route, data, type_name, metadata, timeout, due, intent)
+        sent = due if due < caller_due else caller_due
+        self._launch(out, route, data, type_name, metadata, timeout, sent, intent)
         return handle
 
     def request_sync(
@@ -401,7 +405,9 @@ class Calls(Handshake):
         due: float,
         intent: str | None,
     ) -> None:
-        """Send registered request `out` (its terminal ends it in every failure)."""
+        """Send registered request `out` (its terminal ends it in every failure); `due`
+        is its caller's deadline on the Host clock, which travels when that is the real
+        one (docs/mesh.md "Deadlines across nodes")."""
         peer = route.peer
         route_id = out.route_id
         pending = self.runtime.pending
@@ -434,7 +440,11 @@ class Calls(Handshake):
             self.config.name,
         )
         try:
-            frames = [wire.encode_request(fields, timeout, metadata, type_name, intent), data]
+            wire_due = due if self._real_time else 0.0
+            frames = [
+                wire.encode_request(fields, timeout, metadata, type_name, intent, wire_due),
+                data,
+            ]
         except ProtocolError as exc:  # metadata msgspec cannot encode: nothing is sent
             pending.finish(route_id, exc=exc)
             return
@@ -704,8 +714,10 @@ class _Outgoing(CellEntry):
         # the receiver reads as "already late"; a request that ended was withdrawn).
         assert self.resend is not None
         fields, due, metadata, type_name, intent, data = self.resend
-        budget = max(due - self.node.runtime.timers._now(), 1e-6)
-        return [wire.encode_request(fields, budget, metadata, type_name, intent), data]
+        node = self.node
+        budget = max(due - node._now(), 1e-6)
+        wire_due = due if node._real_time else 0.0
+        return [wire.encode_request(fields, budget, metadata, type_name, intent, wire_due), data]
 
 
 def _lost_reason(exc: BaseException) -> UnavailableReason:

@@ -17,6 +17,7 @@ docs/mesh-codec.md ("Wire and codec") has the rules and the figures.
 from __future__ import annotations
 
 import dataclasses
+import math
 import threading
 import typing
 from collections.abc import Iterable, Iterator
@@ -103,8 +104,8 @@ class Envelope(msgspec.Struct, array_like=True, frozen=True):
     Checked when made and when decoded: `command` one of `COMMANDS`, `op` empty or 16
     bytes, `route` in 0..2**64-1, `target_kind` one of `TARGET_KINDS`, `deadline` in
     0..`threading.TIMEOUT_MAX` (NaN refused), `error_kind` -1 or more; `reason` is any
-    str (one this version does not know reads as `UNSPECIFIED`, never an error). Trailing
-    array elements a newer peer may add are ignored.
+    str (one this version does not know reads as `UNSPECIFIED`, never an error); `due`
+    finite and >= 0. Trailing array elements a newer peer may add are ignored.
     """
 
     command: int
@@ -124,6 +125,11 @@ class Envelope(msgspec.Struct, array_like=True, frozen=True):
     #: Replies of kind UNAVAILABLE: the `UnavailableReason` value ("" = none given; an
     #: older peer's shorter array leaves it so).
     reason: str = ""
+    #: A request's deadline on its caller's `time.monotonic()` clock, seconds; 0.0 =
+    #: none (another command, a caller on an injected clock, an older peer). The
+    #: receiver reads it through its heartbeat's bound on the caller's clock offset
+    #: (docs/mesh.md "Deadlines across nodes").
+    due: float = 0.0
 
     def __post_init__(self) -> None:
         # On decode msgspec has checked the types and turns these into ValidationError.
@@ -137,6 +143,8 @@ class Envelope(msgspec.Struct, array_like=True, frozen=True):
             raise ValueError(f"unknown target kind {self.target_kind!r}")
         if not 0.0 <= self.deadline <= _MAX_DEADLINE:  # False for NaN
             raise ValueError(f"deadline must be 0..TIMEOUT_MAX seconds, got {self.deadline!r}")
+        if not 0.0 <= self.due < math.inf:  # False for NaN
+            raise ValueError(f"due must be a finite time >= 0, got {self.due!r}")
         if self.error_kind < _NO_ERROR:
             raise ValueError(f"error_kind must be -1 or an ErrorKind, got {self.error_kind}")
 
@@ -159,6 +167,7 @@ def encode_fields(
     error: str = "",
     intent: str | None = None,
     reason: str = "",
+    due: float = 0.0,
 ) -> bytes:
     """The bytes `encode_envelope(Envelope(...))` gives for these fields (an array-like
     Struct is a MessagePack array), without making and checking an `Envelope`: for the
@@ -169,7 +178,7 @@ def encode_fields(
     """
     fields = (command, op, route, target_kind, target, mesh, deadline, metadata, type_name)
     try:
-        return _ENCODER.encode((*fields, error_kind, error, intent, reason))
+        return _ENCODER.encode((*fields, error_kind, error, intent, reason, due))
     except Exception as exc:  # TypeError, OverflowError, RecursionError from msgspec
         raise ProtocolError(f"the envelope cannot be encoded: {_why(exc)}") from None
 
@@ -180,17 +189,20 @@ def encode_request(
     metadata: dict[str, Any] | None,
     type_name: str,
     intent: str | None,
+    due: float,
 ) -> bytes:
-    """`encode_fields(*head, deadline, metadata, type_name, intent=intent)`: a request's
-    envelope from its leading fields (command, op, route, target kind, target, mesh),
-    without the star and keyword arguments and the second tuple `encode_fields` builds
-    (every request sent; its `except` is `encode_fields`').
+    """A request's envelope from its leading fields (command, op, route, target kind,
+    target, mesh): `encode_envelope(Envelope(*head, deadline, metadata, type_name,
+    intent=intent, due=due))` (its `reason` is ""), without making and checking the
+    `Envelope` (every request sent; its `except` is `encode_fields`').
 
     Raises:
         ProtocolError: a `metadata` value msgspec cannot encode.
     """
     try:
-        return _ENCODER.encode((*head, deadline, metadata, type_name, _NO_ERROR, "", intent))
+        return _ENCODER.encode(
+            (*head, deadline, metadata, type_name, _NO_ERROR, "", intent, "", due)
+        )
     except Exception as exc:  # TypeError, OverflowError, RecursionError from msgspec
         raise ProtocolError(f"the envelope cannot be encoded: {_why(exc)}") from None
 

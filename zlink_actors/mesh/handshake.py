@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 
 import msgspec
 
@@ -126,6 +127,7 @@ class Handshake(NodeState):
         transport = self._transport
         assert transport is not None
         env = Envelope(wire.HELLO, mesh=self.config.name, target=self.routing_id)
+        dial.sent = time.monotonic()  # before it leaves: the ADMIT's clock sample
         try:
             transport.submit_request(
                 alias, dial.route, [wire.encode_envelope(env), self._hello_bytes()]
@@ -211,9 +213,10 @@ class Handshake(NodeState):
             self._duplicates.add(key)
             return True
 
-    def _admit(self, conn: bytes, hello: _Hello) -> Peer:
-        """Enter the peer (or another connection of it) as READY; another lifecycle of
-        the same routing id replaces a lost entry (`_check_hello` refused it if live)."""
+    def _admit(self, conn: bytes, hello: _Hello, clock: t.ClockOffset | None = None) -> Peer:
+        """Enter the peer (or another connection of it) as READY, with `clock`, a sample
+        of its clock offset (None: none); another lifecycle of the same routing id
+        replaces a lost entry (`_check_hello` refused it if live)."""
         replaced: Peer | None = None
         self._use_window(conn, hello.credit_window)  # before anything can be sent on it
         with self._lock:
@@ -226,6 +229,8 @@ class Handshake(NodeState):
             ):
                 self._peers.add_conn(peer, conn)
                 self._update_locked(peer, hello)
+                if clock is not None:
+                    peer.clock = clock if peer.clock is None else peer.clock.merged(clock)
                 self._changed.notify_all()
                 return peer
             if peer is not None and peer.state is not PeerState.CONNECTING:
@@ -233,6 +238,7 @@ class Handshake(NodeState):
                 self._peers.mark_lost(peer)
                 self._peers.drop_conns(peer)
             peer = Peer(hello.routing_id, hello.endpoint, hello.generation, conn)
+            peer.clock = clock
             self._update_locked(peer, hello)
             self._peers.add(peer)
             self._changed.notify_all()
@@ -400,7 +406,13 @@ class Handshake(NodeState):
         if refused is not None:
             self._dial_failed(rec.peer, str(refused), refused)
             return
-        peer = self._admit(rec.peer, hello)
+        clock = None
+        if hello.clock and dial.sent:
+            # The peer read its clock after our HELLO came and before its ADMIT left:
+            # a band of its clock offset before its first request can arrive (the
+            # heartbeat's first PONG may come after it: `Inbound._caller_clock`).
+            clock = t.ClockOffset.sample(dial.sent, hello.clock, time.monotonic())
+        peer = self._admit(rec.peer, hello, clock)
         with self._lock:
             self._dials.pop(rec.peer, None)
             self._dialled[dial.endpoint] = peer

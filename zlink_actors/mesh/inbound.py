@@ -36,7 +36,7 @@ from .state import (
     log,
 )
 
-__all__ = ["Inbound"]
+__all__ = ["Inbound", "caller_deadline"]
 
 _NODE_KIND: Final = _NODE.value
 _TIMEOUT_MAX: Final = threading.TIMEOUT_MAX
@@ -142,6 +142,32 @@ class Inbound(Calls):
             log.info("mesh %s: peer %s left the mesh", self.routing_id, peer.routing_id)
         else:
             self._bad(rec, f"an unknown command {command}")
+
+    def _caller_due(self, rec: t.Inbound, env: Envelope, peer: Peer, now: float) -> float:
+        """When the caller's deadline of request `env` (record `rec` from `peer`) passes,
+        on this Host's clock at `now` (docs/mesh.md "Deadlines across nodes").
+
+        On the real clock, with the caller's own deadline (`env.due`) and a heartbeat
+        sample of the caller's clock offset: the earliest moment the caller's clock may
+        reach it. Otherwise (an injected clock on either side, no sample yet, an older
+        peer): the budget the caller had left when it sent the request, counted from
+        `now`. Never later than that budget.
+        """
+        due = env.due
+        if due and self._real_time:
+            return caller_deadline(now, env.deadline, due, self._caller_clock(rec.peer, peer))
+        return now + env.deadline
+
+    def _caller_clock(self, conn: bytes, peer: Peer) -> t.ClockOffset | None:
+        """The clock offset of `peer` as the heartbeat of connection `conn` bounds it; while
+        that connection has no sample yet, the last one another connection of the same
+        lifecycle gave (the same process: the same clock)."""
+        transport = self._transport
+        clock = None if transport is None else transport.clock_offset(conn)
+        if clock is None:
+            return peer.clock
+        peer.clock = clock
+        return clock
 
     def _local_target(self, env: Envelope) -> tuple[ObjectKind, str] | ZlinkError:
         kind = _KINDS.get(env.target_kind)
@@ -387,14 +413,22 @@ class Inbound(Calls):
                 )
             self._reply_error(rec.peer, route, exc)
             return
-        remaining = env.deadline
-        if not remaining > 0:
+        now = self._now()
+        # `_caller_due` and `_caller_clock`, inlined: this runs for every request.
+        due = env.due
+        transport = self._transport
+        if due and self._real_time and transport is not None:
+            clock = transport.clock_offset(rec.peer)
+            if clock is None:
+                clock = peer.clock
+            else:
+                peer.clock = clock
+            due = caller_deadline(now, env.deadline, due, clock)
+        else:
+            due = now + env.deadline
+        if not due > now:
             self._release(rec)
-            self._reply_error(
-                rec.peer,
-                route,
-                DeadlineExceededError("the request's deadline passed before it arrived"),
-            )
+            self._reply_error(rec.peer, route, _late_on_arrival())
             return
         key = (peer.routing_id, route)
         # `_permit()`, inlined: this runs for every request.
@@ -422,10 +456,11 @@ class Inbound(Calls):
         served.key = key
         served.meta = meta
         served.sent = False
-        # On a 10 ms grid, rounded up: never before the caller's deadline, and requests
-        # with about the same budget share one timer FIFO (no timer entry of their own).
-        timeout = min(math.ceil(remaining * 100.0) / 100.0, _TIMEOUT_MAX)
-        queued = deliver_request(self.runtime, kind, target, payload, meta, timeout, served)
+        # The timer on a 10 ms grid, rounded up: requests with about the same budget
+        # share one timer FIFO (no timer entry of their own); `due` itself is when the
+        # handler no longer starts (`deliver_request`).
+        timeout = min(math.ceil((due - now) * 100.0) / 100.0, _TIMEOUT_MAX)
+        queued = deliver_request(self.runtime, kind, target, payload, meta, timeout, served, due)
         # Admitted into the target's queue, or refused: decided now, so its credit goes
         # back (with the batch's, when `_on_receive` is running this record).
         owed = self._batch_owed
@@ -535,6 +570,24 @@ class _TargetPermits:
             if held.get(self.key) is self:
                 del held[self.key]
         return opened
+
+
+def caller_deadline(now: float, budget: float, due: float, clock: t.ClockOffset | None) -> float:
+    """The moment, on this node's real clock reading `now`, from which a request's
+    caller may have given up: the earliest time the caller's clock may reach `due` (its
+    deadline on that clock; 0.0: none) by `clock` (the caller's clock minus ours, as the
+    heartbeat bounds it; None: no sample yet), and never later than `budget` (the seconds
+    the caller had left when it sent the request) counted from `now`."""
+    local = now + budget
+    if due and clock is not None:
+        judged = clock.earliest(due)
+        if judged < local:
+            return judged
+    return local
+
+
+def _late_on_arrival() -> DeadlineExceededError:
+    return DeadlineExceededError("the request's deadline passed before it arrived")
 
 
 class _Served:

@@ -260,7 +260,7 @@ class GlobalObjects(Ownership):
         left = self._left(msg.due)
         key = (_SPOT, msg.spot_id)
         asked = self._request(
-            route, msg.payload, msg.metadata, msg.reply, left, msg.token, intent, key
+            route, msg.payload, msg.metadata, msg.reply, left, msg.token, intent, key, msg.due
         )
         return await _wait(asked)
 
@@ -317,12 +317,14 @@ class GlobalObjects(Ownership):
             sent._add_inline(admitted)
             return
         self._release(rec)
-        if not env.deadline > 0:
+        now = self._now()
+        left = self._caller_due(rec, env, peer, now) - now
+        if not left > 0:
             meta.started()
             late = DeadlineExceededError("the request's deadline passed before it arrived")
             self._reply_error(rec.peer, rec.route_id, late)
             return
-        done = self.activate(env.target, name, payload, meta, None, env.deadline, None)
+        done = self.activate(env.target, name, payload, meta, None, left, None)
         route = rec.route_id
 
         def answer(c: Completion[Any]) -> None:
@@ -359,8 +361,8 @@ class GlobalObjects(Ownership):
         if not request:
             self._drop_message(rec, peer, f"a one-way {type(op).__name__}", decode=True)
             return
-        deadline = env.deadline if env.deadline > 0 else 1e-3
-        due = self.runtime.timers._now() + deadline
+        now = self._now()
+        due = max(self._caller_due(rec, env, peer, now), now + 1e-3)
         work: Coroutine[Any, Any, object]
         if isinstance(op, CreateOp) and op.kind in KIND_OF:
             kind = KIND_OF[op.kind]

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+import transports as t
+
 from .._core.errors import UnavailableReason
 from .config import PeerInfo, PeerState
 
@@ -60,6 +62,9 @@ class Peer:
     #: It said its owner lease is not admitting (HELLO / UPDATE): never placed on, and
     #: chosen for a channel only when no admitting server is.
     fenced: bool = False
+    #: Its clock's offset from ours, as its connections' heartbeats last bounded it (one
+    #: lifecycle is one process: one clock); `Inbound._caller_clock`.
+    clock: t.ClockOffset | None = field(default=None, repr=False)
     #: The node calls' route to it, and its channels' (made on first use: `Calls.route`).
     node_route: object = field(default=None, repr=False)
     channel_routes: dict[str, object] = field(default_factory=dict, repr=False)

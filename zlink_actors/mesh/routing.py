@@ -225,7 +225,7 @@ class Routing(Inbound):
                 return local_request(runtime, kind, target, payload, metadata, reply, left, cancel)
             assert isinstance(found, _Route)
             return self._request(
-                found, payload, metadata, reply, left, cancel, None, (kind, target)
+                found, payload, metadata, reply, left, cancel, None, (kind, target), due
             )
 
         self._in_order(kind, target, step, _finisher(runtime, route_id, value=True), timeout)
@@ -569,7 +569,7 @@ class Routing(Inbound):
         """One of our own requests to `peer`, within what is left of `due`."""
         left = self._left(due)
         return await _wait(
-            self._request(_Route(peer, None, ""), op, None, reply, left, token, None, None)
+            self._request(_Route(peer, None, ""), op, None, reply, left, token, None, None, due)
         )
 
     def _left(self, due: float) -> float:

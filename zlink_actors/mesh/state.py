@@ -150,6 +150,9 @@ class _Hello(msgspec.Struct, array_like=True, frozen=True):
     placement_weight: int = -1
     #: Its owner lease stopped admitting (lost or lapsed) and has not recovered yet.
     fenced: bool = False
+    #: Its `time.monotonic()` as it made this hello (0.0: an older peer). In an ADMIT,
+    #: read after the HELLO came: the dialling node's first sample of its clock offset.
+    clock: float = 0.0
 
 
 _encode_hello = msgspec.msgpack.Encoder().encode
@@ -247,6 +250,8 @@ class _Dial:
     #: travels on the completion connection, which is read after the application one):
     #: handled, in order, once it is.
     early: list[t.Inbound] = field(default_factory=list)
+    #: Our `time.monotonic()` before the HELLO was submitted (0.0: not yet).
+    sent: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -322,6 +327,10 @@ class NodeState:
         #: While `_on_receive` runs (on the transport's I/O thread, the only caller of
         #: `_receive` as well): the credit its admitted requests owe, by connection.
         self._batch_owed: dict[bytes, int] | None = None
+        #: The Host clock (deadlines), and whether it is the real `time.monotonic()`:
+        #: then a request's deadline is read on its caller's clock (`Inbound._caller_due`).
+        self._now = runtime.timers._now
+        self._real_time = runtime.real_time
         self._permits = config.permits()
         self._permits_in_use = 0
         self._pause_at = max(1, (self._permits * 8) // 10)
@@ -444,6 +453,7 @@ class NodeState:
                 self.config.max_message_size,
                 self.config.placement_weight,
                 fenced,
+                time.monotonic(),
             )
         )
 

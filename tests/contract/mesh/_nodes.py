@@ -49,6 +49,7 @@ __all__ = [
     "mesh_stats",
     "peer_state",
     "ready",
+    "held_gate",
     "recording_gate",
 ]
 
@@ -200,3 +201,14 @@ def probe(host: Host, routing_id: str) -> list[object]:
             time.sleep(0.01)
             continue
         return seen
+
+
+def held_gate(harness: HostHarness, nodes: Nodes) -> tuple[Recorder, Host, Host]:
+    """(recorder, A, B): B's recording gate is inside a `Hold` from A (until
+    `recorder.latch` is set), so what A sends B next waits in B's queue."""
+    rec = Recorder(harness)
+    a = nodes.add()
+    b = nodes.add(node_handler=recording_gate(rec))
+    a.send_to_node(MESH, b.node.routing_id, Hold()).submit_sync()
+    assert rec.entered.wait(WAIT)
+    return rec, a, b

@@ -51,6 +51,7 @@ from zlink_actors.mesh.codec import (
     decode_envelope,
     encode_envelope,
     encode_fields,
+    encode_request,
     type_name,
 )
 
@@ -176,7 +177,7 @@ def test_the_reason_is_the_field_after_intent_and_an_older_peers_reply_has_none(
     unavailable = int(ErrorKind.UNAVAILABLE)
     data = encode_fields(REPLY, error_kind=unavailable, error="full", reason="queue_full")
     fields = msgspec.msgpack.decode(data)
-    assert fields[9:] == [unavailable, "full", None, "queue_full"]  # error_kind .. reason
+    assert fields[9:] == [unavailable, "full", None, "queue_full", 0.0]  # error_kind .. due
     assert decode_envelope(data).reason == "queue_full"
     # An older peer's reply stops after `intent` (or after `error`): no reason.
     for older in (fields[:12], fields[:11]):
@@ -187,6 +188,19 @@ def test_the_reason_is_the_field_after_intent_and_an_older_peers_reply_has_none(
         assert error.reason is UnavailableReason.UNSPECIFIED
     # A newer peer's field after the reason is ignored.
     assert decode_envelope(msgpack([*fields, 1.5, "more"])).reason == "queue_full"
+
+
+def test_a_request_carries_its_callers_deadline_last_and_an_older_peers_has_none() -> None:
+    """Field 13, `due` (docs/mesh.md "Deadlines across nodes"): what `encode_request`
+    writes; a request of a peer that predates it (11 to 13 elements) decodes with 0.0."""
+    head = (REQUEST, bytes(16), 7, "node", "node-b", "game")
+    data = encode_request(head, 0.25, None, "Ping", None, 12345.678)
+    env = decode_envelope(data)
+    assert (env.deadline, env.due, env.type_name, env.intent) == (0.25, 12345.678, "Ping", None)
+    assert msgspec.msgpack.decode(data)[12:] == ["", 12345.678]  # no reason, then due
+    older = [*head, 0.25, None, "Ping", -1, "", None, ""]
+    for fields in (older, older[:-1], older[:-2]):
+        assert decode_envelope(msgpack(fields)).due == 0.0
 
 
 @pytest.mark.parametrize(
@@ -233,6 +247,9 @@ def test_a_malformed_envelope_is_a_protocol_error(data: bytes, why: str) -> None
         ([REQUEST, b"", 0, "", "", "", math.nan], "deadline"),
         ([REQUEST, b"", 0, "", "", "", math.inf], "deadline"),
         ([REPLY, b"", 0, "", "", "", 0.0, None, "", -2], "error_kind"),
+        ([REQUEST, b"", 0, "", "", "", 1.0, None, "", -1, "", None, "", -1.0], "due"),
+        ([REQUEST, b"", 0, "", "", "", 1.0, None, "", -1, "", None, "", math.nan], "due"),
+        ([REQUEST, b"", 0, "", "", "", 1.0, None, "", -1, "", None, "", math.inf], "due"),
     ],
 )
 def test_an_envelope_value_out_of_range_is_refused_on_decode_and_when_made(
