@@ -16,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -162,13 +162,14 @@ class NodeProcesses:
     def __init__(self) -> None:
         self.started: list[NodeProcess] = []
 
-    def launch(self, **config: Any) -> NodeProcess:
-        """Start a node with `config` (node_main's keys, FAST liveness unless given)."""
+    def launch(self, wrap: Sequence[str] = (), **config: Any) -> NodeProcess:
+        """Start a node with `config` (node_main's keys, FAST liveness unless given);
+        `wrap` is an argv prefix, e.g. `Network.prefix(i)` to run it in a namespace."""
         config = {**FAST, **config}
         env = dict(os.environ, PYTHONPATH=str(ROOT))
         stderr = tempfile.TemporaryFile("w+")  # noqa: SIM115 - closed with the node
         proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.integration.mesh.node_main", json.dumps(config)],
+            [*wrap, sys.executable, "-m", "tests.integration.mesh.node_main", json.dumps(config)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=stderr,
@@ -198,8 +199,8 @@ class NodeProcesses:
             assert "ready" in line, (line, node.log())
             node.ready_peers = list(line["ready"])
 
-    def start(self, **config: Any) -> NodeProcess:
-        node = self.launch(**config)
+    def start(self, wrap: Sequence[str] = (), **config: Any) -> NodeProcess:
+        node = self.launch(wrap, **config)
         self.ready(node)
         return node
 
