@@ -20,6 +20,7 @@ from .._core.errors import (
     NotFoundError,
     ProtocolError,
     UnavailableError,
+    UnavailableReason,
     shutting_down,
 )
 from .._core.handoff import wake
@@ -98,6 +99,8 @@ class Calls(Handshake):
             if peer is None:
                 return failed(NotFoundError(f"no node {rid!r} in mesh {mesh!r}"))
             if peer.state is not _READY:
+                if peer.lost_at and peer.state is not PeerState.DRAINING:
+                    return failed(self._gone_error(peer))  # silent: paused, or lost
                 return failed(UnavailableError(f"node {rid!r} is {peer.state.value}"))
             if not peer.has_node_handler:
                 return failed(NotFoundError(f"node {rid!r} has no node_handler"))
@@ -120,32 +123,47 @@ class Calls(Handshake):
         metadata: dict[str, object] | None,
         intent: str | None,
     ) -> Completion[None]:
-        """`send`, with the instance intent of a Spot message (None: none)."""
-        try:
-            type_name, data = self._encode(payload, route.peer)
-            env = wire.encode_fields(
-                wire.SEND,
-                target_kind=_KIND_NAMES[route.kind],
-                target=route.target,
-                mesh=self.config.name,
-                metadata=metadata,
-                type_name=type_name,
-                intent=intent,
-            )
-        except ProtocolError as exc:
-            return failed(exc)
-        frames = [env, data]
-        transport = self._transport
-        assert transport is not None
+        """`send`, with the instance intent of a Spot message (None: none).
+
+        Each one-way to a peer carries the next sequence number of that peer's lifecycle
+        (in `route`), given and submitted under the peer's `send_lock` so the numbers
+        reach it in order; it is kept (`Peer.unacked`) until the peer acknowledges it,
+        and sent again if the peer comes back after a pause (`_resume`)."""
         peer = route.peer
         try:
-            result = transport.submit(peer.conn, frames)
-        except t.UnknownPeer:
-            return failed(UnavailableError(f"node {peer.routing_id!r} is lost"))
-        except t.Closed:
-            return failed(shutting_down())
-        except t.PayloadTooLarge as exc:
-            return failed(ProtocolError(str(exc)))
+            type_name, data = self._encode(payload, peer)
+        except ProtocolError as exc:
+            return failed(exc)
+        transport = self._transport
+        assert transport is not None
+        with peer.send_lock:
+            if peer.state is PeerState.LOST or peer.state is PeerState.CONNECTING:
+                return failed(self._gone_error(peer))
+            seq = peer.out_seq + 1
+            try:
+                env = wire.encode_fields(
+                    wire.SEND,
+                    route=seq,
+                    target_kind=_KIND_NAMES[route.kind],
+                    target=route.target,
+                    mesh=self.config.name,
+                    metadata=metadata,
+                    type_name=type_name,
+                    intent=intent,
+                )
+            except ProtocolError as exc:
+                return failed(exc)
+            frames = [env, data]
+            try:
+                result = transport.submit(peer.conn, frames)
+            except t.UnknownPeer:
+                return failed(self._gone_error(peer))
+            except t.Closed:
+                return failed(shutting_down())
+            except t.PayloadTooLarge as exc:
+                return failed(ProtocolError(str(exc)))
+            peer.out_seq = seq
+            peer.unacked.append((seq, frames, result.admitted))
         if result.status is t.SubmitStatus.OK:
             return settled(None)
         admitted = result.admitted
@@ -156,6 +174,19 @@ class Calls(Handshake):
         )
         # SC §5/§7: a waiting send has no timeout and refuses caller cancellation.
         return Completion(cell, _refuse_cancel)
+
+    def _gone_error(self, peer: Peer) -> UnavailableError:
+        """The error of a call to a peer that is not connected: paused until it expires
+        (it may come back and resume), lost after."""
+        if peer.expired:
+            return UnavailableError(
+                f"node {peer.routing_id!r} is lost", reason=UnavailableReason.PEER_LOST
+            )
+        return UnavailableError(
+            f"node {peer.routing_id!r} is silent (paused or cut off; it may come back "
+            f"within peer_expiry, {self.config.peer_expiry:g} s)",
+            reason=UnavailableReason.PEER_PAUSED,
+        )
 
     def request(
         self,

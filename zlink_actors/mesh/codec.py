@@ -34,6 +34,7 @@ from .._core.errors import (
 )
 
 __all__ = [
+    "ACK",
     "ADMIT",
     "BYE",
     "CANCEL",
@@ -66,8 +67,11 @@ REJECT: Final = 7
 #: Channel weights or draining, after the handshake.
 UPDATE: Final = 8
 BYE: Final = 9
+#: A notice from the receiver of one-ways: every SEND of this sender's lifecycle up to
+#: sequence number `route` reached it (the sender stops keeping them for a resend).
+ACK: Final = 10
 #: Every command an envelope may carry.
-COMMANDS: Final = frozenset({SEND, REQUEST, REPLY, CANCEL, HELLO, ADMIT, REJECT, UPDATE, BYE})
+COMMANDS: Final = frozenset({SEND, REQUEST, REPLY, CANCEL, HELLO, ADMIT, REJECT, UPDATE, BYE, ACK})
 #: The target kind of the global objects' own requests between nodes (create, close,
 #: publish: `mesh/objects.py`).
 OBJECTS: Final = "objects"

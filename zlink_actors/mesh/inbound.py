@@ -28,6 +28,7 @@ from .._engine.remote import RemoteMetadata
 from . import codec as wire
 from .calls import Calls
 from .codec import Envelope
+from .config import PeerState
 from .peers import Peer
 from .state import (
     _KINDS,
@@ -44,6 +45,10 @@ _TIMEOUT_MAX: Final = threading.TIMEOUT_MAX
 _REPLY: Final = t.InboundKind.REPLY
 _NOTICE: Final = t.InboundKind.NOTICE
 _REQUEST: Final = t.InboundKind.REQUEST
+#: A receiver acknowledges one-ways at least every this many (and the rest within
+#: `_ACK_DELAY`, `node.py`), so a sender keeps at most about this many per peer beyond
+#: what travels.
+_ACK_EVERY: Final = 256
 
 
 class Inbound(Calls):
@@ -103,12 +108,23 @@ class Inbound(Calls):
             return
         peer = self._peers.by_conn.get(rec.peer)  # one dict read: atomic
         if peer is None:
+            quiet = False
             with self._lock:
                 peer = self._peers.by_conn.get(rec.peer)
                 dial = self._dials.get(rec.peer) if peer is None else None
                 if dial is not None:
                     dial.early.append(rec)
                     return
+                # Read late from the connection of a peer found silent (a connection
+                # it dialled is named by its routing id): it resends what we did not
+                # acknowledge when it comes back, so this is dropped quietly.
+                late = self._peers.by_rid.get(rec.peer.decode("utf-8", "replace"))
+                if late is not None and late.state is not PeerState.READY:
+                    self.late_records += 1
+                    quiet = True
+            if quiet:
+                self._release(rec)
+                return
         if peer is None:
             self._bad(rec, "a record before the handshake")
             return
@@ -136,6 +152,10 @@ class Inbound(Calls):
                 self._peers.mark_lost(peer)
                 self._changed.notify_all()
             log.info("mesh %s: peer %s left the mesh", self.routing_id, peer.routing_id)
+            self._expire(peer, "left the mesh")
+        elif command == wire.ACK:
+            self._release(rec)
+            self._acked(peer, env.route)
         else:
             self._bad(rec, f"an unknown command {command}")
 
@@ -190,6 +210,19 @@ class Inbound(Calls):
                     transport.set_flow(state)  # a leaf call: it takes only its own lock
 
     def _receive_send(self, rec: t.Inbound, env: Envelope, peer: Peer) -> None:
+        seq = env.route
+        if seq:
+            # One-ways of one sender lifecycle arrive in sequence order (one connection,
+            # and a resend after a pause starts below what reached us): a number not
+            # above the last one seen is a resent duplicate.
+            if seq <= peer.in_seq:
+                self._release(rec)
+                with self._lock:
+                    self.duplicate_messages += 1
+                return
+            peer.in_seq = seq  # only this (the I/O) thread receives
+            if seq - peer.acked_in >= _ACK_EVERY:
+                self._ack(peer)
         where = self._local_target(env)
         try:
             if isinstance(where, ZlinkError):

@@ -124,6 +124,10 @@ class MeshNode(GlobalObjects):
         """The runtime serves: dial `peers=`, keep them dialled, start discovery."""
         for endpoint in self.config.peers:
             self._dial(endpoint, None)
+        self._ticker = threading.Thread(
+            target=self._tick, name=f"zlink-mesh-tick-{self.routing_id}", daemon=True
+        )
+        self._ticker.start()
         if self.config.peers:
             self._keeper = threading.Thread(
                 target=self._keep_peers, name=f"zlink-mesh-{self.routing_id}", daemon=True
@@ -152,6 +156,8 @@ class MeshNode(GlobalObjects):
         self._stop_loop_task(self._discovery_stop, self._stopping)
         if self._keeper is not None:
             self._keeper.join(_WITHDRAW_WAIT)
+        if self._ticker is not None:
+            self._ticker.join(_WITHDRAW_WAIT)
         if self._discovery is not None:
             with contextlib.suppress(Exception):
                 self._discovery.result(_WITHDRAW_WAIT * 2)
@@ -181,6 +187,7 @@ class MeshNode(GlobalObjects):
         while transport.statistics().credit_in_use and time.monotonic() < end:
             time.sleep(_CLOSE_POLL)
         for peer in peers:
+            self._ack(peer)  # what reached us: before BYE, on the same connection
             self._notify_quietly(peer.conn, wire.encode_fields(wire.BYE), b"")
         transport.close()
         with self._lock:
@@ -248,7 +255,27 @@ class MeshNode(GlobalObjects):
                 route_cache_hits=self.route_cache_hits,
                 route_cache_misses=self.route_cache_misses,
                 route_cache_size=len(self._routes),
+                dropped_after_admission=self.dropped_after_admission,
+                dropped_by_peer=dict(self._dropped_by_rid),
+                duplicate_messages=self.duplicate_messages,
             )
+
+    def _tick(self) -> None:
+        """Every `_ACK_DELAY`: acknowledge the one-ways that reached us and were not
+        acknowledged yet; and expire the peers silent past `peer_expiry` (what they had
+        not acknowledged is counted lost). Ends when discovery stops (the node drains)."""
+        stop = self._discovery_stop
+        expiry = self.config.peer_expiry
+        while not stop.wait(_ACK_DELAY):
+            now = time.monotonic()
+            with self._lock:
+                peers = list(self._peers.by_rid.values())
+            for peer in peers:
+                if peer.state is PeerState.READY or peer.state is PeerState.DRAINING:
+                    if peer.in_seq > peer.acked_in:
+                        self._ack(peer)
+                elif peer.lost_at and not peer.expired and now - peer.lost_at > expiry:
+                    self._expire(peer, f"silent past peer_expiry ({expiry:g} s)")
 
     def _keep_peers(self) -> None:
         """Every liveness interval, dial again each `peers=` endpoint no live peer and
@@ -363,6 +390,10 @@ class MeshNode(GlobalObjects):
         if rid < self.routing_id and now - first < _DIAL_GRACE:
             return  # it dials us; we only step in if it does not
         self._dial(endpoint, None, expect=rid)
+
+
+#: Seconds between the ticker's rounds (`MeshNode._tick`): the longest an ACK waits.
+_ACK_DELAY = 0.05
 
 
 def _bind_pair(transport: t.Transport, application: str) -> str:

@@ -10,7 +10,10 @@ runs under the node's lock; nothing touches the transport.
 
 from __future__ import annotations
 
+import threading
 import time
+from collections import deque
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -54,6 +57,24 @@ class Peer:
     #: The node calls' route to it, and its channels' (made on first use: `Calls.route`).
     node_route: object = field(default=None, repr=False)
     channel_routes: dict[str, object] = field(default_factory=dict, repr=False)
+    # -- one-ways across a pause (docs/mesh.md "One-ways across a pause") --
+    #: Serialises our one-ways to it: a sequence number and its transport submission
+    #: (so the numbers reach it in order), the resend on resume, an ACK.
+    send_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    #: The sequence number of our last one-way to this lifecycle of the peer.
+    out_seq: int = 0
+    #: Our one-ways admitted (or parked) for it and not acknowledged yet, in sequence
+    #: order: (seq, frames, the parked send's admission future or None).
+    unacked: deque[tuple[int, list[bytes], Future[None] | None]] = field(
+        default_factory=deque, repr=False
+    )
+    #: The highest sequence number of its one-ways that reached this node.
+    in_seq: int = 0
+    #: The last `in_seq` we acknowledged to it.
+    acked_in: int = 0
+    #: True once it is gone for good (a new lifecycle, BYE, or silent past
+    #: `peer_expiry`): it never resumes, and what it had not acknowledged was counted.
+    expired: bool = False
 
     def info(self) -> PeerInfo:
         return PeerInfo(
@@ -113,9 +134,13 @@ class PeerTable:
             self.lost_peers += 1
 
     def purge(self, now: float) -> None:
-        """Forget LOST peers older than the retention."""
+        """Forget expired LOST peers older than the retention."""
         for rid, peer in list(self.by_rid.items()):
-            if peer.state is PeerState.LOST and now - peer.lost_at > LOST_RETENTION:
+            if (
+                peer.state is PeerState.LOST
+                and peer.expired
+                and now - peer.lost_at > LOST_RETENTION
+            ):
                 del self.by_rid[rid]
 
     def by_endpoint(self, endpoint: str) -> Peer | None:

@@ -140,6 +140,13 @@ class MeshStatistics:
             that found a fresh route in the cache / had to read the Location Store.
         route_cache_size: routes cached now (expired ones are purged about every
             `route_cache_max_age`).
+        dropped_after_admission: one-way messages that completed here (admitted for a
+            peer) and that the peer never received, because it went for good (a new
+            lifecycle, BYE, or silent past `peer_expiry`); each loss is logged once per
+            peer with its count.
+        dropped_by_peer: the same, by the peer's routing id (kept across its lifecycles).
+        duplicate_messages: one-ways a peer sent again after a pause that had reached
+            this node already (dropped, not handled twice).
     """
 
     routing_id: str
@@ -160,6 +167,9 @@ class MeshStatistics:
     route_cache_hits: int = 0
     route_cache_misses: int = 0
     route_cache_size: int = 0
+    dropped_after_admission: int = 0
+    dropped_by_peer: dict[str, int] = field(default_factory=dict)
+    duplicate_messages: int = 0
 
 
 @dataclass(slots=True)
@@ -249,6 +259,14 @@ class NodeState:
         self.decode_errors = 0
         self.dropped_messages = 0
         self.late_replies = 0
+        #: One-ways a peer sent again after a pause that had reached us already.
+        self.duplicate_messages = 0
+        #: Records read from the old connection of a peer found silent (it resends).
+        self.late_records = 0
+        #: One-ways admitted here for a peer that then went for good before it received
+        #: them (`MeshStatistics.dropped_after_admission`), and by routing id.
+        self.dropped_after_admission = 0
+        self._dropped_by_rid: dict[str, int] = {}
         self._first_seen: dict[str, float] = {}
         self._discovery_stop = threading.Event()
         #: Set (on the I/O loop) with `_discovery_stop`: wakes discovery.
@@ -259,6 +277,7 @@ class NodeState:
         self._discovery: Future[None] | None = None
         self._leasing: Future[None] | None = None
         self._keeper: threading.Thread | None = None
+        self._ticker: threading.Thread | None = None
         #: The peer each endpoint we dialled led to (its advertised endpoint may be
         #: spelt otherwise): the keeper dials an endpoint again only once that peer is lost.
         self._dialled: dict[str, Peer] = {}
@@ -348,6 +367,50 @@ class NodeState:
         peer.placement_weight = 100 if hello.placement_weight < 0 else hello.placement_weight
         if peer.state is not PeerState.LOST:
             peer.state = PeerState.DRAINING if hello.draining else PeerState.READY
+
+    def _ack(self, peer: Peer) -> None:
+        """Tell `peer` which of its one-ways reached us (an ACK notice), if any are new."""
+        seq = peer.in_seq
+        if seq <= peer.acked_in or peer.state is PeerState.LOST:
+            return
+        peer.acked_in = seq
+        self._notify_quietly(peer.conn, wire.encode_fields(wire.ACK, route=seq), b"")
+
+    def _acked(self, peer: Peer, seq: int) -> None:
+        """`peer` has every one-way of ours up to `seq`: we stop keeping them."""
+        with peer.send_lock:
+            unacked = peer.unacked
+            while unacked and unacked[0][0] <= seq:
+                unacked.popleft()
+
+    def _expire(self, peer: Peer, why: str) -> None:
+        """`peer`'s lifecycle is gone for good: what it did not acknowledge is lost,
+        counted and logged in one line (nothing is logged when nothing was lost)."""
+        with peer.send_lock:
+            if peer.expired:
+                return
+            peer.expired = True
+            lost = sum(
+                1
+                for _, _, admitted in peer.unacked
+                if admitted is None or (admitted.done() and admitted.exception() is None)
+            )
+            peer.unacked.clear()
+        if not lost:
+            return
+        with self._lock:
+            self.dropped_after_admission += lost
+            rid = peer.routing_id
+            self._dropped_by_rid[rid] = self._dropped_by_rid.get(rid, 0) + lost
+        log.warning(
+            "mesh %s: peer %s (generation %d) %s: %d one-way message(s) admitted for it "
+            "were never delivered",
+            self.routing_id,
+            peer.routing_id,
+            peer.generation,
+            why,
+            lost,
+        )
 
     def _fail_inflight(self, peer: Peer, why: str) -> None:
         with self._lock:

@@ -28,6 +28,7 @@ from zlink_actors._core.errors import (
     error_for_kind,
 )
 from zlink_actors.mesh.codec import (
+    ACK,
     ADMIT,
     BYE,
     CANCEL,
@@ -114,8 +115,9 @@ def msgpack(value: object) -> bytes:
 
 
 def test_the_commands_are_the_pinned_numbers() -> None:
-    assert tuple(range(1, 10)) == (SEND, REQUEST, REPLY, CANCEL, HELLO, ADMIT, REJECT, UPDATE, BYE)
-    assert frozenset(range(1, 10)) == COMMANDS
+    pinned = (SEND, REQUEST, REPLY, CANCEL, HELLO, ADMIT, REJECT, UPDATE, BYE, ACK)
+    assert tuple(range(1, 11)) == pinned
+    assert frozenset(range(1, 11)) == COMMANDS
 
 
 def test_an_envelope_with_every_field_set_round_trips() -> None:
@@ -197,7 +199,7 @@ def test_a_malformed_envelope_is_a_protocol_error(data: bytes, why: str) -> None
     ("fields", "match"),
     [
         ([0], "unknown command"),
-        ([10], "unknown command"),
+        ([11], "unknown command"),
         ([REQUEST, b"\x01" * 15], "OperationId"),
         ([REQUEST, b"\x01" * 17], "OperationId"),
         ([REQUEST, b"", -1], "ReplyRouteId"),
