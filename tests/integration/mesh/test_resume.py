@@ -109,6 +109,7 @@ def test_a_peer_silent_past_peer_expiry_takes_its_one_ways_and_the_sender_counts
     try:
         sent, _ = _flood(host, 1.5)
         assert wait_until(lambda: _state(host, rid) is z.PeerState.LOST, WAIT)
+        lost_seen = time.monotonic()
     finally:
         # Gone for good, frozen before it read anything: no one-way was handled.
         receiver.kill()
@@ -121,8 +122,10 @@ def test_a_peer_silent_past_peer_expiry_takes_its_one_ways_and_the_sender_counts
         assert mesh is not None
         return mesh.dropped_after_admission
 
-    # Not before peer_expiry (2 s) after it was found silent; counted within a tick after.
-    assert dropped() == 0
+    # Not before peer_expiry (2 s) after it was found silent (looked at only while well
+    # before it: a loaded machine may take longer to get here); counted soon after.
+    if time.monotonic() - lost_seen < 1.0:
+        assert dropped() == 0
     assert wait_until(lambda: dropped() > 0, 2.0 + WAIT)
     mesh = host.statistics().mesh
     assert mesh is not None
