@@ -177,7 +177,12 @@ class Calls(Handshake):
 
     def _gone_error(self, peer: Peer) -> UnavailableError:
         """The error of a call to a peer that is not connected: paused until it expires
-        (it may come back and resume), lost after."""
+        (it may come back and resume), lost after; one never connected is connecting."""
+        if not peer.lost_at and not peer.expired:
+            return UnavailableError(
+                f"node {peer.routing_id!r} is not connected yet",
+                reason=UnavailableReason.CONNECTING,
+            )
         if peer.expired:
             return UnavailableError(
                 f"node {peer.routing_id!r} is lost", reason=UnavailableReason.PEER_LOST
