@@ -139,6 +139,13 @@ class Calls(Handshake):
         with peer.send_lock:
             if peer.state is PeerState.LOST or peer.state is PeerState.CONNECTING:
                 return failed(self._gone_error(peer))
+            if peer.fin_sent:
+                return failed(
+                    UnavailableError(
+                        f"node {peer.routing_id!r} is draining",
+                        reason=UnavailableReason.DRAINING,
+                    )
+                )
             seq = peer.out_seq + 1
             try:
                 env = wire.encode_fields(

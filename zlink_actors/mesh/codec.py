@@ -39,6 +39,7 @@ __all__ = [
     "BYE",
     "CANCEL",
     "COMMANDS",
+    "FIN",
     "HELLO",
     "OBJECTS",
     "REJECT",
@@ -70,8 +71,13 @@ BYE: Final = 9
 #: A notice from the receiver of one-ways: every SEND of this sender's lifecycle up to
 #: sequence number `route` reached it (the sender stops keeping them for a resend).
 ACK: Final = 10
+#: A notice from a peer that learned of our drain: its last one-way to us is sequence
+#: number `route`, and it sends us no more (we handle every one up to it first).
+FIN: Final = 11
 #: Every command an envelope may carry.
-COMMANDS: Final = frozenset({SEND, REQUEST, REPLY, CANCEL, HELLO, ADMIT, REJECT, UPDATE, BYE, ACK})
+COMMANDS: Final = frozenset(
+    {SEND, REQUEST, REPLY, CANCEL, HELLO, ADMIT, REJECT, UPDATE, BYE, ACK, FIN}
+)
 #: The target kind of the global objects' own requests between nodes (create, close,
 #: publish: `mesh/objects.py`).
 OBJECTS: Final = "objects"

@@ -305,14 +305,26 @@ class Handshake(NodeState):
         with self._lock:
             self._update_locked(peer, hello)
             self._changed.notify_all()
+        if hello.draining:
+            self._fin(peer)
+
+    def _fin(self, peer: Peer) -> None:
+        """`peer` drains: tell it (FIN) the last one-way we sent it, and send it no more
+        (it handles every one up to that before it stops admitting them)."""
+        with peer.send_lock:
+            if peer.fin_sent:
+                return
+            peer.fin_sent = True
+            seq = peer.out_seq
+        self._notify_quietly(peer.conn, wire.encode_fields(wire.FIN, route=seq), b"")
 
     def _receive_notice(self, rec: t.Inbound) -> None:
         """UPDATE (weights, draining) or BYE on the completion connection."""
         peer = self._peers.by_conn.get(rec.peer)
         try:
             env = wire.decode_envelope(rec.frames[0]) if rec.frames else None
-            if env is None or env.command not in (wire.UPDATE, wire.BYE, wire.ACK):
-                raise ProtocolError("a notice that is neither UPDATE, BYE nor ACK")
+            if env is None or env.command not in (wire.UPDATE, wire.BYE, wire.ACK, wire.FIN):
+                raise ProtocolError("a notice that is not UPDATE, BYE, ACK or FIN")
         except ProtocolError as exc:
             self._bad(rec, str(exc))
             return
@@ -323,6 +335,10 @@ class Handshake(NodeState):
             return
         if env.command == wire.ACK:
             self._acked(peer, env.route)
+            return
+        if env.command == wire.FIN:
+            with self._lock:
+                peer.fin_seq = env.route
             return
         with self._lock:
             self._peers.mark_lost(peer)

@@ -238,7 +238,16 @@ class Inbound(Calls):
         if done.done():
             self._sent(rec, peer, meta, done)
         else:
-            done.add_done_callback(lambda c: self._sent(rec, peer, meta, c))
+            with self._lock:
+                self._sends_waiting += 1  # a drain waits for it (`begin_drain`)
+            done.add_done_callback(lambda c: self._sent_later(rec, peer, meta, c))
+
+    def _sent_later(
+        self, rec: t.Inbound, peer: Peer, meta: RemoteMetadata, done: Completion[None]
+    ) -> None:
+        with self._lock:
+            self._sends_waiting -= 1
+        self._sent(rec, peer, meta, done)
 
     def _sent(
         self, rec: t.Inbound, peer: Peer, meta: RemoteMetadata, done: Completion[None]

@@ -142,8 +142,10 @@ class MeshNode(GlobalObjects):
             )
             self.runtime.finishers.append(self._release_objects)
 
-    def begin_drain(self) -> None:
-        """Shutdown begins: tell peers we drain (never selected again) and withdraw the
+    def begin_drain(self, seconds: float = 30.0) -> None:
+        """Shutdown begins: tell peers we drain (never selected again), wait until each
+        has told us (FIN) the last one-way it sent us and every one up to it is admitted
+        here (at most `seconds` / 2, and at most `liveness_timeout`), and withdraw the
         descriptor."""
         with self._lock:
             if self._draining or self._transport is None or self._info is None:
@@ -153,6 +155,7 @@ class MeshNode(GlobalObjects):
         update = self._hello_bytes()
         for peer in peers:  # a notice: it must not wait behind credit or a PAUSED peer
             self._notify_quietly(peer.conn, wire.encode_fields(wire.UPDATE), update)
+        self._await_fins(peers, min(seconds / 2, self.config.liveness_timeout))
         self._stop_loop_task(self._discovery_stop, self._stopping)
         if self._keeper is not None:
             self._keeper.join(_WITHDRAW_WAIT)
@@ -161,6 +164,30 @@ class MeshNode(GlobalObjects):
         if self._discovery is not None:
             with contextlib.suppress(Exception):
                 self._discovery.result(_WITHDRAW_WAIT * 2)
+
+    def _await_fins(self, peers: list[Peer], seconds: float) -> None:
+        """Until `seconds` pass: wait for every peer still connected to have said FIN
+        and for its one-ways up to that number to be received and admitted here (what
+        it admitted before it learned of the drain is handled, not refused)."""
+        end = time.monotonic() + seconds
+        while True:
+            with self._lock:
+                waiting = [
+                    p
+                    for p in peers
+                    if p.state is not PeerState.LOST and (p.fin_seq is None or p.in_seq < p.fin_seq)
+                ]
+                admitting = self._sends_waiting
+            if (not waiting and not admitting) or time.monotonic() >= end:
+                break
+            # Bounded, shutdown only, as `close`: nothing announces the last arrival.
+            time.sleep(_CLOSE_POLL)
+        if waiting:
+            log.info(
+                "mesh %s: drain: %d peer(s) did not confirm their last one-way in time",
+                self.routing_id,
+                len(waiting),
+            )
 
     def _release_objects(self, seconds: float) -> None:
         """A shutdown finisher (every object closed, the I/O loop still runs): the

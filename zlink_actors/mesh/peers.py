@@ -75,6 +75,10 @@ class Peer:
     #: True once it is gone for good (a new lifecycle, BYE, or silent past
     #: `peer_expiry`): it never resumes, and what it had not acknowledged was counted.
     expired: bool = False
+    #: We told it (FIN) that we learned of its drain: our one-ways to it end here.
+    fin_sent: bool = False
+    #: It told us (FIN) its last one-way to us, learning of our drain (None: not yet).
+    fin_seq: int | None = None
 
     def info(self) -> PeerInfo:
         return PeerInfo(

@@ -266,6 +266,8 @@ class NodeState:
         #: One-ways admitted here for a peer that then went for good before it received
         #: them (`MeshStatistics.dropped_after_admission`), and by routing id.
         self.dropped_after_admission = 0
+        #: Received one-ways waiting for admission here (a full lane).
+        self._sends_waiting = 0
         self._dropped_by_rid: dict[str, int] = {}
         self._first_seen: dict[str, float] = {}
         self._discovery_stop = threading.Event()

@@ -33,6 +33,7 @@ from zlink_actors.mesh.codec import (
     BYE,
     CANCEL,
     COMMANDS,
+    FIN,
     HELLO,
     REJECT,
     REPLY,
@@ -115,9 +116,9 @@ def msgpack(value: object) -> bytes:
 
 
 def test_the_commands_are_the_pinned_numbers() -> None:
-    pinned = (SEND, REQUEST, REPLY, CANCEL, HELLO, ADMIT, REJECT, UPDATE, BYE, ACK)
-    assert tuple(range(1, 11)) == pinned
-    assert frozenset(range(1, 11)) == COMMANDS
+    pinned = (SEND, REQUEST, REPLY, CANCEL, HELLO, ADMIT, REJECT, UPDATE, BYE, ACK, FIN)
+    assert tuple(range(1, 12)) == pinned
+    assert frozenset(range(1, 12)) == COMMANDS
 
 
 def test_an_envelope_with_every_field_set_round_trips() -> None:
@@ -199,7 +200,7 @@ def test_a_malformed_envelope_is_a_protocol_error(data: bytes, why: str) -> None
     ("fields", "match"),
     [
         ([0], "unknown command"),
-        ([11], "unknown command"),
+        ([12], "unknown command"),
         ([REQUEST, b"\x01" * 15], "OperationId"),
         ([REQUEST, b"\x01" * 17], "OperationId"),
         ([REQUEST, b"", -1], "ReplyRouteId"),

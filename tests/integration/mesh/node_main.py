@@ -19,7 +19,8 @@ Once started the process prints one JSON line, `{"routing_id": ..., "endpoint": 
 once `expect_peers` peers are READY here, a second, `{"ready": [routing ids]}` (so a
 first request either way finds both sides of each pair READY). It serves until stdin
 closes or SIGTERM arrives, shuts the Host down (exit status 0 when it stopped cleanly, 3
-otherwise), prints `{"stopped": outcome}` and closes its store.
+otherwise), prints `{"stopped": outcome, "handled": n}` (the channel handler's count)
+and closes its store.
 """
 
 from __future__ import annotations
@@ -230,7 +231,9 @@ def main() -> int:
         result = host.shutdown(5.0)
         if store is not None:
             store.close()
-    print(json.dumps({"stopped": result.outcome.value}), flush=True)
+    with _count_lock:
+        handled = _handled
+    print(json.dumps({"stopped": result.outcome.value, "handled": handled}), flush=True)
     return 0 if result.outcome is z.ShutdownOutcome.STOPPED else 3
 
 

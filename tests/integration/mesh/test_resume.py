@@ -5,6 +5,7 @@ what was admitted for it is handled once, in order; a peer that stays away past
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -207,3 +208,42 @@ def test_a_partition_shorter_than_peer_expiry_loses_no_completed_one_way_and_run
         assert mesh.dropped_after_admission == 0
         host.shutdown(WAIT)
         assert receiver.stop() == 0, receiver.log()
+
+
+def test_a_graceful_shutdown_handles_every_one_way_its_peers_admitted_before_they_learned_of_it(
+    harness: HostHarness, nodes: NodeProcesses
+) -> None:
+    receiver = nodes.start(channels={"work": 100})
+    host = _test_host(harness, peers=(receiver.endpoint,))
+    host.wait_for_peers(1, timeout=WAIT)
+    rid = receiver.routing_id
+    sent = [host.send_to_channel("work", Load(b"x" * 512)).submit() for _ in range(1000)]
+    stdin = receiver.proc.stdin
+    assert stdin is not None
+    stdin.close()  # the node begins to drain (node_main: Host.shutdown(5))
+    # Sends go on until this node learns of the drain (the channel has no server then).
+    end = time.monotonic() + WAIT
+    while time.monotonic() < end:
+        try:
+            done = host.send_to_channel("work", Load(b"x" * 512)).submit()
+        except z.NotFoundError:
+            break
+        if done.done() and done.exception() is not None:
+            assert isinstance(done.exception(), z.NotFoundError | z.UnavailableError)
+            break
+        sent.append(done)
+        if len(sent) % 20 == 0:
+            time.sleep(0.0005)  # a flood, not a busy loop holding the GIL
+    else:
+        raise AssertionError("this node never learned of the drain")
+    assert _state(host, rid) is not z.PeerState.READY
+    assert wait_until(lambda: all(done.done() for done in sent), WAIT)
+    completed = _completed(sent)
+    assert completed >= 1000, completed
+    assert receiver.stop() == 0, receiver.log()
+    last = json.loads(receiver.lines[-1])
+    assert last["stopped"] == "stopped"
+    assert last["handled"] == completed, (last, completed, receiver.log())
+    mesh = host.statistics().mesh
+    assert mesh is not None
+    assert mesh.dropped_after_admission == 0
