@@ -177,6 +177,10 @@ class Handshake(NodeState):
             resumed = self._resume(peer, conn, hello)
             if resumed:
                 return peer
+        elif peer is not None and peer.generation != hello.generation:
+            # Counted before the new lifecycle is READY: whoever sees it READY sees the
+            # old one's losses too.
+            self._expire(peer, "restarted (a new lifecycle)")
         with self._lock:
             peer = self._peers.by_rid.get(hello.routing_id)
             if peer is not None and peer.state is not PeerState.CONNECTING:
@@ -195,7 +199,7 @@ class Handshake(NodeState):
         if replaced is not None:
             self._fail_inflight(replaced, "restarted (a higher lifecycle generation)")
             if replaced.generation != hello.generation:
-                self._expire(replaced, "restarted (a new lifecycle)")
+                self._expire(replaced, "restarted (a new lifecycle)")  # if it was not yet
         log.info("mesh %s: peer %s READY (%s)", self.routing_id, peer.routing_id, peer.endpoint)
         return peer
 

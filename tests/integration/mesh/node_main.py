@@ -3,7 +3,8 @@
 Run as `python -m tests.integration.mesh.node_main '<json config>'`. The config keys:
 
 - `mesh` (the mesh name), `listen`, `peers` (endpoints), `liveness_interval`,
-  `liveness_timeout`, `credit_window`, `peer_expiry` (optional): as `MeshConfig`;
+  `liveness_timeout`, `credit_window`, `peer_expiry`, `routing_id` (optional): as
+  `MeshConfig`;
 - `channels`: ChannelName -> weight, each served by `Worker`;
 - `lane_items`: `Host(application_lane_items=...)` (optional);
 - `redis`: `{"url": ..., "key_prefix": ...}` for a `RedisLocationStore` (discovery);
@@ -172,7 +173,7 @@ def _build(config: dict[str, Any]) -> tuple[z.Host, z.RedisLocationStore | None]
         "liveness_interval": config.get("liveness_interval", 0.2),
         "liveness_timeout": config.get("liveness_timeout", 1.0),
     }
-    for key in ("credit_window", "peer_expiry"):
+    for key in ("credit_window", "peer_expiry", "routing_id"):
         if key in config:
             mesh_options[key] = config[key]
     if "lease" in config:

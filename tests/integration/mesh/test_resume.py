@@ -247,3 +247,43 @@ def test_a_graceful_shutdown_handles_every_one_way_its_peers_admitted_before_the
     mesh = host.statistics().mesh
     assert mesh is not None
     assert mesh.dropped_after_admission == 0
+
+
+def test_a_peer_back_with_a_new_lifecycle_takes_its_one_ways_counted_at_once(
+    harness: HostHarness, nodes: NodeProcesses, caplog: pytest.LogCaptureFixture
+) -> None:
+    rid = f"node-restarted-{os.getpid()}"
+    first = nodes.start(channels={"work": 100}, routing_id=rid, peer_expiry=30.0)
+    host = _test_host(harness, peers=(first.endpoint,), peer_expiry=30.0)
+    host.wait_for_peers(1, timeout=WAIT)
+    caplog.set_level(logging.WARNING, logger="zlink_actors.mesh")
+    os.kill(first.pid, signal.SIGSTOP)
+    try:
+        sent, _ = _flood(host, 1.5)
+        assert wait_until(lambda: _state(host, rid) is z.PeerState.LOST, WAIT)
+    finally:
+        first.kill()  # frozen before it read anything: none was handled
+    assert wait_until(lambda: all(done.done() for done in sent), WAIT)
+    completed = _completed(sent)
+    assert completed > 100, completed
+    # The same routing id and endpoint, a new lifecycle (generation), long before expiry.
+    second = nodes.start(
+        listen=first.endpoint, channels={"work": 100}, routing_id=rid, peer_expiry=30.0
+    )
+    assert wait_until(lambda: _state(host, rid) is z.PeerState.READY, 3 * WAIT)
+    mesh = host.statistics().mesh
+    assert mesh is not None
+    assert mesh.dropped_after_admission == completed
+    assert mesh.dropped_by_peer == {rid: completed}
+
+    def lines() -> list[str]:
+        return [r.getMessage() for r in caplog.records if "never delivered" in r.getMessage()]
+
+    assert wait_until(lambda: bool(lines()), WAIT)
+    assert len(lines()) == 1, lines()
+    assert "restarted" in lines()[0]
+    assert f": {completed} one-way message(s)" in lines()[0]
+    # The new lifecycle starts from nothing: what follows is handled, once.
+    assert host.send_to_channel("work", Load(b"new")).submit_sync() is None
+    assert wait_until(lambda: _handled(host, second) >= 1, WAIT)
+    assert _handled(host, second) == 1
