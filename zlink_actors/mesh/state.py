@@ -379,11 +379,17 @@ class NodeState:
         self._notify_quietly(peer.conn, wire.encode_fields(wire.ACK, route=seq), b"")
 
     def _acked(self, peer: Peer, seq: int) -> None:
-        """`peer` has every one-way of ours up to `seq`: we stop keeping them."""
-        with peer.send_lock:
-            unacked = peer.unacked
+        """`peer` has every one-way of ours up to `seq`: we stop keeping them.
+
+        Without the peer's `send_lock` (a sender in a loop holds it nearly always, and
+        this runs on the transport's I/O thread): the deque's popleft and the senders'
+        append are atomic, and the resume that rewrites it runs on this thread too."""
+        unacked = peer.unacked
+        try:
             while unacked and unacked[0][0] <= seq:
                 unacked.popleft()
+        except IndexError:
+            pass  # emptied meanwhile (the peer expired)
 
     def _expire(self, peer: Peer, why: str) -> None:
         """`peer`'s lifecycle is gone for good: what it did not acknowledge is lost,
@@ -392,12 +398,13 @@ class NodeState:
             if peer.expired:
                 return
             peer.expired = True
+            kept = list(peer.unacked)  # one C-level copy: an ACK may pop meanwhile
+            peer.unacked.clear()
             lost = sum(
                 1
-                for _, _, admitted in peer.unacked
+                for _, _, admitted in kept
                 if admitted is None or (admitted.done() and admitted.exception() is None)
             )
-            peer.unacked.clear()
         if not lost:
             return
         with self._lock:
