@@ -171,6 +171,8 @@ class Calls(Handshake):
                 return failed(ProtocolError(str(exc)))
             peer.out_seq = seq
             peer.unacked.append((seq, frames, result.admitted))
+            if peer.acked_out >= seq:  # sent directly, and acknowledged before this
+                self._acked(peer, peer.acked_out)
         if result.status is t.SubmitStatus.OK:
             return settled(None)
         admitted = result.admitted

@@ -68,6 +68,8 @@ class Peer:
     unacked: deque[tuple[int, list[bytes], Future[None] | None]] = field(
         default_factory=deque, repr=False
     )
+    #: The highest number of ours it acknowledged.
+    acked_out: int = 0
     #: The highest sequence number of its one-ways that reached this node.
     in_seq: int = 0
     #: The last `in_seq` we acknowledged to it.

@@ -384,6 +384,7 @@ class NodeState:
         Without the peer's `send_lock` (a sender in a loop holds it nearly always, and
         this runs on the transport's I/O thread): the deque's popleft and the senders'
         append are atomic, and the resume that rewrites it runs on this thread too."""
+        peer.acked_out = max(peer.acked_out, seq)
         unacked = peer.unacked
         try:
             while unacked and unacked[0][0] <= seq:
