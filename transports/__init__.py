@@ -13,6 +13,7 @@ from ._errors import TransportError as TransportError
 from ._errors import TransportUsageError as TransportUsageError
 from ._errors import UnknownPeer as UnknownPeer
 from ._errors import Withdrawn as Withdrawn
+from ._logs import RateLimitedLog as RateLimitedLog
 from ._transport import Transport as Transport
 from ._types import CurveConfig as CurveConfig
 from ._types import Endpoints as Endpoints
@@ -41,6 +42,7 @@ __all__ = [
     "PeerEventKind",
     "PeerLost",
     "PeerStatistics",
+    "RateLimitedLog",
     "SubmitResult",
     "SubmitStatus",
     "Transport",

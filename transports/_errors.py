@@ -51,7 +51,18 @@ class InvalidRelease(TransportUsageError):
 
 
 class PeerLost(TransportError):
-    """The peer was lost: what was parked for it will never be admitted."""
+    """The peer was lost: what was parked for it will never be admitted.
+
+    `silent` is True when it was lost because it went silent (`PeerEvent.silent`).
+    """
+
+    silent: bool = False
+
+
+class _SilentPeerLost(PeerLost):
+    """A `PeerLost` of a peer that went silent (made by the I/O thread only)."""
+
+    silent = True
 
 
 class Closed(TransportError):

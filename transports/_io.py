@@ -35,7 +35,8 @@ from typing import cast
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from ._errors import Closed, MalformedFrame, PeerLost, TransportUsageError
+from ._errors import Closed, MalformedFrame, PeerLost, TransportUsageError, _SilentPeerLost
+from ._logs import RateLimitedLog
 from ._receive import Item, Receiver
 from ._state import CREDIT_DELAY, Command, Core, PeerState, admit_all, fail_all
 from ._types import Endpoints, FlowState, Inbound, PeerEvent, PeerEventKind
@@ -113,6 +114,9 @@ class IoThread(threading.Thread):
         self.on_event = on_event
         self.read_budget = read_budget
         self.before_sleep = before_sleep
+        #: What peers send that we drop (malformed frames, refused clients): counted each,
+        #: logged at most once a second per (event, peer, reason)
+        self.bad_log = RateLimitedLog(log)
         self.context = zmq.Context()
         self.app = self._router()
         self.comp = self._router()
@@ -302,6 +306,7 @@ class IoThread(threading.Thread):
                     self._flush_credit(now)
                 if now >= next_tick:
                     self._heartbeat(now)
+                    self.bad_log.tick()
                     next_tick = now + tick
                 if self._events:
                     self._emit()
@@ -320,6 +325,7 @@ class IoThread(threading.Thread):
         finally:
             try:
                 self._emit()
+                self.bad_log.flush()
                 for sock in (self.app, self.comp):
                     sock.disable_monitor()
                 for monitor in self.monitors:
@@ -737,13 +743,29 @@ class IoThread(threading.Thread):
             # [routing id, b"", version, request id, domain, address, identity,
             #  mechanism, client key]
             if len(request) < 8:
-                log.warning("transports %r: a malformed ZAP request", self.core.name)
+                self.bad_log.log(
+                    logging.WARNING,
+                    "malformed ZAP request",
+                    None,
+                    len(request),
+                    "transports %r: a malformed ZAP request",
+                    self.core.name,
+                )
                 continue
             rid, _, version, request_id = request[:4]
             mechanism, credentials = request[7], request[8:]
             ok = mechanism == b"CURVE" and credentials and credentials[0] in self.accepted
             if not ok:
-                log.warning("transports %r refused a %s client", self.core.name, mechanism)
+                self.bad_log.log(
+                    logging.WARNING,
+                    "refused a client",
+                    request[5],  # its address
+                    mechanism,
+                    "transports %r refused a %s client from %r",
+                    self.core.name,
+                    mechanism,
+                    request[5],
+                )
             status = (b"200", b"OK") if ok else (b"400", b"key not accepted")
             zap.send_multipart([rid, b"", version, request_id, *status, b"", b""])
         self._others_left.append(zap)  # more may wait, with no signal left: next wake
@@ -798,8 +820,17 @@ class IoThread(threading.Thread):
                 if len(batch) > count:  # the last message carried more than was wanted
                     held.extend(batch[count:])
                     del batch[count:]
-            for peer, why in malformed:
-                log.warning("transports %r dropped a frame from %r: %s", self.core.name, peer, why)
+            for peer, why in malformed:  # each counted in `dropped_frames`
+                self.bad_log.log(
+                    logging.WARNING,
+                    "dropped a frame",
+                    peer,
+                    why,
+                    "transports %r dropped a frame from %r: %s",
+                    self.core.name,
+                    peer,
+                    why,
+                )
         if readable and not clean:
             # read from (or left unread: held records filled the batch) since EVENTS
             # last said empty: look again before sleeping (see `run`)
@@ -905,24 +936,25 @@ class IoThread(threading.Thread):
 
     def _heartbeat(self, now: float) -> None:
         core = self.core
-        lost: list[tuple[bytes, str]] = []
+        lost: list[tuple[bytes, str, bool]] = []
         pings: list[tuple[bytes, int]] = []
         with core.lock:
             for peer, state in core.peers.items():
                 if now > state.deadline:
                     why = "silent" if state.ready else "no hello answered"
-                    lost.append((peer, f"{why} for {core.config.heartbeat_timeout} s"))
+                    lost.append((peer, f"{why} for {core.config.heartbeat_timeout} s", state.ready))
                 elif state.ready and now >= state.next_ping:
                     state.ping_seq += 1
                     state.next_ping = now + core.config.heartbeat_interval
                     pings.append((peer, state.ping_seq))
-        for peer, reason in lost:
-            self.lose(peer, reason)
+        for peer, reason, silent in lost:
+            self.lose(peer, reason, silent=silent)
         for peer, seq in pings:
             self._send_comp(peer, Kind.PING, seq, ())
 
-    def lose(self, peer: bytes, reason: str) -> None:
-        """Forget the peer, fail its parked futures with PeerLost, report LOST."""
+    def lose(self, peer: bytes, reason: str, *, silent: bool = False) -> None:
+        """Forget the peer, fail its parked futures with PeerLost, report LOST (`silent`:
+        it went silent, see `PeerEvent.silent`)."""
         core = self.core
         with core.lock:
             state = core.peers.get(peer)
@@ -943,5 +975,5 @@ class IoThread(threading.Thread):
                 with contextlib.suppress(zmq.ZMQError):  # already gone
                     sock.disconnect(address)
         log.info("transports %r lost peer %r: %s", core.name, peer, reason)
-        fail_all(futures, PeerLost, f"peer {peer!r} lost: {reason}")
-        self._events.append(PeerEvent(peer, PeerEventKind.LOST, reason))
+        fail_all(futures, _SilentPeerLost if silent else PeerLost, f"peer {peer!r} lost: {reason}")
+        self._events.append(PeerEvent(peer, PeerEventKind.LOST, reason, silent))

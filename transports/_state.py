@@ -21,6 +21,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._admission import Admission
 from ._errors import Closed, InvalidRelease, PayloadTooLarge, PeerLost, UnknownPeer
 from ._types import FlowState, PeerStatistics, SubmitResult, SubmitStatus, TransportConfig
 from ._wire import BODY_BYTES, Kind
@@ -37,18 +38,35 @@ CREDIT_DELAY = 0.001
 Command = tuple[Any, ...]
 
 
-@dataclass
-class Parked:
-    """Frames waiting for credit, and the future that tells when they are admitted."""
+class Parked(Admission):
+    """Frames waiting for credit, and itself the future that tells when they are admitted
+    (`SubmitResult.admitted`, an `Admission`): a parked message costs its sender what its
+    frames hold and about 120 bytes (docs/transports.md, "What each submit result
+    promises")."""
 
-    kind: Kind
-    route_id: int
-    frames: Sequence[bytes]
-    charge: int
-    future: Future[None]
-    #: Called (under the lock) when the frames are admitted after waiting: the frames
-    #: to send instead, of the same size (a request's envelope with its budget left).
-    refresh: Callable[[], Sequence[bytes]] | None = None
+    __slots__ = ("charge", "frames", "kind", "refresh", "route_id")
+
+    def __init__(
+        self,
+        kind: Kind,
+        route_id: int,
+        frames: Sequence[bytes],
+        charge: int,
+        refresh: Callable[[], Sequence[bytes]] | None = None,
+    ) -> None:
+        self.kind = kind
+        self.route_id = route_id
+        self.frames = frames
+        self.charge = charge
+        #: Called (under the lock) when the frames are admitted after waiting: the
+        #: frames to send instead, of the same size (a request's envelope with its
+        #: budget left).
+        self.refresh = refresh
+
+    @property
+    def future(self) -> Future[None]:
+        """The `admitted` future: the record itself."""
+        return self
 
 
 @dataclass
@@ -237,11 +255,10 @@ class Core:
                         self._wake_pending = True
                         os.eventfd_write(self.waker, 1)
                     return _OK
-            future: Future[None] = Future()
-            future.set_running_or_notify_cancel()
-            state.parked.append(Parked(kind, route_id, frames, charge, future, refresh))
+            parked = Parked(kind, route_id, frames, charge, refresh)
+            state.parked.append(parked)
             state.parked_bytes += charge
-            return SubmitResult(SubmitStatus.BACKPRESSURED, future)
+            return SubmitResult(SubmitStatus.BACKPRESSURED, parked)
 
     def _fits(self, state: PeerState, charge: int) -> bool:
         if state.paused_by_peer:
@@ -258,6 +275,7 @@ class Core:
             state.parked_bytes -= item.charge
             state.in_use += item.charge
             frames = item.frames if item.refresh is None else item.refresh()
+            item.frames, item.refresh = (), None  # its future may be kept: not its frames
             self.post(("app", state.name, item.kind, item.route_id, frames, item.charge))
             admitted.append(item.future)
         return admitted

@@ -243,6 +243,10 @@ class PeerEvent:
     peer: bytes
     kind: PeerEventKind
     reason: str = ""
+    #: LOST only: True when the peer was declared lost because it went silent (no
+    #: frame within `heartbeat_timeout`: it may be paused, overloaded or cut off, and may
+    #: come back); False when its connection closed, it restarted or was disconnected.
+    silent: bool = False
 
 
 class FlowState(enum.Enum):

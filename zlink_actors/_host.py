@@ -35,7 +35,12 @@ from ._core import context as _context
 from ._core.clock import Clock, SystemClock, TimerService, TimerStatistics
 from ._core.completion import Completion
 from ._core.dispatcher import DispatcherStatistics, get_dispatcher
-from ._core.errors import ConfigurationError, InvalidOperationError, NotConfiguredError
+from ._core.errors import (
+    ConfigurationError,
+    InvalidOperationError,
+    NotConfiguredError,
+    shutting_down,
+)
 from ._core.pool import AppPool, PoolStatistics
 from ._core.state import HostState, ShutdownOutcome, ShutdownResult
 from ._core.validation import check_seconds
@@ -466,6 +471,38 @@ class Host(CallSurface):
         seconds = check_seconds("timeout", timeout)
         _context.forbid_blocking("Host.wait_for_peers()")
         return node.wait_for_peers(count, seconds)
+
+    def wait_ready(self, timeout: float) -> None:
+        """Block until this Host serves and its node can reach the mesh it was told of.
+
+        Ready means (docs/mesh.md "Readiness"): the Host is SERVING; with `location=`,
+        its owner lease admits work (`statistics().mesh.lease_admitting`), discovery has
+        read the Location Store's node list, and every node listed there (every
+        channel server and placement target the store names) is READY (or DRAINING)
+        here; with `peers=`, every endpoint has led to a live peer. A Host without a
+        mesh is ready once it serves. Readiness is a moment, not a promise: a peer may
+        be lost right after this returns.
+
+        Args:
+            timeout: seconds, more than 0 and at most `threading.TIMEOUT_MAX`.
+
+        Raises:
+            DeadlineExceededError: not ready within `timeout`; the message names each
+                thing missing (the lease and the store's last error, each node not
+                READY with its state, each `peers=` endpoint with no live peer).
+            InvalidOperationError: before `start()`, or called in a runtime context (it
+                blocks).
+            ShuttingDownError: the Host is draining or stopped.
+        """
+        seconds = check_seconds("timeout", timeout)
+        _context.forbid_blocking("Host.wait_ready()")
+        state = self._runtime.state
+        if state is HostState.PREPARING:
+            raise InvalidOperationError("the Host is not started; call host.start() first")
+        if state is not HostState.SERVING:
+            raise shutting_down()
+        if self._mesh is not None:
+            self._mesh.wait_ready(seconds)
 
     def connect_peer(self, endpoint: str) -> Completion[PeerInfo]:
         """Dial `endpoint`; completes with the peer's `PeerInfo` once it is READY, or

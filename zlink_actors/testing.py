@@ -35,7 +35,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Generic, Self, TypedDict, TypeVar, Unpack, overload
 
@@ -466,17 +466,30 @@ def _bulk_end(reply: bytes) -> int:
 class RedisServer:
     """One `redis-server` process on a free loopback port, for tests and samples.
 
-    No persistence (`--save ''`, no AOF). `start()` returns once this very process
-    answers on its port (never a server that already held it); `stop()` ends it with
-    SIGTERM, then SIGKILL as a last resort; on Linux it also dies with the process that
-    started it (`PR_SET_PDEATHSIG`). `kill()` and `start()` again reuse the port.
+    No persistence (`--save ''`, no AOF) unless `persist_dir` is given: then an
+    append-only file in that directory, written at every command (`appendfsync
+    always`), so a `kill()` and a `start()` again find everything it held; remove the
+    directory's files between the two for a restart that lost it all. `start()`
+    returns once this very process answers on its port (never a server that already held
+    it); `stop()` ends it with SIGTERM, then SIGKILL as a last resort; on Linux it also
+    dies with the process that started it (`PR_SET_PDEATHSIG`). `kill()` and `start()`
+    again reuse the port.
 
     Args:
         binary: the server to run, such as `redis_server_binary()` found.
+        persist_dir: a directory of the caller's own for the append-only file (never a
+            shared one such as /tmp: another server started there would load it).
+        also_bind: addresses to listen on besides 127.0.0.1 (such as this process's
+            address on a private bridge that nodes in network namespaces reach); Redis's
+            protected mode, which answers only loopback clients, is then off.
     """
 
-    def __init__(self, binary: str) -> None:
+    def __init__(
+        self, binary: str, *, persist_dir: str | None = None, also_bind: Sequence[str] = ()
+    ) -> None:
         self.binary = binary
+        self.persist_dir = persist_dir
+        self.also_bind = tuple(also_bind)
         self.port = 0
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -497,12 +510,12 @@ class RedisServer:
                 [
                     self.binary,
                     "--port", str(port),
-                    "--bind", "127.0.0.1",
+                    "--bind", "127.0.0.1", *self.also_bind,
+                    "--protected-mode", "no" if self.also_bind else "yes",
                     "--save", "",
-                    "--appendonly", "no",
                     "--daemonize", "no",
                     "--loglevel", "warning",
-                    "--dir", os.environ.get("TMPDIR", "/tmp"),
+                    *self._persistence(),
                 ],
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
@@ -519,6 +532,11 @@ class RedisServer:
             if self.port:  # a restart on a fixed port: the port must come back
                 continue
         raise RuntimeError(f"redis-server did not start after {attempts} attempts")
+
+    def _persistence(self) -> list[str]:
+        if self.persist_dir is None:
+            return ["--appendonly", "no", "--dir", os.environ.get("TMPDIR", "/tmp")]
+        return ["--appendonly", "yes", "--appendfsync", "always", "--dir", self.persist_dir]
 
     def kill(self) -> None:
         """SIGKILL: the abrupt end of a Redis (everything it held is gone)."""

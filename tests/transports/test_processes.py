@@ -46,14 +46,19 @@ def test_a_lost_peer_fails_every_parked_future_with_peer_lost_within_the_timeout
         assert len(parked) == 16
         proc.send_signal(sig)
         start = time.monotonic()
+        # Frozen, it went silent (it may come back); killed, its connections closed.
+        silent = sig is signal.SIGSTOP
         for future in parked:
             error = future.exception(SMALL.heartbeat_timeout + WAIT)
             assert isinstance(error, t.PeerLost)
+            assert error.silent is silent
         elapsed = time.monotonic() - start
         # silence for the timeout, found at the next heartbeat tick (a loaded machine
         # may add scheduling delay, never a second timeout)
         assert elapsed < 2 * SMALL.heartbeat_timeout + 0.5
         assert owner.wait(lambda: t.PeerEventKind.LOST in owner.event_kinds(b"CHILD"))
+        lost = [e for e in owner.events if e.kind is t.PeerEventKind.LOST]
+        assert [e.silent for e in lost] == [silent], lost
         stats = parent.statistics()
         assert (stats.lost_peers, stats.peers, stats.parked_messages) == (1, 0, 0)
         with pytest.raises(t.UnknownPeer):
@@ -74,6 +79,7 @@ def test_a_connect_to_nothing_is_lost_after_the_hello_timeout() -> None:
             FAST.heartbeat_timeout + WAIT,
         )
         assert "no hello answered" in owner.events[-1].reason
+        assert owner.events[-1].silent is False  # never heard from: not a silent peer
 
 
 def test_a_frame_above_the_hard_cap_drops_the_connection_and_counts_as_peer_loss() -> None:

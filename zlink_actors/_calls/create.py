@@ -25,6 +25,7 @@ from .._core.errors import (
     NotFoundError,
     TypeMismatchError,
     UnavailableError,
+    UnavailableReason,
     shutting_down,
 )
 from .._core.pending import PendingEntry
@@ -190,7 +191,11 @@ class CreateCall(YieldableCall[Any]):
                     engine.creating[key] = attempt
         if act is not None:
             if closing:
-                return failed(UnavailableError(f"{kind} {obj_id!r} is closing"))
+                return failed(
+                    UnavailableError(
+                        f"{kind} {obj_id!r} is closing", reason=UnavailableReason.CLOSED
+                    )
+                )
             return self._existing(act)
         assert attempt is not None
         if owner is None:

@@ -33,6 +33,7 @@ from .._core.errors import (
     ProtocolError,
     TypeMismatchError,
     UnavailableError,
+    UnavailableReason,
     shutting_down,
 )
 from .._core.pending import Request, ServedRequest, SyncRequest
@@ -180,7 +181,8 @@ class _MessageCall(Call[T]):
             return failed(
                 UnavailableError(
                     f"{self._kind} {self._target!r}: this node's owner lease lapsed, it "
-                    "admits no new messages"
+                    "admits no new messages",
+                    reason=UnavailableReason.FENCED,
                 )
             )
         if act is None or act.closed:

@@ -20,8 +20,8 @@ The tree::
     +-- ConfigurationError              bad Host / class configuration (no kind)
     concurrent.futures.CancelledError   re-exported as CancelledError
 
-Errors carry no retry hint (SC §14): callers branch on the type or on `.kind`, never on
-the message text.
+Errors carry no retry hint (SC §14): callers branch on the type or on `.kind` (and on an
+`UnavailableError`'s `.reason`, which says why), never on the message text.
 """
 
 from __future__ import annotations
@@ -109,37 +109,62 @@ class RejectedError(ZlinkError):
 
 
 class UnavailableReason(enum.Enum):
-    """Why a call ended `UnavailableError`: a closed set, the same names in logs and
-    statistics. Each says what a caller should do (docs/errors.md has the table)."""
+    """Why a call ended `UnavailableError`: a closed set. The values (`reason.value`) are
+    the names logs and `MeshStatistics.unavailable` use, and what crosses the wire.
+
+    Each says what a caller should do (docs/errors.md has the table): *retry* (the same
+    call again, soon, maybe after a short backoff), *wait* (the condition ends by itself:
+    retry after it), *fail over* (the target will not come back: use or create another).
+    """
 
     CONNECTING = "connecting"
     """The owner or peer is known but its connection is not up yet: wait, then retry."""
     PEER_LOST = "peer_lost"
-    """The peer is gone (killed, expired, replaced by a new lifecycle): fail over."""
+    """The peer is gone (its process ended, its connection closed, or a new lifecycle
+    replaced it): fail over (its objects are re-created elsewhere once its lease
+    expired)."""
     PEER_PAUSED = "peer_paused"
-    """The peer went silent but may come back within `peer_expiry`: wait, then retry."""
+    """The peer went silent (paused, overloaded or cut off) past its liveness timeout but
+    may come back: wait, then retry; fail over if it stays away."""
     DRAINING = "draining"
-    """The peer or object is shutting down or closing: retry; it goes elsewhere."""
+    """The peer is shutting down (draining): retry; the call goes elsewhere."""
+    CLOSED = "closed"
+    """The target object closed or is closing before it handled the call: retry once it
+    has closed (a get-or-create makes a new one); do not retry a call whose effect must
+    not repeat without checking."""
     LEASE_LAPSED = "lease_lapsed"
-    """The owner holds no admitting lease: wait (it recovers) or fail over."""
+    """The owner's lease is missing or expired in the Location Store (it died, or lost
+    the store): wait; once its lease expired, close the object and create it again,
+    which places it on a live node (fail over)."""
     FENCED = "fenced"
-    """This node's own lease is not admitting: wait for it to recover."""
+    """The node that holds, or was chosen to hold, the object is alive but its own
+    lease does not admit work (its renewals failed): wait for it to recover, or retry
+    (placement goes elsewhere)."""
     QUEUE_FULL = "queue_full"
-    """The remote target's queue, or the slots towards that peer, are full: retry later."""
+    """The remote target's queue, or this node's completion slots towards that peer, are
+    full: retry later, with backoff (the target is overloaded, not gone)."""
     NOT_OWNER = "not_owner"
-    """The route was stale (the node no longer holds the object): retry, it resolves again."""
+    """The route was stale: the node reached no longer holds the object: retry (the next
+    call resolves the owner again)."""
+    CONTENDED = "contended"
+    """The object's Location Store record, or a lease, changed under every attempt (a
+    race with other nodes): retry."""
     STORE_UNAVAILABLE = "store_unavailable"
-    """The Location Store did not answer, or its records kept changing: retry."""
+    """The Location Store did not answer (unreachable, restarted, refused): wait, then
+    retry."""
     UNREACHABLE = "unreachable"
-    """A connection could not be made or listened on (network, address): fix, then retry."""
+    """A connection could not be made, kept or listened on (network, address, refused
+    handshake, an HTTP server): check the address, then retry."""
     UNSPECIFIED = "unspecified"
-    """No reason given (an error raised by user code, or by an older peer)."""
+    """No reason given (an error raised by user code, or one that crossed from an older
+    peer or with a reason this version does not know)."""
 
 
 class UnavailableError(ZlinkError):
     """The target existed but its route or owner is unusable, or was lost while waiting.
 
     `reason` (an `UnavailableReason`) says why; `UNSPECIFIED` when the raiser gave none.
+    It is kept through pickling and copying, and across the mesh wire.
     """
 
     kind = ErrorKind.UNAVAILABLE
@@ -153,11 +178,18 @@ class UnavailableError(ZlinkError):
         self.reason = reason
 
     def __reduce__(self) -> tuple[object, ...]:
-        return (_unavailable, (self.args, self.reason))
+        # The class, its args and its attributes, rebuilt without `__init__`: a subclass
+        # with another signature (`WriteOutcomeUnknownError`) pickles too.
+        return (_rebuild, (type(self), self.args, dict(self.__dict__)))
 
 
-def _unavailable(args: tuple[object, ...], reason: UnavailableReason) -> UnavailableError:
-    return UnavailableError(*args, reason=reason)
+def _rebuild(
+    cls: type[UnavailableError], args: tuple[object, ...], state: dict[str, object]
+) -> UnavailableError:
+    exc = cls.__new__(cls, *args)
+    exc.args = args
+    exc.__dict__.update(state)
+    return exc
 
 
 class CapacityExceededError(ZlinkError):

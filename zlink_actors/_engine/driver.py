@@ -16,7 +16,7 @@ from contextvars import Context
 from typing import Any, Generic, Protocol, TypeVar
 
 from .._core.completion import Completion
-from .._core.errors import InvalidOperationError, UnavailableError
+from .._core.errors import InvalidOperationError, UnavailableError, UnavailableReason
 from .._core.gate import SUSPENDED, Gate
 from .._core.mailbox import Mailbox
 from .._core.pool import AppPool
@@ -175,7 +175,11 @@ class Frame:
         if not self._unpark():
             return  # discarded when its object closed
         if not self.pool.force(self.resume_box, Resume(self)):
-            self.discard(UnavailableError("the object closed while its handler waited"))
+            self.discard(
+                UnavailableError(
+                    "the object closed while its handler waited", reason=UnavailableReason.CLOSED
+                )
+            )
 
     def discard(self, exc: BaseException) -> None:
         """The owner closed while parked: close the coroutine, end its record with `exc`

@@ -24,6 +24,7 @@ from .._core.completion import Completion, _Cell
 from .._core.errors import (
     CapacityExceededError,
     UnavailableError,
+    UnavailableReason,
     internal_failure,
 )
 from .._core.mailbox import Mailbox
@@ -266,7 +267,7 @@ def remove_activation(runtime: Runtime, act: Activation) -> None:
     engine = runtime.engine
     left = engine.unregister(act)
     pool = runtime.pool
-    closed = UnavailableError(f"{act.kind} {act.id!r} closed")
+    closed = UnavailableError(f"{act.kind} {act.id!r} closed", reason=UnavailableReason.CLOSED)
     boxes = [act.box, *(act.timer_boxes())]
     for box in boxes:
         records = pool.close_box(box)

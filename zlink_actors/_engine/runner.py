@@ -16,7 +16,12 @@ from types import CoroutineType
 from typing import Any, cast
 
 from .._core.context import runtime_var
-from .._core.errors import InternalFailureError, UnavailableError, shutting_down
+from .._core.errors import (
+    InternalFailureError,
+    UnavailableError,
+    UnavailableReason,
+    shutting_down,
+)
 from .._core.mailbox import Mailbox
 from .._core.pending import Request, SyncRequest
 from .._core.record import (
@@ -211,7 +216,9 @@ class RecordRunner:
     def drop_record(self, box: Mailbox, rec: Record) -> None:
         """A record a batch took but could not run before its mailbox closed."""
         exc = (
-            UnavailableError("the object closed before this record ran")
+            UnavailableError(
+                "the object closed before this record ran", reason=UnavailableReason.CLOSED
+            )
             if self.runtime.state is HostState.SERVING
             else shutting_down("this record ran")
         )

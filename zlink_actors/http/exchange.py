@@ -23,6 +23,7 @@ from .._core.errors import (
     DeadlineExceededError,
     ProtocolError,
     UnavailableError,
+    UnavailableReason,
 )
 from .config import HttpClientConfig
 from .cookies import CookieJar
@@ -231,7 +232,9 @@ async def _attempt(
     except aiohttp.ClientResponseError as exc:
         raise ProtocolError(f"{method} {url}: malformed response: {exc}") from None
     except (aiohttp.ClientError, OSError) as exc:
-        raise UnavailableError(f"{method} {url}: {type(exc).__name__}: {exc}") from None
+        raise UnavailableError(
+            f"{method} {url}: {type(exc).__name__}: {exc}", reason=UnavailableReason.UNREACHABLE
+        ) from None
 
 
 async def _read_body(resp: aiohttp.ClientResponse, config: HttpClientConfig, method: str) -> bytes:

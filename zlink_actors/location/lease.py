@@ -28,6 +28,7 @@ from .._core.errors import (
     InvalidOperationError,
     ProtocolError,
     UnavailableError,
+    UnavailableReason,
 )
 from .generations import next_generation
 from .keys import lease_counter_key, lease_key
@@ -184,7 +185,10 @@ class OwnerLease:
             live = await self.store.read(self._key)
             if isinstance(live, Found):
                 raise AlreadyExistsError(f"owner {self.owner!r} already holds a live lease")
-        raise UnavailableError(f"could not acquire the lease of {self.owner!r}: contention")
+        raise UnavailableError(
+            f"could not acquire the lease of {self.owner!r}: contention",
+            reason=UnavailableReason.CONTENDED,
+        )
 
     async def renew(self) -> LeaseGrant:
         """Extend the lease by one TTL, within `renew_timeout`.
@@ -232,7 +236,10 @@ class OwnerLease:
                 break
             version = current.version
         self.grant = None
-        raise UnavailableError(f"the lease of {self.owner!r} was lost (expired or replaced)")
+        raise UnavailableError(
+            f"the lease of {self.owner!r} was lost (expired or replaced)",
+            reason=UnavailableReason.LEASE_LAPSED,
+        )
 
     async def release(self, *, forget: bool = False) -> None:
         """End the host run's lease (a lease already lost is no error).

@@ -24,6 +24,7 @@ import concurrent.futures
 import contextlib
 import socket
 import threading
+import urllib.parse
 from collections.abc import AsyncGenerator, Callable, Coroutine, Sequence
 from typing import Any, Final, TypeVar
 
@@ -34,7 +35,13 @@ from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisError, ResponseError
 
-from .._core.errors import DeadlineExceededError, ShuttingDownError, UnavailableError
+from .._core.errors import (
+    ConfigurationError,
+    DeadlineExceededError,
+    ShuttingDownError,
+    UnavailableError,
+    UnavailableReason,
+)
 from .._core.validation import check_seconds
 from . import scripts
 from .cursors import CursorCodec, ScanPosition
@@ -103,6 +110,43 @@ class _Refused(Exception):
     unknown, since a script that fails midway keeps what it wrote)."""
 
 
+def _check_target(url: str, found: dict[str, Any]) -> None:
+    """`ConfigurationError` for what redis-py parses without complaint but cannot serve:
+    no host (it would use localhost), port 0, a database path that is not a number (it
+    would use database 0), a negative database, `unix://` without a path."""
+    parts = urllib.parse.urlsplit(url)
+    why = ""
+    if parts.scheme == "unix":
+        if not found.get("path"):
+            why = "unix:// needs a socket path (unix:///path/to/redis.sock)"
+    elif not found.get("host"):
+        why = "it names no host (redis://HOST[:PORT][/DB])"
+    elif found.get("port", 6379) == 0:
+        why = "port 0 cannot be dialled"
+    else:
+        path = urllib.parse.unquote(parts.path).strip("/")
+        if path and not path.isdigit():
+            why = f"the database {path!r} is not a number"
+    if not why and isinstance(found.get("db", 0), int) and found.get("db", 0) < 0:
+        why = f"the database {found['db']} is negative"
+    if why:
+        raise ConfigurationError(f"an unusable Redis URL {_shown(url)!r}: {why}")
+
+
+def _shown(url: str) -> str:
+    """`url` for an error message: a password in it is replaced by `***`."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        if parts.password is None:
+            return url
+    except ValueError:
+        return url.split("@", 1)[-1] if "@" in url else url
+    user = f"{parts.username}:" if parts.username else ":"
+    return urllib.parse.urlunsplit(
+        parts._replace(netloc=f"{user}***@{parts.netloc.rsplit('@', 1)[1]}")
+    )
+
+
 def _now(sec: bytes, usec: bytes) -> float:
     return int(sec) + int(usec) / 1_000_000
 
@@ -123,8 +167,14 @@ class RedisLocationStore:
             included; past it the operation raises `DeadlineExceededError`.
 
     Raises:
-        TypeError / ValueError: a bad argument (the URL is parsed here; nothing connects
-            before the first operation).
+        ConfigurationError: `url` names no server to connect to: not a `redis://`,
+            `rediss://` or `unix://` URL, no host (`"redis://"`: redis-py would quietly
+            use localhost:6379), port 0 or out of range, a database that is not an int
+            >= 0, `unix://` without a path, or a query option redis-py refuses. The URL
+            is parsed here (by redis-py); nothing connects before the first operation,
+            so a well-formed URL of a server that is down is found by the first
+            operation (`UnavailableError`), and by `Host.wait_ready()`.
+        TypeError / ValueError: another bad argument.
     """
 
     def __init__(self, url: str, *, key_prefix: str, operation_timeout: float = 5.0) -> None:
@@ -139,13 +189,17 @@ class RedisLocationStore:
         if not 1 <= len(prefix) <= 255:
             raise ValueError(f"key_prefix must be 1..255 UTF-8 bytes, got {len(prefix)}")
         self._timeout = check_seconds("operation_timeout", operation_timeout)
-        pool = aioredis.ConnectionPool.from_url(  # parses and checks the URL only
-            url,
-            socket_timeout=None,  # our own deadline covers every operation
-            socket_connect_timeout=self._timeout,
-            retry=Retry(NoBackoff(), 0),
-            health_check_interval=0,
-        )
+        try:
+            pool = aioredis.ConnectionPool.from_url(  # parses and checks the URL only
+                url,
+                socket_timeout=None,  # our own deadline covers every operation
+                socket_connect_timeout=self._timeout,
+                retry=Retry(NoBackoff(), 0),
+                health_check_interval=0,
+            )
+        except (ValueError, TypeError) as exc:  # redis-py's own checks of the URL
+            raise ConfigurationError(f"an unusable Redis URL {_shown(url)!r}: {exc}") from None
+        _check_target(url, pool.connection_kwargs)
         self._connection_class: type[AbstractConnection] = pool.connection_class
         self._connection_kwargs: dict[str, Any] = dict(pool.connection_kwargs)
         self.url = url
@@ -322,7 +376,10 @@ class RedisLocationStore:
                     await conn.connect()  # type: ignore[no-untyped-call]
                 except (RedisError, OSError) as exc:
                     pool.all.discard(conn)
-                    raise UnavailableError(f"cannot reach Redis at {self.url}: {exc}") from exc
+                    raise UnavailableError(
+                        f"cannot reach Redis at {self.url}: {exc}",
+                        reason=UnavailableReason.STORE_UNAVAILABLE,
+                    ) from exc
             return conn
         except BaseException:
             # Also a timeout or cancel while connecting: never leave a half-open
@@ -370,7 +427,10 @@ class RedisLocationStore:
                     reply = await conn.read_response()
                 except NoScriptError:
                     if attempt == 1:
-                        raise UnavailableError("Redis lost the store's script twice") from None
+                        raise UnavailableError(
+                            "Redis lost the store's script twice",
+                            reason=UnavailableReason.STORE_UNAVAILABLE,
+                        ) from None
                     if progress is not None:
                         progress.sent = False  # NOSCRIPT: it did not run
                     try:
@@ -378,7 +438,8 @@ class RedisLocationStore:
                         await conn.read_response()
                     except (RedisError, OSError) as exc:
                         raise UnavailableError(
-                            f"cannot load the store's script into Redis at {self.url}: {exc}"
+                            f"cannot load the store's script into Redis at {self.url}: {exc}",
+                            reason=UnavailableReason.STORE_UNAVAILABLE,
                         ) from exc
                     continue
                 except ResponseError as exc:
@@ -419,9 +480,14 @@ class RedisLocationStore:
                 self._script(pool, scripts.READ, _READ_SHA, (self._data + raw,), []), "read"
             )
         except _Lost as exc:
-            raise UnavailableError(f"lost the connection to Redis at {self.url}: {exc}") from None
+            raise UnavailableError(
+                f"lost the connection to Redis at {self.url}: {exc}",
+                reason=UnavailableReason.STORE_UNAVAILABLE,
+            ) from None
         except _Refused as exc:
-            raise UnavailableError(f"Redis refused the read: {exc}") from None
+            raise UnavailableError(
+                f"Redis refused the read: {exc}", reason=UnavailableReason.STORE_UNAVAILABLE
+            ) from None
         now = _now(reply[0], reply[1])
         if len(reply) == 2:
             return Missing(now)
@@ -532,13 +598,21 @@ class RedisLocationStore:
                 "scan",
             )
         except _Lost as exc:
-            raise UnavailableError(f"lost the connection to Redis at {self.url}: {exc}") from None
+            raise UnavailableError(
+                f"lost the connection to Redis at {self.url}: {exc}",
+                reason=UnavailableReason.STORE_UNAVAILABLE,
+            ) from None
         except _Refused as exc:
-            raise UnavailableError(f"Redis refused the scan: {exc}") from None
+            raise UnavailableError(
+                f"Redis refused the scan: {exc}", reason=UnavailableReason.STORE_UNAVAILABLE
+            ) from None
         now = _now(reply[0], reply[1])
         epoch = reply[2].decode()
         if reply[3] == -1:
-            raise ScanExpiredError("Redis lost the data this scan walked: restart the scan")
+            raise ScanExpiredError(
+                "Redis lost the data this scan walked: restart the scan",
+                reason=UnavailableReason.STORE_UNAVAILABLE,
+            )
         items = [
             (
                 reply[i].decode(),

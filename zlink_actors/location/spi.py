@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol, runtime_checkable
 
-from .._core.errors import DeadlineExceededError, UnavailableError
+from .._core.errors import DeadlineExceededError, UnavailableError, UnavailableReason
 
 __all__ = [
     "MAX_BATCH_BYTES",
@@ -76,7 +76,7 @@ class WriteOutcomeUnknownError(UnavailableError):
     """
 
     def __init__(self, message: str, versions: Mapping[str, str]) -> None:
-        super().__init__(message)
+        super().__init__(message, reason=UnavailableReason.STORE_UNAVAILABLE)
         self.versions: dict[str, str] = dict(versions)
 
 

@@ -34,14 +34,13 @@ from .config import (
     PeerState,
 )
 from .handshake import Handshake
-from .peers import LOCAL, Peer
+from .peers import LOCAL, Peer, unusable
 from .state import (
     _CHANNEL,
     _HANDSHAKE_BASE,
     _NODE,
     _refuse_cancel,
     _Route,
-    log,
 )
 
 __all__ = ["Calls"]
@@ -61,6 +60,28 @@ _READY: Final = PeerState.READY
 _WAIT_MAX: Final = threading.TIMEOUT_MAX
 #: Seconds between two looks at a result a late winner is storing (`request_sync`).
 _STORE_WAIT: Final = 0.001
+
+
+#: The lock the cells of parked one-ways share (`_ParkedSend`): held for a few
+#: instructions by whoever completes or waits for one, never while calling out.
+_PARKED_LOCK: Final = _thread.allocate_lock()
+
+
+class _ParkedSend(_Cell[None]):
+    """The cell of a one-way parked for credit, and the done-callback of its transport
+    `admitted` future: one small object per parked message (no lock of its own, no
+    closure), so 100,000 parked one-ways stay cheap (docs/mesh.md, "Backpressure")."""
+
+    __slots__ = ("_node", "_peer")
+
+    def __init__(self, node: Calls, peer: Peer) -> None:
+        super().__init__(_PARKED_LOCK)
+        self._node = node
+        self._peer = peer
+
+    def __call__(self, done: Future[None]) -> None:
+        """The message was admitted (None) or failed: the send ends so."""
+        self.try_set(None, self._node._submit_failure(done, self._peer))
 
 
 class Calls(Handshake):
@@ -99,9 +120,9 @@ class Calls(Handshake):
             if peer is None:
                 return failed(NotFoundError(f"no node {rid!r} in mesh {mesh!r}"))
             if peer.state is not _READY:
-                if peer.lost_at and peer.state is not PeerState.DRAINING:
-                    return failed(self._gone_error(peer))  # silent: paused, or lost
-                return failed(UnavailableError(f"node {rid!r} is {peer.state.value}"))
+                return failed(
+                    UnavailableError(f"node {rid!r} is {peer.state.value}", reason=unusable(peer))
+                )
             if not peer.has_node_handler:
                 return failed(NotFoundError(f"node {rid!r} has no node_handler"))
             route = peer.node_route  # made once per peer, as the channel routes above
@@ -177,30 +198,25 @@ class Calls(Handshake):
             return settled(None)
         admitted = result.admitted
         assert admitted is not None
-        cell: _Cell[None] = _Cell()
-        admitted.add_done_callback(
-            lambda done: cell.try_set(None, self._submit_failure(done, peer))
-        )
+        cell = _ParkedSend(self, peer)
+        admitted.add_done_callback(cell)
         # SC §5/§7: a waiting send has no timeout and refuses caller cancellation.
         return Completion(cell, _refuse_cancel)
 
     def _gone_error(self, peer: Peer) -> UnavailableError:
-        """The error of a call to a peer that is not connected: paused until it expires
-        (it may come back and resume), lost after; one never connected is connecting."""
-        if not peer.lost_at and not peer.expired:
+        """The error of a call to a peer that is not connected: why it was lost
+        (`PEER_PAUSED` when it went silent: it may come back and resume until
+        `peer_expiry`), `PEER_LOST` once it expired; one never connected is connecting."""
+        reason = unusable(peer)
+        if reason is UnavailableReason.CONNECTING:
+            return UnavailableError(f"node {peer.routing_id!r} is not connected yet", reason=reason)
+        if reason is UnavailableReason.PEER_PAUSED:
             return UnavailableError(
-                f"node {peer.routing_id!r} is not connected yet",
-                reason=UnavailableReason.CONNECTING,
+                f"node {peer.routing_id!r} is silent (paused or cut off; it may come back "
+                f"within peer_expiry, {self.config.peer_expiry:g} s)",
+                reason=reason,
             )
-        if peer.expired:
-            return UnavailableError(
-                f"node {peer.routing_id!r} is lost", reason=UnavailableReason.PEER_LOST
-            )
-        return UnavailableError(
-            f"node {peer.routing_id!r} is silent (paused or cut off; it may come back "
-            f"within peer_expiry, {self.config.peer_expiry:g} s)",
-            reason=UnavailableReason.PEER_PAUSED,
-        )
+        return UnavailableError(f"node {peer.routing_id!r} is lost", reason=reason)
 
     def request(
         self,
@@ -326,7 +342,10 @@ class Calls(Handshake):
                 self._calls[route_id] = out
         if not live:
             pending.finish(
-                route_id, exc=UnavailableError(f"node {peer.routing_id!r} is {peer.state.value}")
+                route_id,
+                exc=UnavailableError(
+                    f"node {peer.routing_id!r} is {peer.state.value}", reason=unusable(peer)
+                ),
             )
             return
         if route_id not in pending._entries:  # (not `in pending`: a Python call)
@@ -354,7 +373,12 @@ class Calls(Handshake):
         try:
             result = transport.submit_request(peer.conn, route_id, frames, refresh=out.refresh)
         except t.UnknownPeer:
-            pending.finish(route_id, exc=UnavailableError(f"node {peer.routing_id!r} is lost"))
+            pending.finish(
+                route_id,
+                exc=UnavailableError(
+                    f"node {peer.routing_id!r} is lost", reason=UnavailableReason.PEER_LOST
+                ),
+            )
             return
         except t.Closed:
             pending.finish(route_id, exc=shutting_down())
@@ -364,7 +388,9 @@ class Calls(Handshake):
             return
         if result.no_slot:
             full = f"all completion slots towards {peer.routing_id!r} are in use"
-            pending.finish(route_id, exc=UnavailableError(full))
+            pending.finish(
+                route_id, exc=UnavailableError(full, reason=UnavailableReason.QUEUE_FULL)
+            )
         elif result.admitted is not None:
             parked = result.admitted
 
@@ -416,7 +442,10 @@ class Calls(Handshake):
             return None
         if isinstance(exc, t.Closed):
             return shutting_down()
-        return UnavailableError(f"node {peer.routing_id!r} was lost while the call waited: {exc}")
+        return UnavailableError(
+            f"node {peer.routing_id!r} was lost while the call waited: {exc}",
+            reason=_lost_reason(exc),
+        )
 
     def _receive_reply(self, rec: t.Inbound) -> None:
         route = rec.route_id
@@ -433,7 +462,9 @@ class Calls(Handshake):
             with self._lock:
                 self.decode_errors += 1
                 call = self._calls.get(route)
-            log.warning("mesh %s: a bad reply from %r: %s", self.routing_id, rec.peer, bad)
+            self._warn_dropped(
+                "bad reply", rec.peer, str(bad), "mesh %s: a bad reply from %r: %s", rec.peer, bad
+            )
             if call is not None:
                 self.runtime.pending.finish(
                     route, exc=ProtocolError(f"an undecodable reply: {bad}")
@@ -450,16 +481,18 @@ class Calls(Handshake):
                 else:  # another node answering our request: not its to answer
                     self.decode_errors += 1
             if call is not None:
-                log.warning(
+                self._warn_dropped(
+                    "misrouted reply",
+                    rec.peer,
+                    None,
                     "mesh %s: a reply from %r to a request sent elsewhere",
-                    self.routing_id,
                     rec.peer,
                 )
             return
         value: object = None
         exc: BaseException | None = None
         if env.error_kind >= 0:
-            exc = Codec.decode_error(env.error_kind, env.error)
+            exc = Codec.decode_error(env.error_kind, env.error, env.reason)
             if call.cache_key is not None and isinstance(exc, UnavailableError):
                 self._routes.pop(call.cache_key, None)  # a stale owner: resolve again next call
         else:
@@ -585,3 +618,10 @@ class _Outgoing(CellEntry):
         fields, due, metadata, type_name, intent, data = self.resend
         budget = max(due - self.node.runtime.timers._now(), 1e-6)
         return [wire.encode_request(fields, budget, metadata, type_name, intent), data]
+
+
+def _lost_reason(exc: BaseException) -> UnavailableReason:
+    """PEER_PAUSED for a transport `PeerLost` of a peer that went silent, else PEER_LOST."""
+    if isinstance(exc, t.PeerLost) and exc.silent:
+        return UnavailableReason.PEER_PAUSED
+    return UnavailableReason.PEER_LOST

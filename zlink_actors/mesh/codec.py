@@ -29,6 +29,8 @@ from .._core.errors import (
     ConfigurationError,
     ErrorKind,
     ProtocolError,
+    UnavailableError,
+    UnavailableReason,
     ZlinkError,
     error_for_kind,
 )
@@ -95,8 +97,9 @@ class Envelope(msgspec.Struct, array_like=True, frozen=True):
 
     Checked when made and when decoded: `command` one of `COMMANDS`, `op` empty or 16
     bytes, `route` in 0..2**64-1, `target_kind` one of `TARGET_KINDS`, `deadline` in
-    0..`threading.TIMEOUT_MAX` (NaN refused), `error_kind` -1 or more. Trailing array
-    elements a newer peer may add are ignored.
+    0..`threading.TIMEOUT_MAX` (NaN refused), `error_kind` -1 or more; `reason` is any
+    str (one this version does not know reads as `UNSPECIFIED`, never an error). Trailing
+    array elements a newer peer may add are ignored.
     """
 
     command: int
@@ -113,6 +116,9 @@ class Envelope(msgspec.Struct, array_like=True, frozen=True):
     #: Instance intent of a Spot message (None: none; "": the receiver's only
     #: InstanceSpot type; else that type's name).
     intent: str | None = None
+    #: Replies of kind UNAVAILABLE: the `UnavailableReason` value ("" = none given; an
+    #: older peer's shorter array leaves it so).
+    reason: str = ""
 
     def __post_init__(self) -> None:
         # On decode msgspec has checked the types and turns these into ValidationError.
@@ -147,6 +153,7 @@ def encode_fields(
     error_kind: int = _NO_ERROR,
     error: str = "",
     intent: str | None = None,
+    reason: str = "",
 ) -> bytes:
     """The bytes `encode_envelope(Envelope(...))` gives for these fields (an array-like
     Struct is a MessagePack array), without making and checking an `Envelope`: for the
@@ -157,7 +164,7 @@ def encode_fields(
     """
     fields = (command, op, route, target_kind, target, mesh, deadline, metadata, type_name)
     try:
-        return _ENCODER.encode((*fields, error_kind, error, intent))
+        return _ENCODER.encode((*fields, error_kind, error, intent, reason))
     except Exception as exc:  # TypeError, OverflowError, RecursionError from msgspec
         raise ProtocolError(f"the envelope cannot be encoded: {_why(exc)}") from None
 
@@ -254,8 +261,9 @@ class TypeRegistry:
             ConfigurationError: `cls` is not a class; its `type_name` is the empty str;
                 another class already has its type name; or msgspec cannot encode and
                 decode it (a class that is not a Struct, dataclass, enum of int or str
-                values, NamedTuple or builtin, or one with a field of such a class); a
-                TypedDict (its values are plain dicts, so they never carry its name).
+                values, NamedTuple or builtin, or one with a field of such a class; a
+                field typed `object` is fine: msgspec carries it as `Any`); a TypedDict
+                (its values are plain dicts, so they never carry its name).
         """
         if not isinstance(cls, type):
             raise ConfigurationError(f"a payload type must be a class, got {cls!r}")
@@ -305,7 +313,8 @@ def _check_msgspec(cls: type) -> None:
         info = mi.type_info(cls)
     except Exception as exc:  # TypeError; NameError for an annotation that does not resolve
         raise ConfigurationError(f"{_where(cls)} cannot cross the wire: {_why(exc)}") from None
-    custom = next(_custom_types(info, set()), None)
+    # `object` as a payload type of its own says nothing a receiver could decode into
+    custom = cls if cls is object else next(_custom_types(info, set()), None)
     if custom is not None:
         what = "it is" if custom is cls else f"it holds {custom.__qualname__}, which is"
         raise ConfigurationError(
@@ -315,9 +324,13 @@ def _check_msgspec(cls: type) -> None:
 
 
 def _custom_types(info: object, seen: set[int]) -> Iterator[type]:
-    """The classes msgspec would need hooks for, anywhere inside `info` (a type_info)."""
+    """The classes msgspec would need hooks for, anywhere inside `info` (a type_info).
+
+    `object` is not one: msgspec encodes and decodes a field typed `object` as it does
+    `Any` (a value it cannot encode fails that one call, with `ProtocolError`)."""
     if isinstance(info, mi.CustomType):
-        yield info.cls
+        if info.cls is not object:
+            yield info.cls
         return
     if not isinstance(info, mi.Type) or id(info) in seen:  # a recursive Struct: seen
         return
@@ -523,15 +536,28 @@ class Codec:
         return int(ErrorKind.INTERNAL_FAILURE), f"{type(exc).__qualname__}: {exc}"
 
     @staticmethod
-    def decode_error(kind: int, message: str) -> ZlinkError:
+    def encode_reason(exc: BaseException) -> str:
+        """The `Envelope.reason` a failure crosses with: an `UnavailableError`'s reason
+        value, "" for any other error or an unspecified reason."""
+        if isinstance(exc, UnavailableError) and exc.reason is not _UNSPECIFIED:
+            return cast(str, exc.reason.value)
+        return ""
+
+    @staticmethod
+    def decode_error(kind: int, message: str, reason: str = "") -> ZlinkError:
         """The `ZlinkError` subclass of `kind` with `message` as is; an unknown kind (or
-        a kind or message of the wrong type) is a `ProtocolError` saying so."""
+        a kind or message of the wrong type) is a `ProtocolError` saying so. An
+        `UnavailableError` gets the `UnavailableReason` whose value is `reason`;
+        `UNSPECIFIED` when `reason` is "", unknown or not a str (never an error)."""
         if type(kind) is not int and type(kind) is not ErrorKind:
             return ProtocolError(f"the error kind is a {type(kind).__name__}, not an int")
         if not isinstance(cast(object, message), str):  # it came off a wire
             return ProtocolError(f"the error message is a {type(message).__name__}, not a str")
         if kind not in _KINDS:
             return ProtocolError(f"unknown error kind {kind}: {message}")
+        if kind == _UNAVAILABLE:
+            found = _REASONS.get(reason) if type(reason) is str else None
+            return UnavailableError(message, reason=found or _UNSPECIFIED)
         return error_for_kind(ErrorKind(kind), message)
 
     def roundtrip(self, value: object, into: object = None) -> object:
@@ -547,6 +573,10 @@ class Codec:
 
 
 _KINDS: Final = frozenset(int(kind) for kind in ErrorKind)
+_UNAVAILABLE: Final = int(ErrorKind.UNAVAILABLE)
+_UNSPECIFIED: Final = UnavailableReason.UNSPECIFIED
+#: Every reason by its wire value ("" and an unknown value are not in it).
+_REASONS: Final = {reason.value: reason for reason in UnavailableReason}
 
 
 def _is_subclass(cls: type, base: type) -> bool:

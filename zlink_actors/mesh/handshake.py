@@ -12,9 +12,12 @@ import transports as t
 
 from .._core.completion import Completion, CompletionSource
 from .._core.errors import (
+    AlreadyExistsError,
     InvalidOperationError,
     ProtocolError,
     UnavailableError,
+    UnavailableReason,
+    ZlinkError,
     shutting_down,
 )
 from .._core.state import HostState
@@ -34,8 +37,12 @@ from .state import (
     _decode_hello,
     _Dial,
     _Hello,
+    connection_name,
     log,
 )
+
+#: Duplicate refusals remembered for logging them once (cleared when full).
+_DUPLICATES_KEPT = 1024
 
 __all__ = ["Handshake"]
 
@@ -86,7 +93,12 @@ class Handshake(NodeState):
                 self._dials.pop(alias, None)
             log.warning("mesh %s: cannot dial %s: %s", self.routing_id, endpoint, exc)
             if source is not None:
-                source.set_exception(UnavailableError(f"cannot connect to {endpoint}: {exc}"))
+                source.set_exception(
+                    UnavailableError(
+                        f"cannot connect to {endpoint}: {exc}",
+                        reason=UnavailableReason.UNREACHABLE,
+                    )
+                )
 
     def connect_peer(self, endpoint: str) -> Completion[PeerInfo]:
         parse_endpoint(endpoint, allow_any_port=False)
@@ -108,7 +120,7 @@ class Handshake(NodeState):
             if dial is not None:
                 self._send_hello(event.peer, dial)
         elif event.kind is t.PeerEventKind.LOST:
-            self._conn_lost(event.peer, event.reason)
+            self._conn_lost(event.peer, event.reason, event.silent)
 
     def _send_hello(self, alias: bytes, dial: _Dial) -> None:
         transport = self._transport
@@ -121,12 +133,19 @@ class Handshake(NodeState):
         except t.TransportError as exc:
             self._dial_failed(alias, f"the handshake could not be sent: {exc}")
 
-    def _dial_failed(self, alias: bytes, why: str) -> None:
+    def _dial_failed(self, alias: bytes, why: str, refused: ZlinkError | None = None) -> None:
+        """Our dial `alias` ends without a peer: its `connect_peer` calls fail with
+        `refused` when it is an `AlreadyExistsError` (the peer, or this node, already
+        knows a live node of that routing id), else with `UnavailableError`."""
         with self._lock:
             dial = self._dials.pop(alias, None)
         if dial is None:
             return
-        log.warning("mesh %s: connection to %s failed: %s", self.routing_id, dial.endpoint, why)
+        duplicate = isinstance(refused, AlreadyExistsError)
+        level = logging.WARNING
+        if duplicate and not self._refused_once(("", dial.endpoint)):
+            level = logging.DEBUG
+        log.log(level, "mesh %s: connection to %s failed: %s", self.routing_id, dial.endpoint, why)
         for record in dial.early:
             self._bad(record, f"the connection's handshake failed: {why}")
         transport = self._transport
@@ -134,19 +153,63 @@ class Handshake(NodeState):
             with contextlib.suppress(t.TransportError):
                 transport.disconnect(alias)
         for source in dial.sources:
-            source.set_exception(UnavailableError(f"cannot join {dial.endpoint}: {why}"))
+            if duplicate:
+                source.set_exception(AlreadyExistsError(f"cannot join {dial.endpoint}: {why}"))
+            else:
+                source.set_exception(
+                    UnavailableError(
+                        f"cannot join {dial.endpoint}: {why}",
+                        reason=UnavailableReason.UNREACHABLE,
+                    )
+                )
 
-    def _check_hello(self, env: Envelope, hello: _Hello) -> str | None:
-        """Why a peer's hello is refused, or None."""
+    def _check_hello(self, env: Envelope, hello: _Hello) -> ZlinkError | None:
+        """Why a peer's hello (or admit) is refused, or None.
+
+        One routing id, one live node: a lifecycle (routing id and generation) other
+        than the one READY or DRAINING here under that id is refused with
+        `AlreadyExistsError`, whichever is newer, so the node already serving keeps
+        serving. A lost (or never reached) one is replaced: a restart.
+        """
         if env.mesh != self.config.name:
-            return f"mesh name {env.mesh!r} is not {self.config.name!r}"
-        if hello.routing_id == self.routing_id:
-            return f"duplicate routing id {hello.routing_id!r} (it is this node's own)"
+            return UnavailableError(
+                f"mesh name {env.mesh!r} is not {self.config.name!r}",
+                reason=UnavailableReason.UNREACHABLE,
+            )
+        rid = hello.routing_id
+        if rid == self.routing_id:
+            if hello.generation == self.generation:
+                return UnavailableError(
+                    f"routing id {rid!r} is this node itself", reason=UnavailableReason.UNREACHABLE
+                )
+            return AlreadyExistsError(
+                f"duplicate routing id {rid!r}: a live node of mesh {self.config.name!r} "
+                f"holds it (the node at {self._info.endpoint if self._info else '?'})"
+            )
         with self._lock:
-            old = self._peers.by_rid.get(hello.routing_id)
-        if old is not None and old.generation > hello.generation:
-            return f"duplicate routing id {hello.routing_id!r} (a newer node holds it)"
+            old = self._peers.by_rid.get(rid)
+        if (
+            old is not None
+            and old.generation != hello.generation
+            and old.state in (PeerState.READY, PeerState.DRAINING)
+        ):
+            return AlreadyExistsError(
+                f"duplicate routing id {rid!r}: a live node of mesh {self.config.name!r} "
+                f"holds it (the node at {old.endpoint})"
+            )
         return None
+
+    def _refused_once(self, key: tuple[str, object]) -> bool:
+        """True the first time `key` (a routing id and a lifecycle or an endpoint) is
+        refused as a duplicate: that refusal is logged as a warning, repeats only at
+        debug level (a `peers=` keeper redials a refused endpoint with its back-off)."""
+        with self._lock:
+            if key in self._duplicates:
+                return False
+            if len(self._duplicates) >= _DUPLICATES_KEPT:
+                self._duplicates.clear()
+            self._duplicates.add(key)
+            return True
 
     def _admit(self, conn: bytes, hello: _Hello) -> Peer:
         """Enter the peer (or another connection of it) as READY; a higher generation
@@ -197,10 +260,13 @@ class Handshake(NodeState):
             self._peers.add(peer)
             self._changed.notify_all()
         if replaced is not None:
-            self._fail_inflight(replaced, "restarted (a higher lifecycle generation)")
+            self._fail_inflight(
+                replaced, "restarted (another lifecycle generation)", UnavailableReason.PEER_LOST
+            )
             if replaced.generation != hello.generation:
                 self._expire(replaced, "restarted (a new lifecycle)")  # if it was not yet
         log.info("mesh %s: peer %s READY (%s)", self.routing_id, peer.routing_id, peer.endpoint)
+        self._wake_peer_waiters()
         return peer
 
     def _resume(self, peer: Peer, conn: bytes, hello: _Hello) -> bool:
@@ -220,6 +286,7 @@ class Handshake(NodeState):
                 peer.state = PeerState.READY
                 self._update_locked(peer, hello)
                 self._changed.notify_all()
+            self._wake_peer_waiters()
             kept = [
                 entry
                 for entry in peer.unacked
@@ -242,7 +309,7 @@ class Handshake(NodeState):
         )
         return True
 
-    def _conn_lost(self, conn: bytes, reason: str) -> None:
+    def _conn_lost(self, conn: bytes, reason: str, silent: bool = False) -> None:
         with self._lock:
             dial = self._dials.get(conn)
             peer = self._peers.by_conn.pop(conn, None)
@@ -253,6 +320,9 @@ class Handshake(NodeState):
                 peer.conns.discard(conn)
                 if primary:
                     self._peers.mark_lost(peer)
+                    peer.lost_reason = (
+                        UnavailableReason.PEER_PAUSED if silent else UnavailableReason.PEER_LOST
+                    )
                     others = self._peers.drop_conns(peer)
                 self._changed.notify_all()
         if dial is not None:
@@ -260,26 +330,39 @@ class Handshake(NodeState):
         if peer is None or not primary:
             return
         level = logging.INFO if self._closed or was_lost else logging.WARNING
-        log.log(level, "mesh %s: peer %s LOST: %s", self.routing_id, peer.routing_id, reason)
+        log.log(
+            level,
+            "mesh %s: peer %s LOST (%s): %s",
+            self.routing_id,
+            peer.routing_id,
+            peer.lost_reason.value,
+            reason,
+        )
         transport = self._transport
         for other in others:
             if transport is not None:
                 with contextlib.suppress(t.TransportError):
                     transport.disconnect(other)
-        self._fail_inflight(peer, f"lost: {reason}")
+        self._fail_inflight(peer, f"lost: {reason}", peer.lost_reason)
+        self._wake_peer_waiters()
 
     def _receive_hello(self, rec: t.Inbound, env: Envelope) -> None:
         self._release(rec)
         try:
             hello = _decode_hello(rec.frames[1])
         except (msgspec.DecodeError, IndexError) as exc:
-            self._bad_hello(rec, f"an undecodable hello: {exc}")
+            self._bad_hello(rec, None, ProtocolError(f"an undecodable hello: {exc}"))
             return
-        why = self._check_hello(env, hello)
-        if why is None and hello.routing_id.encode() != rec.peer:
-            why = "the routing id in the hello is not the connection's"
-        if why is not None:
-            self._bad_hello(rec, why)
+        refused = self._check_hello(env, hello)
+        # The connection is named by the lifecycle (`connection_name`); a node of an
+        # older version names it by its routing id alone.
+        if refused is None and rec.peer not in (
+            connection_name(hello.routing_id, hello.generation),
+            hello.routing_id.encode(),
+        ):
+            refused = ProtocolError("the routing id in the hello is not the connection's")
+        if refused is not None:
+            self._bad_hello(rec, hello, refused)
             return
         self._admit(rec.peer, hello)
         self._reply_frames(
@@ -291,11 +374,34 @@ class Handshake(NodeState):
             ],
         )
 
-    def _bad_hello(self, rec: t.Inbound, why: str) -> None:
-        with self._lock:
-            self.decode_errors += 1
-        log.warning("mesh %s: refused a handshake from %r: %s", self.routing_id, rec.peer, why)
-        env = Envelope(wire.REJECT, mesh=self.config.name, error=why)
+    def _bad_hello(self, rec: t.Inbound, hello: _Hello | None, refused: ZlinkError) -> None:
+        """Answer REJECT, with the refusal's kind (a duplicate is `AlreadyExistsError`
+        at the dialling node)."""
+        if isinstance(refused, AlreadyExistsError):
+            assert hello is not None
+            level = logging.WARNING
+            if not self._refused_once((hello.routing_id, hello.generation)):
+                level = logging.DEBUG
+            log.log(
+                level,
+                "mesh %s: refused a handshake from %r: %s",
+                self.routing_id,
+                rec.peer,
+                refused,
+            )
+        else:
+            with self._lock:
+                self.decode_errors += 1
+            self._warn_dropped(
+                "refused handshake",
+                rec.peer,
+                str(refused),
+                "mesh %s: refused a handshake from %r: %s",
+                rec.peer,
+                refused,
+            )
+        kind, message = self.codec.encode_error(refused)
+        env = Envelope(wire.REJECT, mesh=self.config.name, error_kind=kind, error=message)
         self._reply_frames(rec.peer, rec.route_id, [wire.encode_envelope(env)])
 
     def _receive_update(self, peer: Peer, rec: t.Inbound) -> None:
@@ -304,7 +410,14 @@ class Handshake(NodeState):
         except (msgspec.DecodeError, IndexError) as exc:
             with self._lock:
                 self.decode_errors += 1
-            log.warning("mesh %s: a bad update from %s: %s", self.routing_id, peer.routing_id, exc)
+            self._warn_dropped(
+                "bad update",
+                peer.routing_id,
+                str(exc),
+                "mesh %s: a bad update from %s: %s",
+                peer.routing_id,
+                exc,
+            )
             return
         with self._lock:
             self._update_locked(peer, hello)
@@ -356,16 +469,21 @@ class Handshake(NodeState):
         if dial is None or dial.route != rec.route_id:
             return
         if env.command != wire.ADMIT:
-            self._dial_failed(rec.peer, f"rejected: {env.error}")
+            refused = (
+                self.codec.decode_error(env.error_kind, env.error)
+                if env.error_kind >= 0
+                else None  # an older peer: the text only
+            )
+            self._dial_failed(rec.peer, f"rejected: {env.error}", refused)
             return
         try:
             hello = _decode_hello(rec.frames[1])
         except (msgspec.DecodeError, IndexError) as exc:
             self._dial_failed(rec.peer, f"an undecodable admit: {exc}")
             return
-        why = self._check_hello(env, hello)
-        if why is not None:
-            self._dial_failed(rec.peer, why)
+        refused = self._check_hello(env, hello)
+        if refused is not None:
+            self._dial_failed(rec.peer, str(refused), refused)
             return
         peer = self._admit(rec.peer, hello)
         with self._lock:

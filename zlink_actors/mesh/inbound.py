@@ -21,6 +21,7 @@ from .._core.errors import (
     ProtocolError,
     ShuttingDownError,
     UnavailableError,
+    UnavailableReason,
     ZlinkError,
 )
 from .._engine.objects import ObjectKind
@@ -116,9 +117,10 @@ class Inbound(Calls):
                     dial.early.append(rec)
                     return
                 # Read late from the connection of a peer found silent (a connection
-                # it dialled is named by its routing id): it resends what we did not
-                # acknowledge when it comes back, so this is dropped quietly.
-                late = self._peers.by_rid.get(rec.peer.decode("utf-8", "replace"))
+                # it dialled is named `routing_id@generation`): it resends what we did
+                # not acknowledge when it comes back, so this is dropped quietly.
+                rid = rec.peer.rpartition(b"@")[0] or rec.peer
+                late = self._peers.by_rid.get(rid.decode("utf-8", "replace"))
                 if late is not None and late.state is not PeerState.READY:
                     self.late_records += 1
                     quiet = True
@@ -261,9 +263,11 @@ class Inbound(Calls):
             if not isinstance(exc, ShuttingDownError):
                 with self._lock:
                     self.dropped_messages += 1
-                log.warning(
+                self._warn_dropped(
+                    "no handler",
+                    peer.routing_id,
+                    str(exc),
                     "mesh %s: a message from %s reached no handler: %s",
-                    self.routing_id,
                     peer.routing_id,
                     exc,
                 )
@@ -274,7 +278,14 @@ class Inbound(Calls):
                 self.decode_errors += 1
             else:
                 self.dropped_messages += 1
-        log.warning("mesh %s: dropped a message from %s: %s", self.routing_id, peer.routing_id, why)
+        self._warn_dropped(
+            "dropped message",
+            peer.routing_id,
+            why,
+            "mesh %s: dropped a message from %s: %s",
+            peer.routing_id,
+            why,
+        )
         self._release(rec)
 
     def _receive_request(self, rec: t.Inbound, env: Envelope, peer: Peer) -> None:
@@ -304,8 +315,13 @@ class Inbound(Calls):
             if isinstance(exc, ProtocolError):
                 with self._lock:
                     self.decode_errors += 1
-                log.warning(
-                    "mesh %s: a bad request from %s: %s", self.routing_id, peer.routing_id, exc
+                self._warn_dropped(
+                    "bad request",
+                    peer.routing_id,
+                    str(exc),
+                    "mesh %s: a bad request from %s: %s",
+                    peer.routing_id,
+                    exc,
                 )
             self._reply_error(rec.peer, route, exc)
             return
@@ -371,7 +387,10 @@ class Inbound(Calls):
         route = key[1]
         if exc is not None:
             if never_ran and isinstance(exc, CapacityExceededError):
-                exc = UnavailableError(f"the target's queue on node {self.routing_id!r} is full")
+                exc = UnavailableError(
+                    f"the target's queue on node {self.routing_id!r} is full",
+                    reason=UnavailableReason.QUEUE_FULL,
+                )
             self._reply_error(conn, route, exc)
             return
         self._reply_value(conn, route, value)

@@ -23,6 +23,7 @@ from .._core.errors import (
     DeadlineExceededError,
     NotFoundError,
     UnavailableError,
+    UnavailableReason,
     shutting_down,
 )
 from ..location.nodes import (
@@ -52,14 +53,24 @@ from .state import (
     _REDIAL_MAX,
     _WITHDRAW_WAIT,
     MeshStatistics,
+    connection_name,
     log,
 )
 
 __all__ = ["MeshNode", "MeshStatistics"]
 
+#: Seconds between looks at readiness besides the peer table's wakes (`wait_ready`).
+_READY_POLL = 0.05
+
 
 class MeshNode(GlobalObjects):
     """One Host's node of a RouteMesh; built by `Host(mesh=...)`."""
+
+    #: The nodes the store listed at discovery's last read (routing id -> endpoint; not
+    #: this one); None before a first read succeeded.
+    _listed: dict[str, str] | None = None
+    #: The last error of discovery's store work ("" once it succeeded again).
+    _store_error = ""
 
     def start(self) -> None:
         """Bind the two endpoints, then dial `peers=` and start discovery. Runs before
@@ -77,7 +88,7 @@ class MeshNode(GlobalObjects):
         # made first (`handoff`; the package's own logger has the filter already).
         handoff.flush_before_logging("zlink_actors.mesh", "transports")
         self._transport = t.Transport(
-            self.routing_id.encode(),
+            connection_name(self.routing_id, self.generation),
             self._on_receive,
             on_event=self._on_event,
             config=transport_config,
@@ -118,7 +129,9 @@ class MeshNode(GlobalObjects):
                 return transport.bind(app, completion_endpoint(app)).application
             except Exception as exc:  # taken meanwhile: another pair
                 last = exc
-        raise UnavailableError(f"no free pair of ports on {host}: {last}")
+        raise UnavailableError(
+            f"no free pair of ports on {host}: {last}", reason=UnavailableReason.UNREACHABLE
+        )
 
     def serve(self) -> None:
         """The runtime serves: dial `peers=`, keep them dialled, start discovery."""
@@ -217,6 +230,7 @@ class MeshNode(GlobalObjects):
             self._ack(peer)  # what reached us: before BYE, on the same connection
             self._notify_quietly(peer.conn, wire.encode_fields(wire.BYE), b"")
         transport.close()
+        self._bad_log.flush()  # what the last second of dropped records held back
         with self._lock:
             calls = list(self._calls)
             self._changed.notify_all()
@@ -245,6 +259,54 @@ class MeshNode(GlobalObjects):
                         f"{len(ready)} of {count} peers READY after {timeout:g} s"
                     )
                 self._changed.wait(left)
+
+    def wait_ready(self, timeout: float) -> None:
+        """Block until `missing()` is empty (docs/mesh.md "Readiness"); at most `timeout`
+        seconds, then `DeadlineExceededError` naming what is still missing."""
+        end = time.monotonic() + timeout
+        while True:
+            missing = self.missing()
+            if not missing:
+                return
+            with self._lock:
+                if self._closed or self._draining:
+                    raise shutting_down()
+                left = end - time.monotonic()
+                if left <= 0:
+                    break
+                # Peers wake us; the lease and the store's node list change elsewhere.
+                self._changed.wait(min(left, _READY_POLL))
+        raise DeadlineExceededError(
+            f"node {self.routing_id!r} is not ready after {timeout:g} s: " + "; ".join(missing)
+        )
+
+    def missing(self) -> list[str]:
+        """What keeps this node from being ready, one phrase each (empty: ready): its
+        owner lease not admitting; the store's node list not read yet, or a node it
+        lists that is not READY (or DRAINING) here; a `peers=` endpoint with no live
+        peer."""
+        missing: list[str] = []
+        if self.location is not None:
+            if self.runtime.fenced:
+                why = f" (the Location Store: {self._store_error})" if self._store_error else ""
+                missing.append(f"its owner lease is not admitting{why}")
+            if self._listed is None:
+                told = self.runtime.fenced  # the store's error is named once
+                why = f": {self._store_error}" if self._store_error and not told else ""
+                missing.append(f"the Location Store's node list was not read yet{why}")
+        with self._lock:
+            for rid, endpoint in sorted((self._listed or {}).items()):
+                peer = self._peers.by_rid.get(rid)
+                if peer is None or peer.state not in (PeerState.READY, PeerState.DRAINING):
+                    state = "unknown" if peer is None else peer.state.value
+                    missing.append(f"node {rid!r} at {endpoint} is {state}")
+            for endpoint in self.config.peers:
+                dialled = self._dialled.get(endpoint)
+                if (dialled is None or dialled.state is PeerState.LOST) and self._peers.by_endpoint(
+                    endpoint
+                ) is None:
+                    missing.append(f"peers= endpoint {endpoint} has no READY peer")
+        return missing
 
     def set_channel_weight(self, channel: str, weight: int) -> None:
         with self._lock:
@@ -282,6 +344,7 @@ class MeshNode(GlobalObjects):
                 route_cache_hits=self.route_cache_hits,
                 route_cache_misses=self.route_cache_misses,
                 route_cache_size=len(self._routes),
+                unavailable=dict(self.unavailable),
                 dropped_after_admission=self.dropped_after_admission,
                 dropped_by_peer=dict(self._dropped_by_rid),
                 duplicate_messages=self.duplicate_messages,
@@ -357,7 +420,9 @@ class MeshNode(GlobalObjects):
                 # Off the loop: a dial waits for the transport's I/O thread, and this loop
                 # also runs the store's and the HTTP clients' work.
                 await asyncio.to_thread(self._discover_all, nodes, now)
+                self._store_error = ""
             except Exception as exc:  # the store is down: keep serving, try again
+                self._store_error = f"{type(exc).__name__}: {exc}"
                 log.warning("mesh %s: discovery: %s", self.routing_id, exc)
             await self._pause(_POLL, self._stopping)
         with contextlib.suppress(Exception):
@@ -368,6 +433,13 @@ class MeshNode(GlobalObjects):
     def _discover_all(self, nodes: list[NodeDescriptor], now: float) -> None:
         for node in nodes:
             self._discovered(node, now)
+        self._listed = {  # what `missing()` waits for: the store's live nodes but this one
+            node.routing_id: node.endpoints[0]
+            for node in nodes
+            if node.routing_id != self.routing_id
+            and node.endpoints
+            and node.state is NodeDescriptorState.READY
+        }
         self._forget_connecting({node.routing_id for node in nodes})
 
     def _forget_connecting(self, listed: set[str]) -> None:
@@ -430,7 +502,10 @@ def _bind_pair(transport: t.Transport, application: str) -> str:
     try:
         return transport.bind(application, completion).application
     except zmq.ZMQError as exc:
-        raise UnavailableError(f"cannot listen on {application} and {completion}: {exc}") from None
+        raise UnavailableError(
+            f"cannot listen on {application} and {completion}: {exc}",
+            reason=UnavailableReason.UNREACHABLE,
+        ) from None
 
 
 def _free_port_pair(host: str) -> int:
@@ -447,4 +522,4 @@ def _free_port_pair(host: str) -> int:
                 except OSError:
                     continue
             return int(port)
-    raise UnavailableError(f"no free pair of ports on {host}")
+    raise UnavailableError(f"no free pair of ports on {host}", reason=UnavailableReason.UNREACHABLE)

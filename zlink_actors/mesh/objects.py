@@ -28,6 +28,7 @@ from .._core.errors import (
     NotFoundError,
     ProtocolError,
     UnavailableError,
+    UnavailableReason,
     ZlinkError,
 )
 from .._engine.objects import (
@@ -60,7 +61,7 @@ from .operations import (
 )
 from .ownership import Ownership
 from .peers import Peer, Role
-from .state import _refuse_cancel, _Route, log
+from .state import _refuse_cancel, _Route
 
 __all__ = ["GlobalObjects"]
 
@@ -153,8 +154,13 @@ class GlobalObjects(Ownership):
                 ):
                     await authority.take_over_stale(record)
                     continue
-                # Ready or being activated there: the message goes there, with its intent.
-                peer = self._ready_peer(owner)
+                # Ready or being activated there: the message goes there, with its intent
+                # (once its connection is up, as for every call: `_connected_peer`).
+                peer = await self._connected_peer(
+                    owner,
+                    self.runtime.default_request_timeout,
+                    f"the owner {owner!r} of {spot_id!r}",
+                )
                 if record.state is AuthorityState.READY:
                     self._remember_record(record)
                 return await self._send_with_intent(peer, msg)
@@ -173,7 +179,10 @@ class GlobalObjects(Ownership):
             if placed is None:
                 raise NotFoundError(f"no READY node of the mesh registers {msg.type_name}")
             return await self._send_with_intent(placed, msg)
-        raise UnavailableError(f"Spot {spot_id!r}: the record kept changing; try again")
+        raise UnavailableError(
+            f"Spot {spot_id!r}: the record kept changing; try again",
+            reason=UnavailableReason.CONTENDED,
+        )
 
     def _instance_type(self, type_name: str | None) -> type | None:
         """This node's InstanceSpot type of that name (None: any one of this node's, if
@@ -378,7 +387,14 @@ class GlobalObjects(Ownership):
         except (ProtocolError, TypeError, ValueError) as exc:
             with self._lock:
                 self.decode_errors += 1
-            log.warning("mesh %s: a bad publish: %s", self.routing_id, exc)
+            self._warn_dropped(
+                "bad publish",
+                rec.peer,
+                str(exc),
+                "mesh %s: a bad publish from %r: %s",
+                rec.peer,
+                exc,
+            )
             self._release(rec)
             return
         if self.runtime.fenced:

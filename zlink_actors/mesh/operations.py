@@ -27,6 +27,7 @@ from .._core.errors import (
     ProtocolError,
     TypeMismatchError,
     UnavailableError,
+    UnavailableReason,
     ZlinkError,
     internal_failure,
     shutting_down,
@@ -275,5 +276,5 @@ def _existing(
     if act.type.name != type_name:
         raise _mismatch(kind, obj_id, act.type.name, type_name)
     if act.closing is not None:
-        raise UnavailableError(f"{kind} {obj_id!r} is closing")
+        raise UnavailableError(f"{kind} {obj_id!r} is closing", reason=UnavailableReason.CLOSED)
     return Existing(act.ref())

@@ -35,6 +35,7 @@ from .._core.errors import (
     InvalidOperationError,
     NotFoundError,
     UnavailableError,
+    UnavailableReason,
     shutting_down,
 )
 from .._engine.objects import (
@@ -70,7 +71,7 @@ from .operations import (
     _Spec,
     _wait,
 )
-from .peers import Peer
+from .peers import Peer, unusable
 from .routing import Routing
 from .state import _POLL, log
 
@@ -239,7 +240,8 @@ class Ownership(Routing):
                     if not await self._owner_alive(record.owner):
                         raise UnavailableError(
                             f"the owner {owner!r} of {kind} {obj_id!r} is gone; "
-                            f"close({obj_id!r}) removes its record once its lease expired"
+                            f"close({obj_id!r}) removes its record once its lease expired",
+                            reason=self._gone(record.owner),
                         )
                     return Existing(_ref(record))
                 if not await self._lease_live(record.owner):
@@ -250,7 +252,10 @@ class Ownership(Routing):
                 # The creator joins us to its attempt: one result for every caller (also
                 # when another node placed the call here meanwhile: the record names one
                 # creator, so this goes one hop further at most).
-                return await self._forward_create(self._ready_peer(owner), spec, request, due)
+                creator = await self._connected_peer(
+                    owner, self._left(due), f"the node {owner!r} creating {kind} {obj_id!r}"
+                )
+                return await self._forward_create(creator, spec, request, due)
             if info is not None and (forwarded or self.config.placement_weight > 0):
                 result = await self._attempt(spec, info, request)
                 if result is _RETRY:
@@ -266,7 +271,10 @@ class Ownership(Routing):
                     f"{type_name} with a placement weight above 0"
                 )
             return await self._forward_create(placed, spec, request, due)
-        raise UnavailableError(f"{kind} {obj_id!r}: the record kept changing; try again")
+        raise UnavailableError(
+            f"{kind} {obj_id!r}: the record kept changing; try again",
+            reason=UnavailableReason.CONTENDED,
+        )
 
     async def _own_leftover(self, key: tuple[ObjectKind, str], record: AuthorityRecord) -> None:
         """A record naming this node that no attempt here is making: its object is
@@ -280,7 +288,9 @@ class Ownership(Routing):
             return
         held = self._held(*key)
         if owned or (held is not None and held.generation == record.generation):
-            raise UnavailableError(f"{key[0]} {key[1]!r} is closing")
+            raise UnavailableError(
+                f"{key[0]} {key[1]!r} is closing", reason=UnavailableReason.CLOSED
+            )
         assert self.authority is not None
         if record.state is AuthorityState.RESERVED:
             await _quietly(self.authority.abort(record))
@@ -301,7 +311,10 @@ class Ownership(Routing):
         held = self._held(kind, obj_id)
         if held is not None and key in self._owned:
             if self.runtime.fenced:
-                raise UnavailableError(f"{kind} {obj_id!r}: this node's owner lease lapsed")
+                raise UnavailableError(
+                    f"{kind} {obj_id!r}: this node's owner lease lapsed",
+                    reason=UnavailableReason.FENCED,
+                )
             return _existing(held, kind, obj_id, type_name, spec.exclusive)
         assert self.authority is not None
         return _Looked(await self.authority.read(AUTHORITY_KIND[kind], obj_id))
@@ -387,7 +400,8 @@ class Ownership(Routing):
                 await _quietly(authority.abort(reserved))
             raise UnavailableError(
                 f"{kind} {obj_id!r} could not be committed Ready: this node's owner lease "
-                "lapsed or its reservation was taken over"
+                "lapsed or its reservation was taken over",
+                reason=UnavailableReason.FENCED,
             )
         with self._lock:
             held = self._held(kind, obj_id)
@@ -404,7 +418,10 @@ class Ownership(Routing):
         lease = self.lease
         grant = None if lease is None else lease.grant
         if grant is None or not self._admitting():
-            raise UnavailableError(f"{what}: this node holds no admitting owner lease")
+            raise UnavailableError(
+                f"{what}: this node holds no admitting owner lease",
+                reason=UnavailableReason.FENCED,
+            )
         return OwnerFence(self.routing_id, grant.generation)
 
     def _admitting(self) -> bool:
@@ -460,7 +477,10 @@ class Ownership(Routing):
             if forwarded:
                 if key in self._inflight or key in self.runtime.engine.creating:
                     raise NotFoundError(f"no {kind} {obj_id!r} to close (it is being created)")
-                raise UnavailableError(f"node {self.routing_id!r} does not hold {kind} {obj_id!r}")
+                raise UnavailableError(
+                    f"node {self.routing_id!r} does not hold {kind} {obj_id!r}",
+                    reason=UnavailableReason.NOT_OWNER,
+                )
             record = await authority.read(AUTHORITY_KIND[kind], obj_id)
             if record is None:
                 raise NotFoundError(f"no {kind} {obj_id!r} to close")
@@ -491,9 +511,13 @@ class Ownership(Routing):
                 return bool(answer)
             raise UnavailableError(
                 f"the owner {owner!r} of {kind} {obj_id!r} is unreachable and its lease has "
-                "not expired"
+                "not expired",
+                reason=unusable(peer),
             )
-        raise UnavailableError(f"{kind} {obj_id!r}: the record kept changing; try again")
+        raise UnavailableError(
+            f"{kind} {obj_id!r}: the record kept changing; try again",
+            reason=UnavailableReason.CONTENDED,
+        )
 
     async def _record_gone(self, key: tuple[ObjectKind, str]) -> None:
         """Wait until the record of an object this node closed is deleted."""

@@ -17,9 +17,10 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from .._core.errors import UnavailableReason
 from .config import PeerInfo, PeerState
 
-__all__ = ["LOCAL", "Peer", "PeerTable", "Role"]
+__all__ = ["LOCAL", "Peer", "PeerTable", "Role", "unusable"]
 
 #: How long a LOST routing id stays known (mesh.md §2: at least 60 s).
 LOST_RETENTION = 60.0
@@ -54,6 +55,8 @@ class Peer:
     #: Route ids of our requests in flight to it.
     inflight: set[int] = field(default_factory=set)
     lost_at: float = 0.0
+    #: Why it is LOST: PEER_PAUSED when it went silent (it may come back), else PEER_LOST.
+    lost_reason: UnavailableReason = UnavailableReason.PEER_LOST
     #: The node calls' route to it, and its channels' (made on first use: `Calls.route`).
     node_route: object = field(default=None, repr=False)
     channel_routes: dict[str, object] = field(default_factory=dict, repr=False)
@@ -90,6 +93,20 @@ class Peer:
     @property
     def selectable(self) -> bool:
         return self.state is PeerState.READY
+
+
+def unusable(peer: Peer | None) -> UnavailableReason:
+    """Why a call cannot use `peer` (None: a routing id with no peer entry yet), which is
+    not READY: CONNECTING, DRAINING, or its `lost_reason`."""
+    if peer is None or peer.state is PeerState.CONNECTING:
+        return UnavailableReason.CONNECTING
+    if peer.state is PeerState.DRAINING:
+        return UnavailableReason.DRAINING
+    if peer.expired:
+        return UnavailableReason.PEER_LOST  # past peer_expiry: it never resumes
+    if not peer.lost_at:
+        return UnavailableReason.CONNECTING
+    return peer.lost_reason
 
 
 class _Local:

@@ -15,6 +15,7 @@ cache is changed under the node lock and read without it (one dict read is atomi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import threading
 import time
@@ -29,6 +30,7 @@ from .._core.errors import (
     DeadlineExceededError,
     NotFoundError,
     UnavailableError,
+    UnavailableReason,
     ZlinkError,
     shutting_down,
 )
@@ -61,11 +63,13 @@ from .operations import (
     _Resolve,
     _wait,
 )
-from .peers import Peer
+from .peers import Peer, unusable
 from .state import _refuse_cancel, _Route, log
 
 __all__ = ["Routing"]
 
+#: Seconds between looks at a connecting peer's state besides the wakes (`_connected_peer`).
+_CONNECT_POLL: Final = 0.1
 _SPOT: Final = ObjectKind.SPOT
 _ACTOR: Final = ObjectKind.ACTOR
 T = TypeVar("T")
@@ -184,7 +188,10 @@ class Routing(Inbound):
             assert isinstance(found, _Route)
             return self._send(found, payload, metadata, None)
 
-        self._in_order(kind, target, step, _finisher(runtime, route_id, value=False))
+        # A one-way has no deadline: it waits for a connecting owner as long as a request
+        # on the default timeout would (docs/decisions.md).
+        wait = runtime.default_request_timeout
+        self._in_order(kind, target, step, _finisher(runtime, route_id, value=False), wait)
         return handle
 
     def request(
@@ -218,7 +225,7 @@ class Routing(Inbound):
                 found, payload, metadata, reply, left, cancel, None, (kind, target)
             )
 
-        self._in_order(kind, target, step, _finisher(runtime, route_id, value=True))
+        self._in_order(kind, target, step, _finisher(runtime, route_id, value=True), timeout)
         return handle
 
     def _in_order(
@@ -227,11 +234,14 @@ class Routing(Inbound):
         target: str,
         step: Callable[[object], Completion[Any]],
         finish: Callable[[Completion[Any] | BaseException], None],
+        wait: float,
     ) -> None:
         """Resolve `target`, then `step(found)` (it submits the call) and `finish(...)`
         with what it submitted, or with the error; calls to one target that wait for its
         resolution are submitted in the order they were made, and calls made meanwhile
-        queue behind them (`route` sends them here), so per-peer order holds."""
+        queue behind them (`route` sends them here), so per-peer order holds. The
+        resolution waits up to `wait` seconds (the first call's) for an owner whose
+        connection is still coming up; the calls queued behind it share that wait."""
         key = (kind, target)
         with self._lock:
             queue = self._queued.get(key)
@@ -240,18 +250,18 @@ class Routing(Inbound):
                 return
             self._queued[key] = [(step, finish)]
         try:
-            self._spawn(self._run_in_order(kind, target))
+            self._spawn(self._run_in_order(kind, target, wait))
         except RuntimeError:  # the loop has stopped
             with self._lock:
                 waiting = self._queued.pop(key, [])
             for _, ends in waiting:
                 ends(shutting_down())
 
-    async def _run_in_order(self, kind: ObjectKind, target: str) -> None:
+    async def _run_in_order(self, kind: ObjectKind, target: str, wait: float) -> None:
         key = (kind, target)
         found: object
         try:
-            found = await self._resolve(kind, target)
+            found = await self._resolve(kind, target, wait)
         except Exception as exc:
             found = _failure(exc)
         while True:
@@ -297,11 +307,17 @@ class Routing(Inbound):
         if peer is None or peer.state is not PeerState.READY:
             self._routes.pop((kind, target), None)  # the next call resolves again
             state = "unknown" if peer is None else peer.state.value
-            return failed(UnavailableError(f"the owner {owner!r} of {kind} {target!r} is {state}"))
+            return failed(
+                UnavailableError(
+                    f"the owner {owner!r} of {kind} {target!r} is {state}", reason=unusable(peer)
+                )
+            )
         return _Route(peer, kind, target)
 
-    async def _resolve(self, kind: ObjectKind, target: str) -> object:
-        """The Ready owner of `target`: `_HERE`, a `_Route`, or it raises the call's error."""
+    async def _resolve(self, kind: ObjectKind, target: str, wait: float) -> object:
+        """The Ready owner of `target`: `_HERE`, a `_Route`, or it raises the call's error.
+        An owner with a live lease whose connection is still coming up is waited for, at
+        most `wait` seconds (`_connected_peer`)."""
         authority = self.authority
         assert authority is not None
         record = await authority.read(AUTHORITY_KIND[kind], target)
@@ -311,18 +327,53 @@ class Routing(Inbound):
         owner = record.owner.node
         if owner == self.routing_id:
             if self._held(kind, target) is None:
-                raise UnavailableError(f"{kind} {target!r} is closing on this node")
+                raise UnavailableError(
+                    f"{kind} {target!r} is closing on this node", reason=UnavailableReason.CLOSED
+                )
             return _HERE
         bound = await self._lease_bound(record.owner)
         if bound is None:
-            raise UnavailableError(f"the owner {owner!r} of {kind} {target!r} holds no lease")
-        found = self._owner_route(kind, target, owner)
-        if isinstance(found, Completion):
-            exc = found.exception()
-            assert exc is not None
-            raise exc
+            raise UnavailableError(
+                f"the owner {owner!r} of {kind} {target!r} holds no lease",
+                reason=UnavailableReason.LEASE_LAPSED,
+            )
+        peer = await self._connected_peer(owner, wait, f"the owner {owner!r} of {kind} {target!r}")
         self._remember_record(record)
-        return found
+        return _Route(peer, kind, target)
+
+    async def _connected_peer(self, rid: str, wait: float, what: str) -> Peer:
+        """The READY peer `rid`, waiting up to `wait` seconds while its connection comes
+        up: a node not known here yet (discovery lists it within about a second) or
+        known from its descriptor and never reached. `UnavailableError` once the wait
+        is over (`CONNECTING`), and at once for one lost (`PEER_LOST`; `PEER_PAUSED` when
+        it went silent), draining (`DRAINING`) or when this node stops."""
+        loop = asyncio.get_running_loop()
+        end = time.monotonic() + wait
+        while True:
+            with self._lock:
+                peer = self._peers.by_rid.get(rid)
+                if peer is not None and peer.state is PeerState.READY:
+                    return peer
+                coming = peer is None or (peer.state is PeerState.CONNECTING and not peer.lost_at)
+                left = end - time.monotonic()
+                if not coming or left <= 0 or self._closed or self._draining:
+                    break
+                waiter: asyncio.Future[None] = loop.create_future()
+                self._peer_waiters.append(waiter)
+            try:
+                # Woken when a peer becomes READY or is lost; the poll is a backstop for
+                # the other changes (a BYE, a forgotten descriptor).
+                await asyncio.wait_for(waiter, min(left, _CONNECT_POLL))
+            except TimeoutError:
+                with self._lock, contextlib.suppress(ValueError):
+                    self._peer_waiters.remove(waiter)
+        if peer is None or coming:
+            state, reason = "not connected yet", UnavailableReason.CONNECTING
+        elif peer.state is PeerState.DRAINING:
+            state, reason = "draining", UnavailableReason.DRAINING
+        else:
+            state, reason = "lost", peer.lost_reason  # PEER_PAUSED when it went silent
+        raise UnavailableError(f"{what} is {state}", reason=reason)
 
     def _remember_record(self, record: AuthorityRecord) -> None:
         """Cache the Ready owner `record` names."""
@@ -438,6 +489,18 @@ class Routing(Inbound):
             return False
         return await self._lease_live(owner)
 
+    def _gone(self, owner: OwnerFence) -> UnavailableReason:
+        """Why `_owner_alive(owner)` said no: DRAINING or the peer's `lost_reason` when
+        this node saw it draining or lost, else LEASE_LAPSED (its lease is gone)."""
+        peer = self._peers.by_rid.get(owner.node)
+        if peer is None or peer.state is PeerState.READY:
+            return UnavailableReason.LEASE_LAPSED
+        if peer.state is PeerState.DRAINING:
+            return UnavailableReason.DRAINING
+        if peer.state is PeerState.CONNECTING and not peer.lost_at:
+            return UnavailableReason.LEASE_LAPSED
+        return peer.lost_reason
+
     async def _lease_live(self, owner: OwnerFence) -> bool:
         """Whether `owner`'s lease still exists in the store (inside its fencing margin
         too: only an expired lease may be taken over)."""
@@ -452,7 +515,7 @@ class Routing(Inbound):
         peer = self._peers.by_rid.get(rid)
         if peer is None or peer.state is not PeerState.READY:
             state = "unknown" if peer is None else peer.state.value
-            raise UnavailableError(f"node {rid!r} is {state}")
+            raise UnavailableError(f"node {rid!r} is {state}", reason=unusable(peer))
         return peer
 
     def _local_target(self, env: Envelope) -> tuple[ObjectKind, str] | ZlinkError:
@@ -463,11 +526,13 @@ class Routing(Inbound):
                 if self.runtime.fenced:
                     return UnavailableError(
                         f"node {self.routing_id!r}: its owner lease lapsed, it admits no new "
-                        "messages"
+                        "messages",
+                        reason=UnavailableReason.FENCED,
                     )
                 if env.intent is None and self._held(kind, target) is None:
                     return UnavailableError(
-                        f"node {self.routing_id!r} is not the owner of {kind} {target!r}"
+                        f"node {self.routing_id!r} is not the owner of {kind} {target!r}",
+                        reason=UnavailableReason.NOT_OWNER,
                     )
         return where
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import itertools
 import logging
 import threading
@@ -32,6 +33,7 @@ from .._core.completion import CompletionSource
 from .._core.errors import (
     ProtocolError,
     UnavailableError,
+    UnavailableReason,
 )
 from .._core.pending import Request
 from .._engine.kernel import Runtime
@@ -66,7 +68,9 @@ __all__ = [
     "_WITHDRAW_WAIT",
     "_decode_hello",
     "_refuse_cancel",
+    "connection_name",
     "log",
+    "new_generation",
 ]
 
 log = logging.getLogger("zlink_actors.mesh")
@@ -91,6 +95,38 @@ _ERROR_TEXT = 16 * 1024
 _CLOSE_POLL = 0.002
 #: Frames above the payload the transport must accept: the envelope and a margin.
 _ENVELOPE_ROOM = 64 * 1024
+
+
+_generation_lock = threading.Lock()
+_last_generation = 0
+
+
+def new_generation() -> int:
+    """A node lifecycle generation: the wall clock in ns, and larger than every one this
+    process made before (two Hosts made in one clock tick still differ)."""
+    global _last_generation
+    with _generation_lock:
+        _last_generation = max(time.time_ns(), _last_generation + 1)
+        return _last_generation
+
+
+#: The longest libzmq routing id (ZMTP 3: one length byte).
+_NAME_MAX = 255
+
+
+def connection_name(routing_id: str, generation: int) -> bytes:
+    """The transport name of one node lifecycle: its routing id and its generation, so
+    two live nodes given one routing id never share a name on a peer's ROUTER. A shared
+    name would make that ROUTER hand the first node's connection over to the second
+    (`ROUTER_HANDOVER`): the first is cut off, and with traffic in flight libzmq aborts
+    the process (`Assertion failed: !_io_error`; docs/decisions.md). A routing id too
+    long for the suffix keeps its first bytes and a digest of the whole."""
+    rid = routing_id.encode()
+    suffix = b"@%x" % generation
+    if len(rid) + len(suffix) <= _NAME_MAX:
+        return rid + suffix
+    digest = hashlib.blake2b(rid, digest_size=8).hexdigest().encode()
+    return rid[: _NAME_MAX - len(suffix) - len(digest) - 1] + b"~" + digest + suffix
 
 
 class _Hello(msgspec.Struct, array_like=True, frozen=True):
@@ -147,6 +183,9 @@ class MeshStatistics:
         dropped_by_peer: the same, by the peer's routing id (kept across its lifecycles).
         duplicate_messages: one-ways a peer sent again after a pause that had reached
             this node already (dropped, not handled twice).
+        unavailable: requests from peers this node answered with `UnavailableError`,
+            by `UnavailableReason` value (`"queue_full"`, `"not_owner"`, ...; a reason
+            never given is absent; an unspecified one is not counted).
     """
 
     routing_id: str
@@ -170,6 +209,7 @@ class MeshStatistics:
     dropped_after_admission: int = 0
     dropped_by_peer: dict[str, int] = field(default_factory=dict)
     duplicate_messages: int = 0
+    unavailable: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -223,7 +263,7 @@ class NodeState:
         self.location = location
         self.first = frozenset({_CHANNEL, _NODE})
         self.node_key = node_key(config.name, routing_id)
-        self.generation = time.time_ns()
+        self.generation = new_generation()
         self.has_node_handler = node_handler
         self.object_types = tuple(object_types)
         self._weights = dict(channels)
@@ -258,6 +298,9 @@ class NodeState:
         self._closed = False
         self.decode_errors = 0
         self.dropped_messages = 0
+        #: What peers send that we drop: counted each (above), logged at most once a
+        #: second per (event, peer, reason) (`_warn_dropped`)
+        self._bad_log = t.RateLimitedLog(log)
         self.late_replies = 0
         #: One-ways a peer sent again after a pause that had reached us already.
         self.duplicate_messages = 0
@@ -269,7 +312,14 @@ class NodeState:
         #: Received one-ways waiting for admission here (a full lane).
         self._sends_waiting = 0
         self._dropped_by_rid: dict[str, int] = {}
+        #: Requests from peers this node answered `UnavailableError`, by reason value.
+        self.unavailable: dict[str, int] = {}
         self._first_seen: dict[str, float] = {}
+        #: Duplicate routing ids refused (or refused to us), logged once each (`handshake`).
+        self._duplicates: set[tuple[str, object]] = set()
+        #: Calls on the I/O loop waiting for a peer's connection (`routing`): woken when
+        #: a peer becomes READY or is lost (under `_lock`).
+        self._peer_waiters: list[asyncio.Future[None]] = []
         self._discovery_stop = threading.Event()
         #: Set (on the I/O loop) with `_discovery_stop`: wakes discovery.
         self._stopping = asyncio.Event()
@@ -422,13 +472,29 @@ class NodeState:
             lost,
         )
 
-    def _fail_inflight(self, peer: Peer, why: str) -> None:
+    def _wake_peer_waiters(self) -> None:
+        """A peer became READY or was lost: the calls waiting for a connection look
+        again (from any thread)."""
+        if not self._peer_waiters:  # one list read: the common case takes no lock
+            return
+        with self._lock:
+            waiters, self._peer_waiters = self._peer_waiters, []
+
+        def wake() -> None:
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
+
+        with contextlib.suppress(RuntimeError):  # the loop has stopped: nobody waits
+            self.runtime.io.loop.call_soon_threadsafe(wake)
+
+    def _fail_inflight(self, peer: Peer, why: str, reason: UnavailableReason) -> None:
         with self._lock:
             routes = list(peer.inflight)
             peer.inflight.clear()
         for route in routes:
             self.runtime.pending.finish(
-                route, exc=UnavailableError(f"node {peer.routing_id!r} {why}")
+                route, exc=UnavailableError(f"node {peer.routing_id!r} {why}", reason=reason)
             )
 
     def _release(self, rec: t.Inbound) -> None:
@@ -446,17 +512,32 @@ class NodeState:
         was a request; its credit goes back."""
         with self._lock:
             self.decode_errors += 1
-        log.warning("mesh %s: a bad record from %r: %s", self.routing_id, rec.peer, why)
+        self._warn_dropped(
+            "bad record", rec.peer, why, "mesh %s: a bad record from %r: %s", rec.peer, why
+        )
         self._release(rec)
         if rec.kind is t.InboundKind.REQUEST:
             self._reply_error(rec.peer, rec.route_id, ProtocolError(why))
+
+    def _warn_dropped(
+        self, event: str, peer: object, reason: object, msg: str, *args: object
+    ) -> None:
+        """Log something a peer sent that was dropped (already counted): `msg` gets this
+        node's routing id, then `args`; at most once a second per (event, peer, reason)."""
+        self._bad_log.log(logging.WARNING, event, peer, reason, msg, self.routing_id, *args)
 
     def _reply_error(self, conn: bytes, route: int, exc: BaseException) -> None:
         kind, message = self.codec.encode_error(exc)
         if len(message) > _ERROR_TEXT:  # an error message never outgrows a reply
             message = message[:_ERROR_TEXT] + " [...]"
+        reason = self.codec.encode_reason(exc)
+        if reason:
+            with self._lock:
+                self.unavailable[reason] = self.unavailable.get(reason, 0) + 1
         self._reply_frames(
-            conn, route, [wire.encode_fields(wire.REPLY, error_kind=kind, error=message)]
+            conn,
+            route,
+            [wire.encode_fields(wire.REPLY, error_kind=kind, error=message, reason=reason)],
         )
 
     def _reply_frames(self, conn: bytes, route: int, frames: list[bytes]) -> None:

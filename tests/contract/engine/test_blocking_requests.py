@@ -40,6 +40,7 @@ from zlink_actors import (
     Spot,
     SpotContext,
     UnavailableError,
+    UnavailableReason,
     handler,
 )
 from zlink_actors.testing import WAIT, HostHarness
@@ -481,6 +482,7 @@ def test_blocking_request_queued_when_its_spot_closes_raises_unavailable(
     _join(thread)
     assert len(outcome) == 1
     assert isinstance(outcome[0], UnavailableError)
+    assert outcome[0].reason is UnavailableReason.CLOSED
     assert paths.fast == 1
     assert desk.pings == []
     assert _pending(host) == 0

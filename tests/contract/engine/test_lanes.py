@@ -25,6 +25,7 @@ from zlink_actors import (
     Spot,
     SpotContext,
     UnavailableError,
+    UnavailableReason,
     handler,
 )
 from zlink_actors.testing import WAIT, HostHarness
@@ -395,6 +396,7 @@ def test_a_waiting_send_that_fails_on_close_is_logged_at_debug_only_when_nothing
         assert closing.result(WAIT) is True  # the waiting send was failed on the way
 
     assert isinstance(waiting.exception(0), UnavailableError)
+    assert waiting.exception(0).reason is UnavailableReason.CLOSED
     if observer == "callback":
         assert called.wait(WAIT)
         assert heard == [waiting]

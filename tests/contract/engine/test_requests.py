@@ -31,6 +31,7 @@ from zlink_actors import (
     Spot,
     SpotContext,
     UnavailableError,
+    UnavailableReason,
     completion_dispatcher,
     handler,
 )
@@ -218,8 +219,9 @@ def test_a_wrong_reply_and_a_request_dropped_unrun_are_not_handler_failures(
     desk.latch.set()
 
     assert closing.result(WAIT) is True
-    with pytest.raises(UnavailableError):
+    with pytest.raises(UnavailableError) as caught:
         queued.result(WAIT)
+    assert caught.value.reason is UnavailableReason.CLOSED
     assert held.result(WAIT) == "late"
     assert host.statistics().handler_failures == 0
 

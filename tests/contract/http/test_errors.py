@@ -23,6 +23,7 @@ from zlink_actors import (
     Spot,
     SpotContext,
     UnavailableError,
+    UnavailableReason,
     handler,
 )
 
@@ -101,24 +102,27 @@ def test_with_reply_a_body_that_does_not_decode_is_protocol_error(
 
 def test_a_refused_connection_is_unavailable(make_host: Callable[..., Host]) -> None:
     client = make_host(f"http://127.0.0.1:{closed_port()}").http("svc")
-    with pytest.raises(UnavailableError):
+    with pytest.raises(UnavailableError) as caught:
         client.get("/x").submit_sync()
+    assert caught.value.reason is UnavailableReason.UNREACHABLE
 
 
 def test_a_connection_closed_without_a_response_is_unavailable(
     make_host: Callable[..., Host], service: LocalService
 ) -> None:
     service.raw_mode = "reset"
-    with pytest.raises(UnavailableError):
+    with pytest.raises(UnavailableError) as caught:
         make_host(service.raw_url).http("svc").get("/x").submit_sync()
+    assert caught.value.reason is UnavailableReason.UNREACHABLE
 
 
 def test_a_body_cut_short_after_the_status_is_unavailable(
     make_host: Callable[..., Host], service: LocalService
 ) -> None:
     service.raw_mode = "cut"
-    with pytest.raises(UnavailableError):
+    with pytest.raises(UnavailableError) as caught:
         make_host(service.raw_url).http("svc").get("/x").submit_sync()
+    assert caught.value.reason is UnavailableReason.UNREACHABLE
 
 
 def test_an_attempt_past_its_timeout_is_deadline_exceeded(

@@ -16,6 +16,7 @@ from zlink_actors import (
     DeadlineExceededError,
     InvalidOperationError,
     UnavailableError,
+    UnavailableReason,
 )
 from zlink_actors.location import (
     Committed,
@@ -124,8 +125,9 @@ def test_a_lease_expired_in_the_store_is_lost_at_renewal() -> None:
     async def go() -> None:
         first = await lease.acquire()
         store_clock.now += 15.0  # the TTL passed on the store's clock
-        with pytest.raises(UnavailableError, match="lost"):
+        with pytest.raises(UnavailableError, match="lost") as caught:
             await lease.renew()
+        assert caught.value.reason is UnavailableReason.LEASE_LAPSED
         assert lease.grant is None
         assert not lease.admitting()
         with pytest.raises(InvalidOperationError):

@@ -16,7 +16,13 @@ from typing import Any
 import pytest
 import redis
 
-from zlink_actors import DeadlineExceededError, ShuttingDownError, UnavailableError
+from zlink_actors import (
+    ConfigurationError,
+    DeadlineExceededError,
+    ShuttingDownError,
+    UnavailableError,
+    UnavailableReason,
+)
 from zlink_actors.location import (
     Committed,
     Conflict,
@@ -50,8 +56,48 @@ def _wait_until(condition: Any, timeout: float = 10.0) -> bool:
     return False
 
 
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("redis://", "names no host"),
+        ("rediss://", "names no host"),
+        ("redis:///0", "names no host"),
+        ("redis://:6379", "names no host"),
+        ("unix://", "socket path"),
+        ("redis://127.0.0.1:0", "port 0"),
+        ("redis://127.0.0.1:65536", "Port out of range"),
+        ("redis://127.0.0.1:web", "Port could not be cast"),
+        ("redis://127.0.0.1:6379/one", "database 'one' is not a number"),
+        ("redis://127.0.0.1:6379/-1", "database '-1' is not a number"),
+        ("redis://127.0.0.1:6379?db=x", "Invalid value for 'db'"),
+        ("http://127.0.0.1:6379", "redis://"),
+        ("redis//127.0.0.1:6379", "redis://"),
+        ("", "redis://"),
+        ("redis://[::1", "IPv6"),
+    ],
+)
+def test_an_unusable_redis_url_is_a_configuration_error_at_construction(url: str, why: str) -> None:
+    with pytest.raises(ConfigurationError, match=why):
+        RedisLocationStore(url, key_prefix="p")
+
+
+def test_a_password_in_an_unusable_url_is_not_shown() -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        RedisLocationStore("redis://app:s3cret@:6379/0", key_prefix="p")
+    assert "s3cret" not in str(caught.value)
+    assert "app:***@" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["redis://127.0.0.1:1", "redis://localhost:1/3", "rediss://h:1/0/", "unix:///tmp/r.sock"],
+)
+def test_a_usable_redis_url_constructs_without_connecting(url: str) -> None:
+    RedisLocationStore(url, key_prefix="p").close()
+
+
 def test_constructor_refuses_bad_arguments() -> None:
-    with pytest.raises(ValueError, match="redis://"):
+    with pytest.raises(ConfigurationError, match="redis://"):
         RedisLocationStore("http://127.0.0.1:1", key_prefix="p")
     with pytest.raises(TypeError):
         RedisLocationStore(5, key_prefix="p")  # type: ignore[arg-type]
@@ -69,10 +115,12 @@ def test_unreachable_redis_is_unavailable_and_nothing_is_half_written() -> None:
         with pytest.raises(UnavailableError) as caught:
             run(store.read("k"))
         assert not isinstance(caught.value, WriteOutcomeUnknownError)
+        assert caught.value.reason is UnavailableReason.STORE_UNAVAILABLE
         with pytest.raises(UnavailableError) as caught:
             run(store.write([], [Put("k", b"1")]))
         # the connection failed before anything was sent: the outcome is known
         assert not isinstance(caught.value, WriteOutcomeUnknownError)
+        assert caught.value.reason is UnavailableReason.STORE_UNAVAILABLE
     finally:
         store.close()
 
@@ -87,16 +135,15 @@ def test_redis_killed_and_restarted_mid_run_gives_typed_errors_then_works(
         page = run(store.scan("k/", limit=10))
         assert page.cursor is not None
         own_redis.kill()
-        with pytest.raises(UnavailableError):
-            run(store.read("k/0"))
-        with pytest.raises(UnavailableError):
-            run(store.write([], [Put("k/0", b"2")]))
-        with pytest.raises(UnavailableError):
-            run(store.scan("k/"))
+        for op in (store.read("k/0"), store.write([], [Put("k/0", b"2")]), store.scan("k/")):
+            with pytest.raises(UnavailableError) as caught:
+                run(op)
+            assert caught.value.reason is UnavailableReason.STORE_UNAVAILABLE
         own_redis.start()  # the same port, no persistence: everything is gone
         assert isinstance(run(store.read("k/0")), Missing)
-        with pytest.raises(ScanExpiredError):  # the data the scan walked is gone
+        with pytest.raises(ScanExpiredError) as expired:  # the data the scan walked is gone
             run(store.scan("k/", cursor=page.cursor, limit=10))
+        assert expired.value.reason is UnavailableReason.STORE_UNAVAILABLE
         again = run(store.write([], [Put(f"k/{i}", b"3") for i in range(100)]))
         assert isinstance(again, Committed)
         found = run(store.read("k/99"))
@@ -289,6 +336,7 @@ def test_a_failed_script_reload_is_unavailable(redis_server: RedisServer) -> Non
             with pytest.raises(UnavailableError) as caught:
                 run(op)
             assert not isinstance(caught.value, WriteOutcomeUnknownError)
+            assert caught.value.reason is UnavailableReason.STORE_UNAVAILABLE
     finally:
         store.close()
         _redis_cli(redis_server, "SCRIPT", "FLUSH")
@@ -329,6 +377,7 @@ def test_an_error_reply_to_a_sent_write_is_an_unknown_outcome(redis_server: Redi
         with pytest.raises(WriteOutcomeUnknownError) as caught:
             run(store.write([], [Put("k", b"2"), Put("j", b"3")]))
         assert set(caught.value.versions) == {"k", "j"}
+        assert caught.value.reason is UnavailableReason.STORE_UNAVAILABLE
         assert client.hget(store._data + b"k", b"r") == caught.value.versions["k"].encode()
     finally:
         client.close()

@@ -39,6 +39,7 @@ from zlink_actors import (
     ShutdownResult,
     Spot,
     UnavailableError,
+    UnavailableReason,
 )
 from zlink_actors.location.spi import (
     Committed,
@@ -107,7 +108,10 @@ class Cuttable:
 
     def _check(self) -> None:
         if self._cut.is_set():
-            raise UnavailableError("the test cut this Host off from the store")
+            raise UnavailableError(
+                "the test cut this Host off from the store",
+                reason=UnavailableReason.STORE_UNAVAILABLE,
+            )
 
     async def read(self, key: str) -> Found | Missing:
         self._check()

@@ -24,6 +24,8 @@ from zlink_actors._core.errors import (
     InternalFailureError,
     NotFoundError,
     ProtocolError,
+    UnavailableError,
+    UnavailableReason,
     ZlinkError,
     error_for_kind,
 )
@@ -168,6 +170,23 @@ def test_a_shorter_envelope_from_an_older_peer_gets_the_defaults() -> None:
     )
 
 
+def test_the_reason_is_the_field_after_intent_and_an_older_peers_reply_has_none() -> None:
+    unavailable = int(ErrorKind.UNAVAILABLE)
+    data = encode_fields(REPLY, error_kind=unavailable, error="full", reason="queue_full")
+    fields = msgspec.msgpack.decode(data)
+    assert fields[9:] == [unavailable, "full", None, "queue_full"]  # error_kind .. reason
+    assert decode_envelope(data).reason == "queue_full"
+    # An older peer's reply stops after `intent` (or after `error`): no reason.
+    for older in (fields[:12], fields[:11]):
+        env = decode_envelope(msgpack(older))
+        assert env.reason == ""
+        error = Codec.decode_error(env.error_kind, env.error, env.reason)
+        assert type(error) is UnavailableError
+        assert error.reason is UnavailableReason.UNSPECIFIED
+    # A newer peer's field after the reason is ignored.
+    assert decode_envelope(msgpack([*fields, 1.5, "more"])).reason == "queue_full"
+
+
 @pytest.mark.parametrize(
     ("data", "why"),
     [
@@ -189,6 +208,9 @@ def test_a_shorter_envelope_from_an_older_peer_gets_the_defaults() -> None:
         (msgpack([REQUEST, b"", 0, "", "", "", 0.0, {1: 2}]), "an int metadata key"),
         (msgpack([REPLY, b"", 0, "", "", "", 0.0, None, "", "9"]), "a str error kind"),
         (msgpack([REPLY, b"", 0, "", "", "", 0.0, None, "", 9, 42]), "an int error"),
+        (msgpack([REPLY, b"", 0, "", "", "", 0.0, None, "", 5, "x", None, 3]), "an int reason"),
+        (msgpack([REPLY, b"", 0, "", "", "", 0.0, None, "", 5, "x", None, None]), "a nil reason"),
+        (msgpack([REPLY, b"", 0, "", "", "", 0.0, None, "", 5, "x", None, b"x"]), "bytes reason"),
     ],
 )
 def test_a_malformed_envelope_is_a_protocol_error(data: bytes, why: str) -> None:
@@ -257,9 +279,11 @@ _NEAR_ENVELOPES = st.builds(
     lambda command, rest: [command, *rest],
     st.integers(min_value=-1, max_value=11),
     st.lists(
-        st.sampled_from([b"", bytes(16), 0, 2**64 - 1, "Spot", "node", "x", 1.5, None, {}])
+        st.sampled_from(
+            [b"", bytes(16), 0, 2**64 - 1, "Spot", "node", "x", 1.5, None, {}, "queue_full"]
+        )
         | _LEAVES,
-        max_size=12,
+        max_size=14,
     ),
 )
 
@@ -702,6 +726,70 @@ def test_a_zlink_error_with_a_kind_that_is_not_an_error_kind_becomes_internal_fa
     assert message.endswith("<locals>.Odd: odd")
 
 
+@pytest.mark.parametrize("reason", list(UnavailableReason), ids=lambda r: r.value)
+def test_an_unavailable_error_crosses_with_its_reason(reason: UnavailableReason) -> None:
+    c = codec()
+    sent = UnavailableError("the target's queue is full", reason=reason)
+    kind, message = c.encode_error(sent)
+    wire_reason = c.encode_reason(sent)
+    # UNSPECIFIED crosses as no reason at all, as from an older peer.
+    assert wire_reason == ("" if reason is UnavailableReason.UNSPECIFIED else reason.value)
+    env = decode_envelope(encode_fields(REPLY, error_kind=kind, error=message, reason=wire_reason))
+    received = Codec.decode_error(env.error_kind, env.error, env.reason)
+    assert type(received) is UnavailableError
+    assert received.reason is reason
+    assert str(received) == "the target's queue is full"
+
+
+@pytest.mark.parametrize(
+    "reason", ["", "QUEUE_FULL", "queue-full", "a reason from a newer peer", " fenced", "\x00"]
+)
+def test_an_unknown_reason_reads_as_unspecified_never_as_an_error(reason: str) -> None:
+    received = Codec.decode_error(int(ErrorKind.UNAVAILABLE), "gone", reason)
+    assert type(received) is UnavailableError
+    assert received.reason is UnavailableReason.UNSPECIFIED
+    assert str(received) == "gone"
+
+
+@pytest.mark.parametrize("reason", [None, 3, b"fenced", ["fenced"]])
+def test_a_reason_of_another_type_reads_as_unspecified(reason: Any) -> None:
+    received = Codec.decode_error(int(ErrorKind.UNAVAILABLE), "gone", reason)
+    assert type(received) is UnavailableError
+    assert received.reason is UnavailableReason.UNSPECIFIED
+
+
+def test_only_an_unavailable_error_carries_a_reason() -> None:
+    c = codec()
+    assert c.encode_reason(KeyError("k")) == ""
+    assert c.encode_reason(NotFoundError("x")) == ""
+    assert c.encode_reason(UnavailableError("x")) == ""
+    received = Codec.decode_error(int(ErrorKind.NOT_FOUND), "no such Spot", "queue_full")
+    assert type(received) is NotFoundError
+    assert not hasattr(received, "reason")
+
+
+@settings(max_examples=300, derandomize=True)
+@given(
+    reason=st.sampled_from([r.value for r in UnavailableReason]) | st.text(max_size=30),
+    kind=st.integers(-1, 14),
+)
+def test_any_reason_on_the_wire_decodes_to_a_known_reason_or_unspecified(
+    reason: str, kind: int
+) -> None:
+    data = encode_fields(REPLY, error_kind=kind, error="why", reason=reason)
+    env = decode_envelope(data)
+    assert env.reason == reason
+    received = Codec.decode_error(env.error_kind, env.error, env.reason)
+    if kind == int(ErrorKind.UNAVAILABLE):
+        assert type(received) is UnavailableError
+        known = {r.value: r for r in UnavailableReason}
+        assert received.reason is known.get(reason, UnavailableReason.UNSPECIFIED)
+    elif kind in {int(k) for k in ErrorKind}:
+        assert type(received) is type(error_for_kind(ErrorKind(kind), "why"))
+    else:
+        assert type(received) is ProtocolError
+
+
 @pytest.mark.parametrize(
     ("kind", "message"), [(13, "x"), (-1, "x"), (True, "x"), ("5", "x"), (5, 5)]
 )
@@ -746,6 +834,8 @@ def test_roundtrip_shows_what_the_other_side_sees_or_fails_as_the_wire_would() -
     metadata=st.none()
     | st.dictionaries(st.text(max_size=5), st.integers(-(2**63), 2**63 - 1), max_size=3),
     error_kind=st.integers(-1, 12),
+    intent=st.none() | st.text(max_size=5),
+    reason=st.text(max_size=20),
 )
 def test_encode_fields_is_byte_for_byte_the_envelope(
     command: int,
@@ -756,9 +846,44 @@ def test_encode_fields_is_byte_for_byte_the_envelope(
     deadline: float,
     metadata: dict[str, Any] | None,
     error_kind: int,
+    intent: str | None,
+    reason: str,
 ) -> None:
     fields = (command, op, route, target_kind, text, text, deadline, metadata, text, error_kind)
-    env = Envelope(*fields, error=text)
-    data = encode_fields(*fields, error=text)
+    env = Envelope(*fields, error=text, intent=intent, reason=reason)
+    data = encode_fields(*fields, error=text, intent=intent, reason=reason)
     assert data == encode_envelope(env)
     assert decode_envelope(data) == env
+
+
+class Loose(msgspec.Struct):
+    value: object
+    items: list[object] = []
+    extra: dict[str, object] = {}
+
+
+@dataclasses.dataclass
+class LooseData:
+    value: object
+
+
+def test_a_field_typed_object_is_registered_and_carried_as_any() -> None:
+    # msgspec encodes and decodes a field typed `object` as it does `Any`.
+    registry = TypeRegistry([Loose, LooseData])
+    codec = Codec(registry, MAX)
+    back = codec.roundtrip(Loose({"k": (1, 2)}, [b"x"], {"n": None}))
+    assert back == Loose({"k": [1, 2]}, [b"x"], {"n": None})
+    assert codec.roundtrip(LooseData(3.5)) == LooseData(3.5)
+    with pytest.raises(ProtocolError, match="cannot be encoded"):
+        codec.encode_payload(Loose(Opaque()))
+    with pytest.raises(ProtocolError, match="cannot be encoded"):
+        codec.encode_payload(LooseData([Opaque()]))
+    # A class that really needs hooks is still refused, also next to an `object` field.
+
+    @dataclasses.dataclass
+    class Mixed:
+        loose: object
+        held: Opaque
+
+    with pytest.raises(ConfigurationError, match="it holds Opaque"):
+        TypeRegistry([Mixed])

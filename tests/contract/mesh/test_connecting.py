@@ -46,8 +46,9 @@ def test_a_node_known_only_from_its_descriptor_is_connecting(harness: HostHarnes
         ):
             assert time.monotonic() < end, "the descriptor was not seen within WAIT"
             time.sleep(0.02)
-        with pytest.raises(z.UnavailableError, match="connecting"):
+        with pytest.raises(z.UnavailableError, match="connecting") as caught:
             host.request_to_node("c", "zz-ghost", Ping(1)).submit_sync()
+        assert caught.value.reason is z.UnavailableReason.CONNECTING
         with pytest.raises(z.NotFoundError):
             host.request_to_node("c", "zz-nobody", Ping(1)).submit_sync()
         assert host.wait_for_peers(0, timeout=WAIT) == []  # CONNECTING is not READY

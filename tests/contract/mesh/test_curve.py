@@ -54,8 +54,9 @@ def test_a_node_whose_key_is_not_accepted_never_becomes_ready(harness: HostHarne
     ka, kb, kc = zmq.curve_keypair(), zmq.curve_keypair(), zmq.curve_keypair()
     a = harness.host(node_handler=Doubler, mesh=_mesh(ka, [kb[0]]))
     c = harness.host(mesh=_mesh(kc, [ka[0]]))
-    with pytest.raises(z.UnavailableError):
+    with pytest.raises(z.UnavailableError) as caught:
         c.connect_peer(a.node.endpoint).result(WAIT)
+    assert caught.value.reason is z.UnavailableReason.UNREACHABLE
     assert [p for p in c.peers() if p.state is z.PeerState.READY] == []
     assert [p for p in a.peers() if p.state is z.PeerState.READY] == []
 
@@ -65,5 +66,6 @@ def test_a_curve_node_refuses_an_endpoint_without_a_key(harness: HostHarness) ->
     a = harness.host(node_handler=Doubler, mesh=_mesh(ka, [kb[0]]))
     b = harness.host(mesh=_mesh(kb, [ka[0]]))
     bare = a.node.endpoint.rpartition("|")[0]
-    with pytest.raises(z.UnavailableError, match="public key"):
+    with pytest.raises(z.UnavailableError, match="public key") as caught:
         b.connect_peer(bare).result(WAIT)
+    assert caught.value.reason is z.UnavailableReason.UNREACHABLE

@@ -30,6 +30,7 @@ from zlink_actors import (
     Spot,
     SpotContext,
     UnavailableError,
+    UnavailableReason,
     ZlinkError,
     handler,
 )
@@ -220,10 +221,12 @@ def test_the_objects_of_a_draining_owner_are_unavailable_and_no_handler_runs(
     # The Host is DRAINING once the mesh's part of the drain is done: it waits for the
     # accepted work now (the held handler), and has closed nothing yet.
     assert wait_until(lambda: owner.state is HostState.DRAINING)
-    with pytest.raises(UnavailableError):
+    with pytest.raises(UnavailableError) as caught:
         client.request_to_spot("idle", Ping(1), reply=int).submit_sync()
-    with pytest.raises(UnavailableError):
+    assert caught.value.reason is UnavailableReason.DRAINING
+    with pytest.raises(UnavailableError) as caught:
         client.send_to_spot("idle", Note(1)).submit_sync()
+    assert caught.value.reason is UnavailableReason.DRAINING
 
     journal().latch("hold").set()
     assert held.result(WAIT) == "held"  # accepted work finishes
@@ -265,19 +268,25 @@ def test_the_objects_of_a_dead_owner_are_unavailable_no_handler_runs_and_nothing
     mesh.kill(owner)
     # The record is Ready at a dead owner: get_or_create is no way around it. (Asked
     # first, while the others list the owner LOST; see the next test for later.)
-    with pytest.raises(UnavailableError):
+    with pytest.raises(UnavailableError) as caught:
         other.spots.get_or_create("r", Room).submit_sync()
+    lost = UnavailableReason.PEER_LOST  # its connections closed: gone, not paused
+    assert caught.value.reason is lost
 
     for host in (client, other):
-        with pytest.raises(UnavailableError):
+        with pytest.raises(UnavailableError) as caught:
             host.request_to_spot("r", Ping(1), reply=int).submit_sync()
-        with pytest.raises(UnavailableError):
+        assert caught.value.reason is lost
+        with pytest.raises(UnavailableError) as caught:
             host.send_to_spot("r", Note(1)).submit_sync()
-        with pytest.raises(UnavailableError):
+        assert caught.value.reason is lost
+        with pytest.raises(UnavailableError) as caught:
             host.request_to_actor("ana", Ping(2), reply=int).submit_sync()
+        assert caught.value.reason is lost
         # The record is Ready at a dead owner whose lease has not expired yet.
-        with pytest.raises(UnavailableError):
+        with pytest.raises(UnavailableError) as caught:
             host.spots.close("r").submit_sync()
+        assert caught.value.reason is lost
     # Nothing ran anywhere, and nothing was re-placed on a live node.
     assert journal().items("ping") == []
     assert journal().items("note") == []
@@ -304,6 +313,8 @@ def test_get_or_create_of_an_id_at_a_dead_owner_is_unavailable_while_it_is_diall
     except UnavailableError as exc:
         outcome = exc
     assert isinstance(outcome, UnavailableError), outcome
+    # Dialled again from its descriptor, it is still the peer that was lost.
+    assert outcome.reason is UnavailableReason.PEER_LOST
 
 
 # -- shutdown of one node while others send ----------------------------------------------

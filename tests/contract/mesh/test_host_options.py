@@ -218,8 +218,9 @@ def test_a_listen_address_in_use_fails_start_with_unavailable(harness: HostHarne
     first = harness.host(mesh=mesh_config())
     second = z.Host(mesh=mesh_config(listen=first.node.endpoint))
     try:
-        with pytest.raises(z.UnavailableError, match="in use"):
+        with pytest.raises(z.UnavailableError, match="in use") as caught:
             second.start()
+        assert caught.value.reason is z.UnavailableReason.UNREACHABLE
     finally:
         _stop_unstarted(second)
 

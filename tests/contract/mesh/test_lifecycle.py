@@ -133,8 +133,9 @@ def test_connect_peer_to_another_mesh_fails_unavailable_and_neither_side_lists_t
     caplog.set_level(logging.WARNING, logger="zlink_actors.mesh")
     ours = harness.host(mesh=mesh_config("game"))
     theirs = harness.host(mesh=mesh_config("other"))
-    with pytest.raises(z.UnavailableError):
+    with pytest.raises(z.UnavailableError) as caught:
         ours.connect_peer(theirs.node.endpoint).result(WAIT)
+    assert caught.value.reason is z.UnavailableReason.UNREACHABLE
     assert peer_state(ours, theirs.node.routing_id) is not z.PeerState.READY
     assert peer_state(theirs, ours.node.routing_id) is not z.PeerState.READY
     assert ready_ids(ours) == set()
@@ -160,8 +161,9 @@ def test_connect_peer_to_an_endpoint_where_nothing_listens_fails_unavailable(
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
         started = time.monotonic()
-        with pytest.raises(z.UnavailableError):
+        with pytest.raises(z.UnavailableError) as caught:
             host.connect_peer(f"tcp://127.0.0.1:{port}").result(WAIT)
+        assert caught.value.reason is z.UnavailableReason.UNREACHABLE
     assert time.monotonic() - started < TIMEOUT + WAIT
     assert host.peers() == []
 
@@ -184,7 +186,7 @@ def test_connect_peer_before_start_is_an_invalid_operation_and_after_shutdown_sh
 def test_a_duplicate_routing_id_is_refused(harness: HostHarness) -> None:
     a = harness.host(mesh=mesh_config(routing_id="same"))
     b = harness.host(mesh=mesh_config(routing_id="same"))
-    with pytest.raises(z.UnavailableError):
+    with pytest.raises(z.AlreadyExistsError, match="duplicate routing id 'same'"):
         b.connect_peer(a.node.endpoint).result(WAIT)
     assert ready_ids(a) == set()
     assert ready_ids(b) == set()

@@ -31,6 +31,7 @@ from zlink_actors import (
     Spot,
     SpotContext,
     UnavailableError,
+    UnavailableReason,
     ZlinkError,
     handler,
 )
@@ -465,11 +466,35 @@ def test_a_full_remote_target_queue_is_unavailable(harness: HostHarness, nodes: 
     refused = a.request_to_node(MESH, rid, Work(2), reply=int).timeout(30.0).submit()
     exc = refused.exception(WAIT)
     assert type(exc) is UnavailableError
+    # Raised on B, it reached A with its reason; B counts what it answered so.
+    assert exc.reason is UnavailableReason.QUEUE_FULL
+    assert mesh_stats(b).unavailable == {"queue_full": 1}
+    assert mesh_stats(a).unavailable == {}
 
     rec.latch.set()
     assert held.result(WAIT) == "held"
     assert queued.result(WAIT) == 1
     assert "work2" not in rec.snapshot()
+
+
+@pytest.mark.parametrize("reason", [*UnavailableReason], ids=lambda reason: reason.value)
+def test_a_remote_handlers_unavailable_error_reaches_the_caller_with_its_reason(
+    reason: UnavailableReason, nodes: Nodes
+) -> None:
+    class Refuser(NodeHandler):
+        @handler
+        def work(self, ctx: NodeContext, msg: Work) -> int:
+            raise UnavailableError(f"refused {msg.n}", reason=reason)
+
+    a = nodes.add()
+    b = nodes.add(node_handler=Refuser)
+    call = a.request_to_node(MESH, b.node.routing_id, Work(3), reply=int).timeout(WAIT)
+    exc = call.submit().exception(WAIT)
+    assert type(exc) is UnavailableError
+    assert exc.reason is reason
+    assert str(exc) == "refused 3"
+    counted = {} if reason is UnavailableReason.UNSPECIFIED else {reason.value: 1}
+    assert mesh_stats(b).unavailable == counted
 
 
 # -- turns: await keeps the gate, yield_() releases it ---------------------------------

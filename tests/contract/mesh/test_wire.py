@@ -12,8 +12,10 @@ never stop the node.
 from __future__ import annotations
 
 import hashlib
+import logging
 import queue
 import random
+import time
 from typing import Any, ClassVar
 
 import msgspec
@@ -418,6 +420,67 @@ def test_garbage_records_from_a_peer_without_a_handshake_are_answered_and_counte
     assert _still_serves(a, b, rec) == ["work42"]
 
 
+def _warnings(caplog: pytest.LogCaptureFixture, about: str) -> int:
+    return sum(
+        1 for r in caplog.records if r.levelno >= logging.WARNING and about in r.getMessage()
+    )
+
+
+def test_a_garbage_flood_is_counted_each_and_logged_a_bounded_number_of_times(
+    harness: HostHarness, nodes: Nodes, dealer: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Before: one WARNING per malformed message (2,000 here).
+    caplog.set_level(logging.WARNING)
+    rec = Recorder(harness)
+    a = nodes.add()
+    b = nodes.add(node_handler=recording_gate(rec))
+    dealer.connect(b.node.endpoint)
+    before = mesh_stats(b).decode_errors
+    count = 2000
+    start = time.monotonic()
+    for i in range(count):
+        dealer.send_multipart(GARBAGE[i % len(GARBAGE)])
+    assert wait_until(lambda: mesh_stats(b).decode_errors == before + count)  # every one
+    elapsed = time.monotonic() - start
+    # One line per (event, peer, reason) a second, and at most one reason per kind of
+    # garbage (some share theirs).
+    lines = _warnings(caplog, "garbage-dealer")
+    assert 1 <= lines <= len(GARBAGE) * (elapsed + 2), (lines, elapsed)
+    assert _still_serves(a, b, rec) == ["work42"]
+
+
+def test_a_flood_of_undecodable_records_from_a_peer_without_a_handshake_is_logged_bounded(
+    harness: HostHarness, nodes: Nodes, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING)
+    rec = Recorder(harness)
+    a = nodes.add()
+    b = nodes.add(node_handler=recording_gate(rec))
+    ready: queue.Queue[t.PeerEvent] = queue.Queue()
+
+    def event(e: t.PeerEvent) -> None:
+        if e.kind is t.PeerEventKind.READY:
+            ready.put(e)
+
+    endpoint = b.node.endpoint
+    rogue = t.Transport(b"rogue", lambda batch: None, on_event=event)
+    try:
+        rogue.connect(b"b", t.Endpoints(endpoint, completion_endpoint(endpoint)))
+        ready.get(timeout=WAIT)
+        before = mesh_stats(b).decode_errors
+        count = 1000
+        start = time.monotonic()
+        for _ in range(count):
+            rogue.submit(b"b", [b"\xc1 not an envelope"])  # parked ones go as b admits
+        assert wait_until(lambda: mesh_stats(b).decode_errors == before + count)
+        elapsed = time.monotonic() - start
+    finally:
+        rogue.close()
+    lines = _warnings(caplog, "bad record from b'rogue'")
+    assert 1 <= lines <= elapsed + 2, (lines, elapsed)
+    assert _still_serves(a, b, rec) == ["work42"]
+
+
 # -- check_codec -------------------------------------------------------------------------
 
 
@@ -436,3 +499,68 @@ def test_check_codec_fails_locally_what_could_not_cross_the_network(
 
     call = host.request_to_spot("room", payload).submit()
     assert type(call.exception(WAIT)) is ProtocolError
+
+
+class Loose(msgspec.Struct, frozen=True):
+    """A message with fields typed `object`: msgspec carries them as it does `Any`."""
+
+    value: object
+    items: list[object] = []
+    extra: dict[str, object] = {}
+
+
+@pytest.mark.parametrize("kind", ["request", "send"])
+def test_check_codec_takes_a_field_typed_object_and_fails_only_the_call_it_cannot_encode(
+    harness: HostHarness, kind: str
+) -> None:
+    seen: list[object] = []
+
+    class Room(Spot):
+        @handler
+        def loose(self, ctx: SpotContext, msg: Loose) -> object:
+            seen.append(msg.value)
+            return [msg.value, msg.items, msg.extra]
+
+    # Before the fix the Host refused to start: "it holds object, which is not a type
+    # msgspec can encode and decode".
+    host = harness.host(spots=[Room], check_codec=True)
+    host.spots.get_or_create("room", Room).submit_sync()
+    good = Loose({"n": (1, 2)}, [b"x", 3.5], {"k": None})
+
+    def call(msg: Loose) -> Any:
+        if kind == "request":
+            return host.request_to_spot("room", msg).submit()
+        return host.send_to_spot("room", msg).submit()
+
+    first = call(good)
+    bad = call(Loose(Opaque()))
+    bad_inside = call(Loose(1, [Opaque()]))
+    after = call(Loose("after"))
+    assert type(bad.exception(WAIT)) is ProtocolError
+    assert type(bad_inside.exception(WAIT)) is ProtocolError
+    if kind == "request":
+        # As the wire carries it: a tuple comes back a list.
+        assert first.result(WAIT) == [{"n": [1, 2]}, [b"x", 3.5], {"k": None}]
+        assert after.result(WAIT) == ["after", [], {}]
+    else:
+        assert first.result(WAIT) is None
+        assert after.result(WAIT) is None
+        assert wait_until(lambda: len(seen) == 2)
+    assert seen == [{"n": [1, 2]}, "after"]  # the refused ones never reached the handler
+
+
+def test_a_field_typed_object_crosses_the_mesh(harness: HostHarness, nodes: Nodes) -> None:
+    class Echo(NodeHandler):
+        @handler
+        def loose(self, ctx: NodeContext, msg: Loose) -> object:
+            return [msg.value, msg.items]
+
+    a = nodes.add(message_types=(Loose,))
+    b = nodes.add(node_handler=Echo)
+    rid = b.node.routing_id
+    msg = Loose({"a": [1, "two"]}, [None, 2.5])
+    assert a.request_to_node(MESH, rid, msg).submit_sync() == [{"a": [1, "two"]}, [None, 2.5]]
+    call = a.request_to_node(MESH, rid, Loose(Opaque())).submit()
+    assert call.done()  # refused at the sender, before anything was sent
+    assert type(call.exception()) is ProtocolError
+    assert a.request_to_node(MESH, rid, Loose(7)).submit_sync() == [7, []]

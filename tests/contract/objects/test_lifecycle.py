@@ -26,6 +26,7 @@ from zlink_actors import (
     Spot,
     SpotContext,
     UnavailableError,
+    UnavailableReason,
     handler,
 )
 from zlink_actors.testing import WAIT, HostHarness
@@ -202,8 +203,9 @@ def test_a_send_waiting_for_lane_space_when_its_target_closes_ends_with_unavaila
     latch.set()
 
     assert closing.result(WAIT) is True
-    with pytest.raises(UnavailableError):
+    with pytest.raises(UnavailableError) as caught:
         waiting.result(WAIT)
+    assert caught.value.reason is UnavailableReason.CLOSED
     assert hits == []
 
 
@@ -236,8 +238,9 @@ def test_a_request_queued_but_not_yet_run_when_its_target_closes_ends_with_unava
     latch.set()
 
     assert closing.result(WAIT) is True
-    with pytest.raises(UnavailableError):
+    with pytest.raises(UnavailableError) as caught:
         queued.result(WAIT)
+    assert caught.value.reason is UnavailableReason.CLOSED
     assert held.result(WAIT) is None
     assert pings == []
 

@@ -162,14 +162,21 @@ class NodeProcesses:
     def __init__(self) -> None:
         self.started: list[NodeProcess] = []
 
-    def launch(self, wrap: Sequence[str] = (), **config: Any) -> NodeProcess:
+    def launch(
+        self,
+        wrap: Sequence[str] = (),
+        module: str = "tests.integration.mesh.node_main",
+        **config: Any,
+    ) -> NodeProcess:
         """Start a node with `config` (node_main's keys, FAST liveness unless given);
-        `wrap` is an argv prefix, e.g. `Network.prefix(i)` to run it in a namespace."""
+        `wrap` is an argv prefix, e.g. `Network.prefix(i)` to run it in a namespace;
+        `module` is the `python -m` module to run (another node main, such as the chaos
+        run's, that takes the same JSON argument and prints the same first line)."""
         config = {**FAST, **config}
         env = dict(os.environ, PYTHONPATH=str(ROOT))
         stderr = tempfile.TemporaryFile("w+")  # noqa: SIM115 - closed with the node
         proc = subprocess.Popen(
-            [*wrap, sys.executable, "-m", "tests.integration.mesh.node_main", json.dumps(config)],
+            [*wrap, sys.executable, "-m", module, json.dumps(config)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=stderr,

@@ -92,14 +92,19 @@ def test_rooms_on_two_server_processes_a_killed_owner_and_its_take_over(
     # and nothing is resent to the other node.
     a.kill()
     started = time.monotonic()
-    with pytest.raises(z.UnavailableError):
+    with pytest.raises(z.UnavailableError) as caught:
         _say(client, on_a[0].spot_id, "are you there")
     assert time.monotonic() - started < WAIT
+    # SIGKILL closed its connections: the peer is gone (fail over), not paused.
+    gone = z.UnavailableReason.PEER_LOST
+    assert caught.value.reason is gone
     for ref in on_a:
-        with pytest.raises(z.UnavailableError):
+        with pytest.raises(z.UnavailableError) as caught:
             client.send_to_spot(ref.spot_id, Say("one-way")).submit_sync()
-        with pytest.raises(z.UnavailableError):
+        assert caught.value.reason is gone
+        with pytest.raises(z.UnavailableError) as caught:
             _say(client, ref.spot_id, "again")
+        assert caught.value.reason is gone
     # Never-created ids are NotFoundError, not UnavailableError.
     with pytest.raises(z.NotFoundError):
         _say(client, "room-never", "hi")
@@ -113,8 +118,9 @@ def test_rooms_on_two_server_processes_a_killed_owner_and_its_take_over(
     # get-or-create of a dead owner's Ready record is UnavailableError (close it first);
     # so is close() while the dead owner's lease has not expired in the store.
     lost = on_a[0].spot_id
-    with pytest.raises(z.UnavailableError):
+    with pytest.raises(z.UnavailableError) as caught:
         client.spots.get_or_create(lost, Room).submit_sync()
+    assert caught.value.reason is z.UnavailableReason.PEER_LOST
     # Once its lease expired, any node takes over: close() deletes the record and a new
     # get-or-create makes a new generation on a live node.
     assert wait_until(lambda: _lease_gone(store, a.routing_id), timeout=WAIT)

@@ -21,9 +21,10 @@ from zlink_actors.testing import WAIT
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 SAMPLE = ROOT / "samples" / "mesh_chat.py"
-#: The warning a node logs when a peer is lost (the reason varies: a disconnect seen, or
-#: a send finding no route).
-LOST = re.compile(r"mesh node-\S+: peer node-\S+ LOST: .+")
+#: The warning a node logs when a peer is lost (a SIGKILL closes its connections: the
+#: reason its calls fail with is peer_lost; what it saw varies: a disconnect, or a send
+#: finding no route).
+LOST = re.compile(r"mesh node-\S+: peer node-\S+ LOST \(peer_lost\): .+")
 #: The sample takes about 4 s on the idle 2-core development machine, 15 s when it is
 #: busy; its own start-up bounds are 30 s a step.
 RUN_WAIT = 24 * WAIT

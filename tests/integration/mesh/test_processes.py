@@ -222,8 +222,14 @@ def test_a_lost_peer_ends_requests_in_flight_and_waiting_sends_once_and_the_surv
     killed = time.monotonic()
     a.proc.send_signal(sig)
     bound = FAST["liveness_timeout"] + LOSS_MARGIN
+    # Killed: its connections closed, it is gone. Frozen: it went silent, it may be back.
+    why = (
+        z.UnavailableReason.PEER_LOST if sig is signal.SIGKILL else z.UnavailableReason.PEER_PAUSED
+    )
     for call in requests + waiting:
-        assert isinstance(call.exception(bound + WAIT), z.UnavailableError), call
+        exc = call.exception(bound + WAIT)
+        assert isinstance(exc, z.UnavailableError), call
+        assert exc.reason is why, (call, exc)
     for call in requests + waiting:
         assert wait_until(lambda call=call: len(ends.of(call)) >= 1)
         assert ends.of(call)[0] - killed < bound, ends.of(call)[0] - killed
@@ -238,8 +244,9 @@ def test_a_lost_peer_ends_requests_in_flight_and_waiting_sends_once_and_the_surv
     # Every call ended exactly once.
     for call in requests + sends:
         assert len(ends.of(call)) == 1, (call, ends.of(call))
-    with pytest.raises(z.UnavailableError):  # a LOST routing id stays known
+    with pytest.raises(z.UnavailableError) as caught:  # a LOST routing id stays known
         _ask(host, a, Ping(1), Pong)
+    assert caught.value.reason is why
     a.kill()  # (frozen: SIGKILL ends a stopped process too)
     assert a.gone()
 
@@ -317,8 +324,9 @@ def test_a_node_that_stops_drains_finishes_accepted_work_and_says_goodbye(
     for i in range(20):
         done = host.request_to_channel("work", Job(i), reply=Done).timeout(WAIT).submit_sync()
         assert done.routing_id == b.routing_id
-    with pytest.raises(z.UnavailableError):  # DRAINING: not READY for node-direct calls
+    with pytest.raises(z.UnavailableError) as caught:  # DRAINING: not READY for node calls
         _ask(host, a, Ping(1), Pong)
+    assert caught.value.reason is z.UnavailableReason.DRAINING
     assert napping.result(WAIT) == Napped(a.routing_id)  # its accepted work finished
     assert a.stop() == 0, a.log()
     assert json.loads(a.lines[-1])["stopped"] == "stopped"

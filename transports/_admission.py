@@ -1,0 +1,164 @@
+"""`Admission`: the `admitted` future of a parked message, small enough to park 100,000.
+
+A `concurrent.futures.Future` makes a `threading.Condition` (an RLock, a deque, bound
+methods) and two lists when it is made: about 1.6 KiB, more than the rest of a parked
+message. An `Admission` is a `Future[None]` that makes none of them: its state is guarded
+by one lock shared by every admission (a message is admitted or fails once, under it,
+for a few instructions), its done-callbacks are one callable or a list, and a
+`Condition` on the shared lock is made only for a thread that blocks in `result()` or
+`exception()`, or for `concurrent.futures.wait()`. It is made running (it cannot be
+cancelled: a parked message is taken back with `Transport.withdraw`).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, InvalidStateError
+from concurrent.futures._base import FINISHED, LOGGER, RUNNING, _Waiter
+
+__all__ = ["Admission"]
+
+#: Guards the state of every `Admission` (an RLock: `concurrent.futures.wait()` takes the
+#: condition of each future it is given, one after the other, before it releases any).
+_LOCK = threading.RLock()
+
+_Callback = Callable[[Future[None]], object]
+
+
+class Admission(Future[None]):
+    """A `Future[None]` for a parked message (see the module docstring)."""
+
+    # Class defaults: an instance stores only what it changed (its state once done, its
+    # outcome, a callback), so a parked one holds a dict of at most one entry.
+    _state = RUNNING
+    _result = None
+    _exception: BaseException | None = None
+    _callbacks: _Callback | list[_Callback] | None = None
+    _cond: threading.Condition | None = None
+    _waiter_list: list[_Waiter] | None = None
+
+    def __init__(self) -> None:  # not Future's: no Condition, no lists
+        pass
+
+    # -- what concurrent.futures.wait() and as_completed() use ------------------------
+
+    @property
+    def _condition(self) -> threading.Condition:
+        with _LOCK:
+            cond = self._cond
+            if cond is None:
+                cond = self._cond = threading.Condition(_LOCK)
+            return cond
+
+    @_condition.setter
+    def _condition(self, value: threading.Condition) -> None:
+        raise AttributeError("an Admission's condition is its own")
+
+    @property
+    def _waiters(self) -> list[_Waiter]:
+        with _LOCK:
+            waiters = self._waiter_list
+            if waiters is None:
+                waiters = self._waiter_list = []
+            return waiters
+
+    @_waiters.setter
+    def _waiters(self, value: list[_Waiter]) -> None:
+        raise AttributeError("an Admission's waiters are its own")
+
+    # -- Future -------------------------------------------------------------------------
+
+    def cancel(self) -> bool:
+        """Never cancelled (it is running from the start): False."""
+        return False
+
+    def cancelled(self) -> bool:
+        return False
+
+    def running(self) -> bool:
+        return self._state == RUNNING
+
+    def done(self) -> bool:
+        return self._state == FINISHED
+
+    def add_done_callback(self, fn: _Callback) -> None:
+        """Call `fn(self)` once done: at once (on this thread) when it is already."""
+        with _LOCK:
+            if self._state != FINISHED:
+                held = self._callbacks
+                if held is None:
+                    self._callbacks = fn
+                elif isinstance(held, list):
+                    held.append(fn)
+                else:
+                    self._callbacks = [held, fn]
+                return
+        self._call(fn)
+
+    def result(self, timeout: float | None = None) -> None:
+        if self._state != FINISHED:
+            self._wait(timeout)
+        exc = self._exception
+        if exc is not None:
+            raise exc
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        if self._state != FINISHED:
+            self._wait(timeout)
+        return self._exception
+
+    def set_running_or_notify_cancel(self) -> bool:
+        """Running from the start: RuntimeError, as for a `Future` already running."""
+        raise RuntimeError("an Admission is running from the start")
+
+    def set_result(self, result: None) -> None:
+        self._finish(None)
+
+    def set_exception(self, exception: BaseException | None) -> None:
+        self._finish(exception)
+
+    def __repr__(self) -> str:
+        outcome = "" if self._state != FINISHED else f" {self._exception!r}"
+        return f"<Admission at {id(self):#x} state={self._state.lower()}{outcome}>"
+
+    # -- inside ---------------------------------------------------------------------
+
+    def _finish(self, exc: BaseException | None) -> None:
+        with _LOCK:
+            if self._state == FINISHED:
+                raise InvalidStateError(f"{self!r} is done already")
+            if exc is not None:
+                self._exception = exc
+            self._state = FINISHED
+            if self._waiter_list:
+                for waiter in self._waiter_list:
+                    if exc is None:
+                        waiter.add_result(self)
+                    else:
+                        waiter.add_exception(self)
+            if self._cond is not None:
+                self._cond.notify_all()
+            held = self._callbacks
+            if held is not None:
+                del self._callbacks
+        if held is None:
+            return
+        for fn in held if isinstance(held, list) else (held,):
+            self._call(fn)
+
+    def _invoke_callbacks(self) -> None:  # Future's, for anything that calls it
+        return None  # each callback runs once, from `_finish` or `add_done_callback`
+
+    def _call(self, fn: _Callback) -> None:
+        try:
+            fn(self)
+        except Exception:
+            LOGGER.exception("exception calling callback for %r", self)
+
+    def _wait(self, timeout: float | None) -> None:
+        with _LOCK:
+            if self._state != FINISHED:
+                cond = self._condition
+                if not cond.wait_for(self.done, timeout):
+                    raise TimeoutError()
