@@ -3,7 +3,8 @@
 Run as `python -m tests.integration.mesh.node_main '<json config>'`. The config keys:
 
 - `mesh` (the mesh name), `listen`, `peers` (endpoints), `liveness_interval`,
-  `liveness_timeout`, `credit_window`, `routing_id` (optional): as `MeshConfig`;
+  `liveness_timeout`, `credit_window`, `peer_expiry`, `routing_id` (optional): as
+  `MeshConfig`;
 - `channels`: ChannelName -> weight, each served by `Worker`;
 - `lane_items`: `Host(application_lane_items=...)` (optional);
 - `redis`: `{"url": ..., "key_prefix": ...}` for a `RedisLocationStore` (discovery);
@@ -20,10 +21,11 @@ Once started the process prints one JSON line, `{"routing_id": ..., "endpoint": 
 once `expect_peers` peers are READY here, a second, `{"ready": [routing ids]}` (so a
 first request either way finds both sides of each pair READY). It serves until stdin
 closes or SIGTERM arrives, shuts the Host down (exit status 0 when it stopped cleanly, 3
-otherwise), prints `{"stopped": outcome, "reason": reason}` and closes its store. Each
-`StateChange` of its owner lease is printed as `{"state_change": kind, "generation": n}`;
-with `on_lease_lost="shutdown"` a lost lease ends the process at once, exit status 4
-(what a supervisor restarts).
+otherwise), prints `{"stopped": outcome, "reason": reason, "handled": n}` (`handled`:
+the channel handler's count) and closes its store. Each `StateChange` of its owner
+lease is printed as `{"state_change": kind, "generation": n}`; with
+`on_lease_lost="shutdown"` a lost lease ends the process at once, exit status 4 (what
+a supervisor restarts).
 """
 
 from __future__ import annotations
@@ -184,10 +186,9 @@ def _build(
         "liveness_interval": config.get("liveness_interval", 0.2),
         "liveness_timeout": config.get("liveness_timeout", 1.0),
     }
-    if "credit_window" in config:
-        mesh_options["credit_window"] = config["credit_window"]
-    if "routing_id" in config:
-        mesh_options["routing_id"] = config["routing_id"]
+    for key in ("credit_window", "peer_expiry", "routing_id"):
+        if key in config:
+            mesh_options[key] = config[key]
     if "lease" in config:
         mesh_options["lease"] = z.LeaseConfig(**config["lease"])
     if "placement_weight" in config:
@@ -254,7 +255,9 @@ def main() -> int:
         result = host.shutdown(5.0)
         if store is not None:
             store.close()
-    _say({"stopped": result.outcome.value, "reason": result.reason.value})
+    with _count_lock:
+        handled = _handled
+    _say({"stopped": result.outcome.value, "reason": result.reason.value, "handled": handled})
     if result.reason is z.ShutdownReason.LEASE_LOST:
         return 4
     return 0 if result.outcome is z.ShutdownOutcome.STOPPED else 3
