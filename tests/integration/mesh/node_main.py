@@ -53,6 +53,8 @@ from .messages import (
     Ping,
     Pong,
     Relay,
+    Seq,
+    SeqLog,
     SetWeight,
     Stats,
     StatsReply,
@@ -65,6 +67,8 @@ _count_lock = threading.Lock()
 _print_lock = threading.Lock()
 _handled = 0
 _napping = 0
+#: The numbers of the `Seq` one-ways the channel handler ran, in the order it ran them.
+_seqs: list[int] = []
 _host: list[z.Host] = []
 
 
@@ -132,6 +136,11 @@ class Control(z.NodeHandler):
             return Count(_handled, _rid(ctx))
 
     @z.handler
+    def seq_log(self, ctx: z.NodeContext, msg: SeqLog) -> list[int]:
+        with _count_lock:
+            return list(_seqs)
+
+    @z.handler
     def set_weight(self, ctx: z.NodeContext, msg: SetWeight) -> int:
         _host[0].set_channel_weight(msg.channel, msg.weight)
         return msg.weight
@@ -175,6 +184,12 @@ class Worker(z.ChannelHandler):
     @z.handler
     def load(self, ctx: z.ChannelContext, msg: Load) -> None:
         _count()
+
+    @z.handler
+    def seq(self, ctx: z.ChannelContext, msg: Seq) -> None:
+        _count()
+        with _count_lock:
+            _seqs.append(msg.n)
 
 
 def _build(

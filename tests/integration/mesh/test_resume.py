@@ -17,7 +17,7 @@ import pytest
 import zlink_actors as z
 from zlink_actors.testing import WAIT, HostHarness
 
-from .messages import ALL_TYPES, Count, HowMany, Load
+from .messages import ALL_TYPES, Count, HowMany, Load, Nap, Seq, SeqLog
 from .netns import network
 from .node_main import Control
 from .nodes import FAST, NodeProcess, NodeProcesses, wait_until
@@ -287,3 +287,51 @@ def test_a_peer_back_with_a_new_lifecycle_takes_its_one_ways_counted_at_once(
     assert host.send_to_channel("work", Load(b"new")).submit_sync() is None
     assert wait_until(lambda: _handled(host, second) >= 1, WAIT)
     assert _handled(host, second) == 1
+
+
+def test_one_ways_held_back_for_a_full_target_across_a_pause_are_each_handled_once_in_order(
+    harness: HostHarness, nodes: NodeProcesses
+) -> None:
+    """Items 1 and 3 together: the receiver's channel is stuck (a nap), so it says FULL
+    and most one-ways to it wait at the sender; then the receiver is frozen past
+    `liveness_timeout` and resumed. Every one-way ends once: handled once, in the order
+    sent, none failed, none counted lost."""
+    receiver = nodes.start(channels={"work": 100}, peer_expiry=30.0, credit_window=32 * 1024)
+    host = _test_host(harness, peers=(receiver.endpoint,), peer_expiry=30.0)
+    host.wait_for_peers(1, timeout=WAIT)
+    rid = receiver.routing_id
+
+    def target_waits() -> int:
+        mesh = host.statistics().mesh
+        assert mesh is not None
+        return mesh.target_waits
+
+    # The channel's gate is held for 6 s: what follows fills its lane (1,024), and
+    # the rest waits at this sender (FULL).
+    host.send_to_channel("work", Nap(6.0)).submit_sync()
+    total = 3000
+    sent = [host.send_to_channel("work", Seq(i, b"x" * 100)).submit() for i in range(total)]
+    assert wait_until(lambda: target_waits() > 0, WAIT)
+    os.kill(receiver.pid, signal.SIGSTOP)
+    try:
+        assert wait_until(lambda: _state(host, rid) is z.PeerState.LOST, WAIT)
+        held = target_waits()
+        assert held > 0  # still held back here, not failed, while the peer may resume
+    finally:
+        os.kill(receiver.pid, signal.SIGCONT)
+    assert wait_until(lambda: _state(host, rid) is z.PeerState.READY, 3 * WAIT)
+    assert wait_until(lambda: all(done.done() for done in sent), 3 * WAIT)
+    failed = [done.exception() for done in sent if done.exception() is not None]
+    assert not failed, failed[:3]
+
+    def log() -> list[int]:
+        call = host.request_to_node(MESH, rid, SeqLog(), reply=list[int])
+        seqs: list[int] = call.timeout(WAIT).submit_sync()
+        return seqs
+
+    assert wait_until(lambda: len(log()) >= total, 3 * WAIT), (len(log()), receiver.log())
+    assert log() == list(range(total))  # once each, in the order sent
+    mesh = host.statistics().mesh
+    assert mesh is not None
+    assert mesh.dropped_after_admission == 0
+    assert mesh.target_waits == 0
