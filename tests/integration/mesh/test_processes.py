@@ -45,6 +45,8 @@ MESH = "game"
 #: What a loaded machine may add to `liveness_timeout` before a lost peer's calls end:
 #: the next liveness tick, the I/O thread's wake-up and the dispatcher hop.
 LOSS_MARGIN = 1.0
+#: The test Host's `peer_expiry` where a frozen peer must expire within the test.
+EXPIRY = 3.0
 _RID = re.compile(r"node-[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
 
 
@@ -177,7 +179,7 @@ def test_a_lost_peer_ends_requests_in_flight_and_waiting_sends_once_and_the_surv
     found by the liveness probes after `liveness_timeout`."""
     window = 8 * 1024
     # A small window on both sides (so the sends wait whichever side's window binds).
-    host = _test_host(harness, credit_window=window)
+    host = _test_host(harness, credit_window=window, peer_expiry=EXPIRY)
     a = nodes.launch(
         peers=[host.node.endpoint], channels={"work": 100}, lane_items=4, credit_window=window
     )
@@ -226,14 +228,30 @@ def test_a_lost_peer_ends_requests_in_flight_and_waiting_sends_once_and_the_surv
     why = (
         z.UnavailableReason.PEER_LOST if sig is signal.SIGKILL else z.UnavailableReason.PEER_PAUSED
     )
-    for call in requests + waiting:
+    # Killed, its connections closed: the sends waiting here (for credit, or held back
+    # for its full channel) end at once, as its requests in flight. Frozen, it may come
+    # back and resume: those held back for its full channel stay until `peer_expiry`,
+    # then end PEER_LOST (never sent); the ones parked for credit end at once.
+    prompt = requests + waiting if sig is signal.SIGKILL else requests
+    for call in prompt:
         exc = call.exception(bound + WAIT)
         assert isinstance(exc, z.UnavailableError), call
         assert exc.reason is why, (call, exc)
-    for call in requests + waiting:
+    for call in prompt:
         assert wait_until(lambda call=call: len(ends.of(call)) >= 1)
         assert ends.of(call)[0] - killed < bound, ends.of(call)[0] - killed
     assert _peer_state(host, a.routing_id) is z.PeerState.LOST
+    if sig is signal.SIGSTOP:
+        held = [call for call in waiting if not call.done()]
+        assert held  # held back for the full channel: not failed while A may resume
+        for call in waiting:
+            exc = call.exception(EXPIRY + bound + WAIT)
+            assert isinstance(exc, z.UnavailableError), call
+            late = call in held
+            assert exc.reason is (z.UnavailableReason.PEER_LOST if late else why), (call, exc)
+            if late:
+                assert ends.of(call)[0] - killed > EXPIRY, ends.of(call)[0] - killed
+        why = z.UnavailableReason.PEER_LOST  # expired: it never resumes now
 
     # The next 20 requests to the channel all go to B and succeed; nothing of what A
     # had was replayed to B (its count is exactly 20).
