@@ -570,14 +570,10 @@ class NodeState:
             self.runtime.pending.finish(
                 route, exc=UnavailableError(f"node {peer.routing_id!r} {why}", reason=reason)
             )
-        # The one-ways waiting here for a full target of it were never sent. A silent
-        # peer may come back with the same lifecycle and resume: they stay, and go then
-        # (`Calls._resume`), or fail when it expires (`_expire`). One whose connection
-        # closed (killed, most likely) fails them now: nothing that completed is lost.
-        if reason is not UnavailableReason.PEER_PAUSED:
-            self._fail_target_waits(
-                peer, UnavailableError(f"node {peer.routing_id!r} {why}", reason=reason)
-            )
+        # The one-ways waiting here for a full target of it were never sent. It may come
+        # back with the same lifecycle and resume (a frozen peer's connection may close
+        # too, on the transport's heartbeat): they stay, and go then (`Calls._resume`),
+        # or fail when it is gone for good (`_expire`: a new lifecycle, BYE, expiry).
 
     def _fail_target_waits(self, peer: Peer, exc: BaseException) -> None:
         """End every one-way waiting here for a full target of `peer` with `exc`."""

@@ -228,11 +228,11 @@ def test_a_lost_peer_ends_requests_in_flight_and_waiting_sends_once_and_the_surv
     why = (
         z.UnavailableReason.PEER_LOST if sig is signal.SIGKILL else z.UnavailableReason.PEER_PAUSED
     )
-    # Killed, its connections closed: the sends waiting here (for credit, or held back
-    # for its full channel) end at once, as its requests in flight. Frozen, it may come
-    # back and resume: those held back for its full channel stay until `peer_expiry`,
-    # then end PEER_LOST (never sent); the ones parked for credit end at once.
-    prompt = requests + waiting if sig is signal.SIGKILL else requests
+    # Its requests in flight end at once. The sends held back here for its full channel
+    # stay while it may come back with the same lifecycle and resume (a lost
+    # connection does not tell a killed process from a frozen one), and end PEER_LOST
+    # (never sent) at `peer_expiry`; those still parked for credit end at once.
+    prompt = requests
     for call in prompt:
         exc = call.exception(bound + WAIT)
         assert isinstance(exc, z.UnavailableError), call
@@ -241,17 +241,17 @@ def test_a_lost_peer_ends_requests_in_flight_and_waiting_sends_once_and_the_surv
         assert wait_until(lambda call=call: len(ends.of(call)) >= 1)
         assert ends.of(call)[0] - killed < bound, ends.of(call)[0] - killed
     assert _peer_state(host, a.routing_id) is z.PeerState.LOST
-    if sig is signal.SIGSTOP:
-        held = [call for call in waiting if not call.done()]
-        assert held  # held back for the full channel: not failed while A may resume
-        for call in waiting:
-            exc = call.exception(EXPIRY + bound + WAIT)
-            assert isinstance(exc, z.UnavailableError), call
-            late = call in held
-            assert exc.reason is (z.UnavailableReason.PEER_LOST if late else why), (call, exc)
-            if late:
-                assert ends.of(call)[0] - killed > EXPIRY, ends.of(call)[0] - killed
-        why = z.UnavailableReason.PEER_LOST  # expired: it never resumes now
+    held = [call for call in waiting if not call.done()]
+    assert held  # held back for the full channel: not failed while A may resume
+    for call in waiting:
+        exc = call.exception(EXPIRY + bound + WAIT)
+        assert isinstance(exc, z.UnavailableError), call
+        late = call in held
+        assert exc.reason is (z.UnavailableReason.PEER_LOST if late else why), (call, exc)
+        if late:
+            assert wait_until(lambda call=call: len(ends.of(call)) >= 1)
+            assert ends.of(call)[0] - killed > EXPIRY, ends.of(call)[0] - killed
+    why = z.UnavailableReason.PEER_LOST  # expired: it never resumes now
 
     # The next 20 requests to the channel all go to B and succeed; nothing of what A
     # had was replayed to B (its count is exactly 20).
