@@ -218,6 +218,7 @@ class Handshake(NodeState):
         resumes (`_resume`)."""
         replaced: Peer | None = None
         self._use_window(conn, hello.credit_window)  # before anything can be sent on it
+        self._forget_told(conn)
         with self._lock:
             peer = self._peers.by_rid.get(hello.routing_id)
             if (
@@ -311,6 +312,7 @@ class Handshake(NodeState):
         return True
 
     def _conn_lost(self, conn: bytes, reason: str, silent: bool = False) -> None:
+        self._forget_told(conn)
         with self._lock:
             dial = self._dials.get(conn)
             peer = self._peers.by_conn.pop(conn, None)

@@ -575,6 +575,25 @@ class NodeState:
         # too, on the transport's heartbeat): they stay, and go then (`Calls._resume`),
         # or fail when it is gone for good (`_expire`: a new lifecycle, BYE, expiry).
 
+    def _forget_told(self, conn: bytes) -> None:
+        """Connection `conn` was lost, or a handshake (re)starts on it (a resumed peer
+        comes back under the same connection name): the FULL its sender was told is
+        forgotten (it holds nothing back for us now, and is told FULL again if its
+        one-ways must wait), and the credit still owed to it goes back if its transport
+        connection still counts it (a new one does not: then nothing is owed)."""
+        owed = 0
+        with self._lock:
+            for held in self._target_held.values():
+                told = held.told
+                if told:
+                    n = told.pop(conn, None)
+                    if n is not None and n > 0:
+                        owed += n
+        transport = self._transport
+        if owed and transport is not None:
+            with contextlib.suppress(t.TransportError):
+                transport.release(conn, owed)
+
     def _fail_target_waits(self, peer: Peer, exc: BaseException) -> None:
         """End every one-way waiting here for a full target of `peer` with `exc`."""
         with peer.flow:
