@@ -417,7 +417,7 @@ class Host(CallSurface):
         started = time.monotonic()
         node = self._mesh
         if node is not None:
-            node.begin_drain()  # peers select this node no more
+            node.begin_drain(seconds)  # peers select this node no more
         self._http.close(min(seconds, _HTTP_CLOSE))
         # One deadline for the whole shutdown: what the clients took is not given again.
         left = max(0.0, seconds - (time.monotonic() - started))

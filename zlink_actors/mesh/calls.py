@@ -148,49 +148,69 @@ class Calls(Handshake):
         metadata: dict[str, object] | None,
         intent: str | None,
     ) -> Completion[None]:
-        """`send`, with the instance intent of a Spot message (None: none)."""
+        """`send`, with the instance intent of a Spot message (None: none).
+
+        Each one-way to a peer carries the next sequence number of that peer's lifecycle
+        (in `route`), given and submitted under the peer's `flow` lock so the numbers
+        reach it in order; it is kept (`Peer.unacked`) until the peer acknowledges it,
+        and sent again if the peer comes back after a pause (`_resume`). One to a
+        target that said FULL waits here, unnumbered, until OPEN (`_open_target`)."""
+        peer = route.peer
         try:
-            type_name, data = self._encode(payload, route.peer)
-            env = wire.encode_fields(
-                wire.SEND,
-                target_kind=_KIND_NAMES[route.kind],
-                target=route.target,
-                mesh=self.config.name,
-                metadata=metadata,
-                type_name=type_name,
-                intent=intent,
-            )
+            type_name, data = self._encode(payload, peer)
         except ProtocolError as exc:
             return failed(exc)
-        frames = [env, data]
         transport = self._transport
         assert transport is not None
-        peer = route.peer
-        # One at a time per peer with what FULL and OPEN do (`_receive_notice`): a
-        # one-way never overtakes an older one to the same target.
-        flow = peer.flow
-        flow.acquire()
-        try:
-            if peer.full_targets:  # a target of this peer is full: its one-ways wait here
-                waiting = peer.full_targets.get((_KIND_NAMES[route.kind], route.target))
-                if waiting is not None:
-                    held: _Cell[None] = _Cell(_PARKED_LOCK)
-                    waiting.append((frames, held))
-                    # SC §5/§7: a waiting send has no timeout, refuses caller cancellation.
-                    return Completion(held, _refuse_cancel)
-            result = transport.submit(peer.conn, frames)
-        except t.UnknownPeer:
-            return failed(
-                UnavailableError(
-                    f"node {peer.routing_id!r} is lost", reason=UnavailableReason.PEER_LOST
+        kind = _KIND_NAMES[route.kind]
+        # One at a time per peer with what FULL and OPEN do (`_receive_notice`) and with
+        # the resend on resume: a one-way never overtakes an older one to the same
+        # target, and the numbers reach the peer in the order they are given.
+        with peer.flow:
+            if peer.state is PeerState.LOST or peer.state is PeerState.CONNECTING:
+                return failed(self._gone_error(peer))
+            if peer.fin_sent:
+                return failed(
+                    UnavailableError(
+                        f"node {peer.routing_id!r} is draining",
+                        reason=UnavailableReason.DRAINING,
+                    )
                 )
-            )
-        except t.Closed:
-            return failed(shutting_down())
-        except t.PayloadTooLarge as exc:
-            return failed(ProtocolError(str(exc)))
-        finally:
-            flow.release()
+            # A target of this peer that is full: its one-ways wait here, numbered only
+            # when they go to the transport (`_submit_waited`).
+            waiting = peer.full_targets.get((kind, route.target)) if peer.full_targets else None
+            seq = 0 if waiting is not None else peer.out_seq + 1
+            try:
+                env = wire.encode_fields(
+                    wire.SEND,
+                    route=seq,
+                    target_kind=kind,
+                    target=route.target,
+                    mesh=self.config.name,
+                    metadata=metadata,
+                    type_name=type_name,
+                    intent=intent,
+                )
+            except ProtocolError as exc:
+                return failed(exc)
+            frames = [env, data]
+            if waiting is not None:
+                held: _Cell[None] = _Cell(_PARKED_LOCK)
+                waiting.append((frames, held))
+                # SC §5/§7: a waiting send has no timeout, refuses caller cancellation.
+                return Completion(held, _refuse_cancel)
+            try:
+                result = transport.submit(peer.conn, frames)
+            except t.UnknownPeer:
+                return failed(self._gone_error(peer))
+            except t.Closed:
+                return failed(shutting_down())
+            except t.PayloadTooLarge as exc:
+                return failed(ProtocolError(str(exc)))
+            peer.out_seq = seq
+            peer.unacked.append((seq, frames, result.admitted))
+            if peer.acked_out >= seq:  # sent directly, and acknowledged before this
+                self._acked(peer, peer.acked_out)
         if result.status is t.SubmitStatus.OK:
             return settled(None)
         admitted = result.admitted
@@ -218,14 +238,14 @@ class Calls(Handshake):
             return
         transport = self._transport
         with peer.flow:
-            waiting = peer.full_targets.get(key)
-            if waiting is None:
-                waiting = peer.full_targets[key] = deque()
-            if transport is not None:
-                # Its one-ways parked in the transport (for credit) wait here too, in
-                # front (they are older): nothing for another target waits behind them.
-                taken = transport.withdraw_matching(peer.conn, _SendsTo(key))
-                waiting.extendleft(reversed(taken))
+            # After our FIN we send it nothing more: what is parked for the target is
+            # below the FIN's number, and goes once the credit comes back.
+            if not peer.fin_sent:
+                waiting = peer.full_targets.get(key)
+                if waiting is None:
+                    waiting = peer.full_targets[key] = deque()
+                if transport is not None:
+                    self._take_back_for(transport, peer, key, waiting)
         # Now the credit of what waits there for the target may come back.
         held = wire.encode_fields(
             wire.HELD, target_kind=key[0], target=key[1], mesh=self.config.name
@@ -253,12 +273,8 @@ class Calls(Handshake):
                 ask = wire.encode_fields(
                     wire.WAITING, target_kind=key[0], target=key[1], mesh=self.config.name
                 )
-                self._submit_waited(transport, peer, [ask, b""])
-        for settle, outcome in sent:  # settled outside the lock: a listener may send again
-            if isinstance(outcome, Future):
-                self._settle_when_admitted(outcome, settle, peer)
-            else:
-                settle_wait(settle, outcome)
+                self._submit_waited(transport, peer, [ask, b""], number=False)
+        self._settle_sent(sent, peer)
 
     def _settle_when_admitted(
         self, admitted: Future[None], settle: _Cell[None] | Future[None], peer: Peer
@@ -271,22 +287,102 @@ class Calls(Handshake):
                 lambda done: settle.try_set(None, self._submit_failure(done, peer))
             )
 
+    def _take_back_for(
+        self, transport: t.Transport, peer: Peer, key: tuple[str, str], waiting: deque[Any]
+    ) -> None:
+        """Under `peer.flow`: its one-ways to target `key` that the transport parked (for
+        credit) and whose callers still wait wait here too, in front (they are older):
+        nothing for another target waits behind them. They leave `peer.unacked` (their
+        numbers never reach the peer): each gets a new one when it goes again."""
+        pending = {seq for seq, _, admitted in peer.unacked if admitted is not None}
+        if not pending:
+            return
+        taken = transport.withdraw_matching(peer.conn, _SendsTo(key, pending))
+        if not taken:
+            return
+        gone = {id(admitted) for _, admitted in taken}
+        kept = [entry for entry in peer.unacked if id(entry[2]) not in gone]
+        peer.unacked.clear()
+        peer.unacked.extend(kept)
+        waiting.extendleft(reversed(taken))
+
     def _submit_waited(
-        self, transport: t.Transport, peer: Peer, frames: Sequence[bytes]
+        self, transport: t.Transport, peer: Peer, frames: Sequence[bytes], number: bool = True
     ) -> Future[None] | BaseException | None:
-        """Hand a one-way that waited for its target to the transport: None (sent), the
-        future of its admission (parked for credit), or why it failed."""
+        """Under `peer.flow`: hand a one-way that waited for its target to the transport
+        with the next sequence number (`number`; False: a WAITING record): None (sent),
+        the future of its admission (parked for credit), or why it failed."""
+        seq = peer.out_seq + 1
+        if number:
+            frames = [wire.renumbered(frames[0], seq), *frames[1:]]
         try:
             result = transport.submit(peer.conn, frames)
         except t.UnknownPeer:
-            return UnavailableError(
-                f"node {peer.routing_id!r} is lost", reason=UnavailableReason.PEER_LOST
-            )
+            return self._gone_error(peer)
         except t.Closed:
             return shutting_down()
         except t.PayloadTooLarge as exc:
             return ProtocolError(str(exc))
-        return result.admitted if result.status is not t.SubmitStatus.OK else None
+        admitted = result.admitted if result.status is not t.SubmitStatus.OK else None
+        if number:
+            peer.out_seq = seq
+            peer.unacked.append((seq, list(frames), admitted))
+        return admitted
+
+    def _resume(self, peer: Peer, conn: bytes, hello: Any) -> bool:
+        """`Handshake._resume`, then, still under `peer.flow` (nothing overtakes them),
+        the one-ways held back here for its full targets go too, numbered after the
+        resent ones: the peer told FULL on the old connection, and tells it again on
+        this one if the target is still full."""
+        with peer.flow:
+            if not super()._resume(peer, conn, hello):
+                return False
+            sent = self._submit_held(peer)
+        self._settle_sent(sent, peer)
+        return True
+
+    def _submit_held(
+        self, peer: Peer
+    ) -> list[tuple[_Cell[None] | Future[None], Future[None] | BaseException | None]]:
+        """Under `peer.flow`: hand every one-way held back for a full target of `peer`
+        to the transport, oldest first per target; what `_settle_sent` settles."""
+        transport = self._transport
+        sent: list[tuple[_Cell[None] | Future[None], Future[None] | BaseException | None]] = []
+        if transport is None:
+            return sent
+        for waiting in peer.full_targets.values():
+            for frames, settle in waiting:
+                sent.append((settle, self._submit_waited(transport, peer, frames)))
+        peer.full_targets.clear()
+        return sent
+
+    def _settle_sent(
+        self,
+        sent: list[tuple[_Cell[None] | Future[None], Future[None] | BaseException | None]],
+        peer: Peer,
+    ) -> None:
+        """Settle one-ways that waited for their target once they went to the transport
+        (outside the peer's `flow` lock: a listener may send again)."""
+        for settle, outcome in sent:
+            if isinstance(outcome, Future):
+                self._settle_when_admitted(outcome, settle, peer)
+            else:
+                settle_wait(settle, outcome)
+
+    def _gone_error(self, peer: Peer) -> UnavailableError:
+        """The error of a call to a peer that is not connected: why it was lost
+        (`PEER_PAUSED` when it went silent: it may come back and resume until
+        `peer_expiry`), `PEER_LOST` once it expired; one never connected is connecting."""
+        reason = unusable(peer)
+        if reason is UnavailableReason.CONNECTING:
+            return UnavailableError(f"node {peer.routing_id!r} is not connected yet", reason=reason)
+        if reason is UnavailableReason.PEER_PAUSED:
+            return UnavailableError(
+                f"node {peer.routing_id!r} is silent (paused or cut off; it may come back "
+                f"within peer_expiry, {self.config.peer_expiry:g} s)",
+                reason=reason,
+            )
+        return UnavailableError(f"node {peer.routing_id!r} is lost", reason=reason)
 
     def request(
         self,
@@ -607,19 +703,26 @@ class Calls(Handshake):
 
 
 class _SendsTo:
-    """Matches the frames of a one-way to one target (`Transport.withdraw_matching`)."""
+    """Matches the frames of a one-way to one target whose sequence number is one of
+    `seqs` (`Transport.withdraw_matching`): one whose caller still waits for it, not one
+    sent again on resume (it completed: it stays parked, and goes)."""
 
-    __slots__ = ("key",)
+    __slots__ = ("key", "seqs")
 
-    def __init__(self, key: tuple[str, str]) -> None:
+    def __init__(self, key: tuple[str, str], seqs: set[int]) -> None:
         self.key = key
+        self.seqs = seqs
 
     def __call__(self, frames: Sequence[bytes]) -> bool:
         try:
             env = wire._ENVELOPE_DECODER.decode(frames[0])
         except Exception:
             return False
-        return env.command == wire.SEND and (env.target_kind, env.target) == self.key
+        return (
+            env.command == wire.SEND
+            and (env.target_kind, env.target) == self.key
+            and env.route in self.seqs
+        )
 
 
 class _Outgoing(CellEntry):

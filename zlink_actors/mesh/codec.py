@@ -37,10 +37,12 @@ from .._core.errors import (
 )
 
 __all__ = [
+    "ACK",
     "ADMIT",
     "BYE",
     "CANCEL",
     "COMMANDS",
+    "FIN",
     "FULL",
     "HELD",
     "HELLO",
@@ -59,6 +61,7 @@ __all__ = [
     "decode_envelope",
     "encode_envelope",
     "encode_fields",
+    "renumbered",
     "encode_request",
     "type_name",
 ]
@@ -82,9 +85,31 @@ FULL: Final = 10
 OPEN: Final = 11
 WAITING: Final = 12
 HELD: Final = 13
+#: A notice from the receiver of one-ways: every SEND of this sender's lifecycle up to
+#: sequence number `route` reached it (the sender stops keeping them for a resend).
+ACK: Final = 14
+#: A notice from a peer that learned of our drain: its last one-way to us is sequence
+#: number `route`, and it sends us no more (we handle every one up to it first).
+FIN: Final = 15
 #: Every command an envelope may carry.
 COMMANDS: Final = frozenset(
-    {SEND, REQUEST, REPLY, CANCEL, HELLO, ADMIT, REJECT, UPDATE, BYE, FULL, OPEN, WAITING, HELD}
+    {
+        SEND,
+        REQUEST,
+        REPLY,
+        CANCEL,
+        HELLO,
+        ADMIT,
+        REJECT,
+        UPDATE,
+        BYE,
+        FULL,
+        OPEN,
+        WAITING,
+        HELD,
+        ACK,
+        FIN,
+    }
 )
 #: The target kind of the global objects' own requests between nodes (create, close,
 #: publish: `mesh/objects.py`).
@@ -181,6 +206,13 @@ def encode_fields(
         return _ENCODER.encode((*fields, error_kind, error, intent, reason, due))
     except Exception as exc:  # TypeError, OverflowError, RecursionError from msgspec
         raise ProtocolError(f"the envelope cannot be encoded: {_why(exc)}") from None
+
+
+def renumbered(frame: bytes, route: int) -> bytes:
+    """The envelope `frame` (ours, as `encode_fields` made it) with `route` in place of
+    its own: a one-way held back for a full target gets its sequence number only when
+    it is handed to the transport (docs/mesh.md "One-ways across a pause")."""
+    return _ENCODER.encode(msgspec.structs.replace(_ENVELOPE_DECODER.decode(frame), route=route))
 
 
 def encode_request(

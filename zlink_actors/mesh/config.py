@@ -388,7 +388,7 @@ class MeshConfig:
 
     Raises:
         ConfigurationError: a bad value of any option, naming it; or
-            `liveness_timeout <= liveness_interval`.
+            `liveness_timeout <= liveness_interval`, or `peer_expiry <= liveness_timeout`.
     """
 
     name: str
@@ -406,6 +406,9 @@ class MeshConfig:
     inbound_permits: int | None = None
     target_permits: int | None = None
     route_cache_max_age: float = 15.0
+    #: Seconds a silent (LOST) peer may come back with the same lifecycle and resume:
+    #: what was admitted for it is kept until then, and counted as lost after.
+    peer_expiry: float = 60.0
     lease: LeaseConfig = field(default_factory=LeaseConfig)
     curve: CurveConfig | None = None
     on_lease_lost: str = "recover"
@@ -419,12 +422,17 @@ class MeshConfig:
         self._check_ids()
         _advertise_host(self.advertise_host)
         object.__setattr__(self, "peers", self._check_peers())
-        for name in ("liveness_interval", "liveness_timeout", "route_cache_max_age"):
+        for name in ("liveness_interval", "liveness_timeout", "route_cache_max_age", "peer_expiry"):
             object.__setattr__(self, name, _seconds(name, getattr(self, name)))
         if self.liveness_timeout <= self.liveness_interval:
             raise ConfigurationError(
                 f"liveness_timeout ({self.liveness_timeout:g}) must be greater than "
                 f"liveness_interval ({self.liveness_interval:g})"
+            )
+        if self.peer_expiry <= self.liveness_timeout:
+            raise ConfigurationError(
+                f"peer_expiry ({self.peer_expiry:g}) must be greater than "
+                f"liveness_timeout ({self.liveness_timeout:g})"
             )
         _int("max_message_size", self.max_message_size, 1, MAX_MESSAGE_SIZE)
         _int("credit_window", self.credit_window, 1, MAX_CREDIT_WINDOW)

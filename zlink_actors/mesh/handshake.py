@@ -40,6 +40,7 @@ from .state import (
     _Hello,
     connection_name,
     log,
+    settle_wait,
 )
 
 #: Duplicate refusals remembered for logging them once (cleared when full).
@@ -215,10 +216,11 @@ class Handshake(NodeState):
 
     def _admit(self, conn: bytes, hello: _Hello, clock: t.ClockOffset | None = None) -> Peer:
         """Enter the peer (or another connection of it) as READY, with `clock`, a sample
-        of its clock offset (None: none); another lifecycle of the same routing id
-        replaces a lost entry (`_check_hello` refused it if live)."""
+        of its clock offset (None: none); a higher generation replaces an older run of
+        the same routing id; the same generation after a loss resumes (`_resume`)."""
         replaced: Peer | None = None
         self._use_window(conn, hello.credit_window)  # before anything can be sent on it
+        self._forget_told(conn)
         with self._lock:
             peer = self._peers.by_rid.get(hello.routing_id)
             if (
@@ -233,12 +235,37 @@ class Handshake(NodeState):
                     peer.clock = clock if peer.clock is None else peer.clock.merged(clock)
                 self._changed.notify_all()
                 return peer
+            resumable = (
+                peer is not None
+                and peer.generation == hello.generation
+                and peer.lost_at != 0.0
+                and not peer.expired
+            )
+        if resumable:
+            assert peer is not None
+            resumed = self._resume(peer, conn, hello)
+            if resumed:
+                if clock is not None:
+                    with self._lock:  # the band kept for this lifecycle goes on
+                        peer.clock = clock if peer.clock is None else peer.clock.merged(clock)
+                return peer
+        elif peer is not None and peer.generation != hello.generation:
+            # Counted before the new lifecycle is READY: whoever sees it READY sees the
+            # old one's losses too.
+            self._expire(peer, "restarted (a new lifecycle)")
+        with self._lock:
+            peer = self._peers.by_rid.get(hello.routing_id)
             if peer is not None and peer.state is not PeerState.CONNECTING:
                 replaced = peer
                 self._peers.mark_lost(peer)
                 self._peers.drop_conns(peer)
             peer = Peer(hello.routing_id, hello.endpoint, hello.generation, conn)
             peer.clock = clock
+            if replaced is not None and replaced.generation == hello.generation:
+                # The same lifecycle after it expired here: the numbers go on (it may
+                # not have expired us, and drops what is not above the last it saw).
+                peer.out_seq = replaced.out_seq
+                peer.in_seq = peer.acked_in = replaced.in_seq
             self._update_locked(peer, hello)
             self._peers.add(peer)
             self._changed.notify_all()
@@ -246,11 +273,54 @@ class Handshake(NodeState):
             self._fail_inflight(
                 replaced, "restarted (another lifecycle generation)", UnavailableReason.PEER_LOST
             )
+            if replaced.generation != hello.generation:
+                self._expire(replaced, "restarted (a new lifecycle)")  # if it was not yet
         log.info("mesh %s: peer %s READY (%s)", self.routing_id, peer.routing_id, peer.endpoint)
         self._wake_peer_waiters()
         return peer
 
+    def _resume(self, peer: Peer, conn: bytes, hello: _Hello) -> bool:
+        """`peer` came back with the same lifecycle before it expired: it is READY again
+        on `conn`, and first of all it is sent again, in order, every one-way of ours it
+        has not acknowledged (it drops those that had reached it: their sequence numbers
+        are not above the last it saw). New one-ways wait for the peer's `flow` lock, so
+        they follow. False when it expired meanwhile (then it is replaced)."""
+        transport = self._transport
+        with peer.flow:
+            with self._lock:
+                if peer.expired or self._peers.by_rid.get(peer.routing_id) is not peer:
+                    return False
+                self._peers.drop_conns(peer)
+                peer.conn = conn
+                self._peers.add(peer)
+                peer.state = PeerState.READY
+                self._update_locked(peer, hello)
+                self._changed.notify_all()
+            self._wake_peer_waiters()
+            kept = [
+                entry
+                for entry in peer.unacked
+                if entry[2] is None or (entry[2].done() and entry[2].exception() is None)
+            ]
+            peer.unacked.clear()
+            peer.unacked.extend((seq, frames, None) for seq, frames, _ in kept)
+            if transport is not None:
+                for _, frames, _ in kept:
+                    try:
+                        transport.submit(conn, frames)
+                    except t.TransportError:
+                        break  # lost again: kept, for the next resume or the expiry
+        log.warning(
+            "mesh %s: peer %s came back (same lifecycle): resumed, %d one-way message(s) "
+            "sent again",
+            self.routing_id,
+            peer.routing_id,
+            len(kept),
+        )
+        return True
+
     def _conn_lost(self, conn: bytes, reason: str, silent: bool = False) -> None:
+        self._forget_told(conn)
         with self._lock:
             dial = self._dials.get(conn)
             peer = self._peers.by_conn.pop(conn, None)
@@ -363,14 +433,40 @@ class Handshake(NodeState):
         with self._lock:
             self._update_locked(peer, hello)
             self._changed.notify_all()
+        if hello.draining:
+            self._fin(peer)
+
+    def _fin(self, peer: Peer) -> None:
+        """`peer` drains: tell it (FIN) the last one-way we sent it, and send it no more
+        (it handles every one up to that before it stops admitting them)."""
+        with peer.flow:
+            if peer.fin_sent:
+                return
+            peer.fin_sent = True
+            # The last number handed to the transport that may not have reached it (a
+            # number taken back for a full target never does): or all it acknowledged.
+            try:
+                seq = peer.unacked[-1][0]
+            except IndexError:
+                seq = peer.acked_out
+            held = [settle for waiting in peer.full_targets.values() for _, settle in waiting]
+            peer.full_targets.clear()
+        self._notify_quietly(peer.conn, wire.encode_fields(wire.FIN, route=seq), b"")
+        # Held back for a full target of it, never sent: they end as a call to a
+        # draining node does.
+        exc = UnavailableError(
+            f"node {peer.routing_id!r} is draining", reason=UnavailableReason.DRAINING
+        )
+        for settle in held:
+            settle_wait(settle, exc)
 
     def _receive_notice(self, rec: t.Inbound) -> None:
         """UPDATE (weights, draining) or BYE on the completion connection."""
         peer = self._peers.by_conn.get(rec.peer)
         try:
             env = wire.decode_envelope(rec.frames[0]) if rec.frames else None
-            if env is None or env.command not in (wire.UPDATE, wire.BYE):
-                raise ProtocolError("a notice that is neither UPDATE nor BYE")
+            if env is None or env.command not in (wire.UPDATE, wire.BYE, wire.ACK, wire.FIN):
+                raise ProtocolError("a notice that is not UPDATE, BYE, ACK or FIN")
         except ProtocolError as exc:
             self._bad(rec, str(exc))
             return
@@ -379,10 +475,18 @@ class Handshake(NodeState):
         if env.command == wire.UPDATE:
             self._receive_update(peer, rec)
             return
+        if env.command == wire.ACK:
+            self._acked(peer, env.route)
+            return
+        if env.command == wire.FIN:
+            with self._lock:
+                peer.fin_seq = env.route
+            return
         with self._lock:
             self._peers.mark_lost(peer)
             self._changed.notify_all()
         log.info("mesh %s: peer %s left the mesh", self.routing_id, peer.routing_id)
+        self._expire(peer, "left the mesh")
 
     def _receive_admit(self, rec: t.Inbound, env: Envelope) -> None:
         with self._lock:

@@ -29,6 +29,7 @@ from .._engine.remote import RemoteMetadata
 from . import codec as wire
 from .calls import Calls
 from .codec import Envelope
+from .config import PeerState
 from .peers import Peer
 from .state import (
     _KINDS,
@@ -45,6 +46,10 @@ _TIMEOUT_MAX: Final = threading.TIMEOUT_MAX
 _REPLY: Final = t.InboundKind.REPLY
 _NOTICE: Final = t.InboundKind.NOTICE
 _REQUEST: Final = t.InboundKind.REQUEST
+#: A receiver acknowledges one-ways at least every this many (and the rest within
+#: `_ACK_DELAY`, `node.py`), so a sender keeps at most about this many per peer beyond
+#: what travels.
+_ACK_EVERY: Final = 256
 
 
 class Inbound(Calls):
@@ -104,12 +109,24 @@ class Inbound(Calls):
             return
         peer = self._peers.by_conn.get(rec.peer)  # one dict read: atomic
         if peer is None:
+            quiet = False
             with self._lock:
                 peer = self._peers.by_conn.get(rec.peer)
                 dial = self._dials.get(rec.peer) if peer is None else None
                 if dial is not None:
                     dial.early.append(rec)
                     return
+                # Read late from the connection of a peer found silent (a connection
+                # it dialled is named `routing_id@generation`): it resends what we did
+                # not acknowledge when it comes back, so this is dropped quietly.
+                rid = rec.peer.rpartition(b"@")[0] or rec.peer
+                late = self._peers.by_rid.get(rid.decode("utf-8", "replace"))
+                if late is not None and late.state is not PeerState.READY:
+                    self.late_records += 1
+                    quiet = True
+            if quiet:
+                self._release(rec)
+                return
         if peer is None:
             self._bad(rec, "a record before the handshake")
             return
@@ -140,6 +157,10 @@ class Inbound(Calls):
                 self._peers.mark_lost(peer)
                 self._changed.notify_all()
             log.info("mesh %s: peer %s left the mesh", self.routing_id, peer.routing_id)
+            self._expire(peer, "left the mesh")
+        elif command == wire.ACK:
+            self._release(rec)
+            self._acked(peer, env.route)
         else:
             self._bad(rec, f"an unknown command {command}")
 
@@ -225,6 +246,19 @@ class Inbound(Calls):
                     transport.set_flow(state)  # a leaf call: it takes only its own lock
 
     def _receive_send(self, rec: t.Inbound, env: Envelope, peer: Peer) -> None:
+        seq = env.route
+        if seq:
+            # One-ways of one sender lifecycle arrive in sequence order (one connection,
+            # and a resend after a pause starts below what reached us): a number not
+            # above the last one seen is a resent duplicate.
+            if seq <= peer.in_seq:
+                self._release(rec)
+                with self._lock:
+                    self.duplicate_messages += 1
+                return
+            peer.in_seq = seq  # only this (the I/O) thread receives
+            if seq - peer.acked_in >= _ACK_EVERY:
+                self._ack(peer)
         where = self._local_target(env)
         try:
             if isinstance(where, ZlinkError):
@@ -239,13 +273,26 @@ class Inbound(Calls):
         done = deliver_send(self.runtime, where[0], where[1], payload, meta)
         if done.done():
             self._sent(rec, peer, meta, done)
-        # It waits for room in its target's queue: its sender, told FULL, sends the
-        # target no more, and its credit goes back once the sender said HELD (what the
-        # sender has for other targets never waits behind it).
-        elif self._target_full(where, env, rec):
-            done.add_done_callback(lambda c: self._sent(rec, peer, meta, c, False))
         else:
-            done.add_done_callback(lambda c: self._sent(rec, peer, meta, c))
+            # When it waits for room in its target's queue, its sender, told FULL, sends
+            # the target no more, and its credit goes back once the sender said HELD
+            # (what the sender has for other targets never waits behind it).
+            release = not self._target_full(where, env, rec)
+            with self._lock:
+                self._sends_waiting += 1  # a drain waits for it (`begin_drain`)
+            done.add_done_callback(lambda c: self._sent_later(rec, peer, meta, c, release))
+
+    def _sent_later(
+        self,
+        rec: t.Inbound,
+        peer: Peer,
+        meta: RemoteMetadata,
+        done: Completion[None],
+        release: bool,
+    ) -> None:
+        with self._lock:
+            self._sends_waiting -= 1
+        self._sent(rec, peer, meta, done, release)
 
     def _target_full(self, key: tuple[ObjectKind, str], env: Envelope, rec: t.Inbound) -> bool:
         """A one-way `rec` waits for room in target `key`: its sender is told FULL (once

@@ -138,6 +138,10 @@ class MeshNode(GlobalObjects):
         """The runtime serves: dial `peers=`, keep them dialled, start discovery."""
         for endpoint in self.config.peers:
             self._dial(endpoint, None)
+        self._ticker = threading.Thread(
+            target=self._tick, name=f"zlink-mesh-tick-{self.routing_id}", daemon=True
+        )
+        self._ticker.start()
         if self.config.peers:
             self._keeper = threading.Thread(
                 target=self._keep_peers, name=f"zlink-mesh-{self.routing_id}", daemon=True
@@ -152,8 +156,10 @@ class MeshNode(GlobalObjects):
             )
             self.runtime.finishers.append(self._release_objects)
 
-    def begin_drain(self) -> None:
-        """Shutdown begins: tell peers we drain (never selected again) and withdraw the
+    def begin_drain(self, seconds: float = 30.0) -> None:
+        """Shutdown begins: tell peers we drain (never selected again), wait until each
+        has told us (FIN) the last one-way it sent us and every one up to it is admitted
+        here (at most `seconds` / 2, and at most `liveness_timeout`), and withdraw the
         descriptor."""
         with self._lock:
             if self._draining or self._transport is None or self._info is None:
@@ -163,12 +169,39 @@ class MeshNode(GlobalObjects):
         update = self._hello_bytes()
         for peer in peers:  # a notice: it must not wait behind credit or a PAUSED peer
             self._notify_quietly(peer.conn, wire.encode_fields(wire.UPDATE), update)
+        self._await_fins(peers, min(seconds / 2, self.config.liveness_timeout))
         self._stop_loop_task(self._discovery_stop, self._stopping)
         if self._keeper is not None:
             self._keeper.join(_WITHDRAW_WAIT)
+        if self._ticker is not None:
+            self._ticker.join(_WITHDRAW_WAIT)
         if self._discovery is not None:
             with contextlib.suppress(Exception):
                 self._discovery.result(_WITHDRAW_WAIT * 2)
+
+    def _await_fins(self, peers: list[Peer], seconds: float) -> None:
+        """Until `seconds` pass: wait for every peer still connected to have said FIN
+        and for its one-ways up to that number to be received and admitted here (what
+        it admitted before it learned of the drain is handled, not refused)."""
+        end = time.monotonic() + seconds
+        while True:
+            with self._lock:
+                waiting = [
+                    p
+                    for p in peers
+                    if p.state is not PeerState.LOST and (p.fin_seq is None or p.in_seq < p.fin_seq)
+                ]
+                admitting = self._sends_waiting
+            if (not waiting and not admitting) or time.monotonic() >= end:
+                break
+            # Bounded, shutdown only, as `close`: nothing announces the last arrival.
+            time.sleep(_CLOSE_POLL)
+        if waiting:
+            log.info(
+                "mesh %s: drain: %d peer(s) did not confirm their last one-way in time",
+                self.routing_id,
+                len(waiting),
+            )
 
     def _release_objects(self, seconds: float) -> None:
         """A shutdown finisher (every object closed, the I/O loop still runs): the
@@ -195,6 +228,7 @@ class MeshNode(GlobalObjects):
         while transport.statistics().credit_in_use and time.monotonic() < end:
             time.sleep(_CLOSE_POLL)
         for peer in peers:
+            self._ack(peer)  # what reached us: before BYE, on the same connection
             self._notify_quietly(peer.conn, wire.encode_fields(wire.BYE), b"")
         transport.close()
         self._bad_log.flush()  # what the last second of dropped records held back
@@ -334,7 +368,27 @@ class MeshNode(GlobalObjects):
                 ),
                 unpermitted_records=self.unpermitted_records,
                 target_waits=waits,
+                dropped_after_admission=self.dropped_after_admission,
+                dropped_by_peer=dict(self._dropped_by_rid),
+                duplicate_messages=self.duplicate_messages,
             )
+
+    def _tick(self) -> None:
+        """Every `_ACK_DELAY`: acknowledge the one-ways that reached us and were not
+        acknowledged yet; and expire the peers silent past `peer_expiry` (what they had
+        not acknowledged is counted lost). Ends when discovery stops (the node drains)."""
+        stop = self._discovery_stop
+        expiry = self.config.peer_expiry
+        while not stop.wait(_ACK_DELAY):
+            now = time.monotonic()
+            with self._lock:
+                peers = list(self._peers.by_rid.values())
+            for peer in peers:
+                if peer.state is PeerState.READY or peer.state is PeerState.DRAINING:
+                    if peer.in_seq > peer.acked_in:
+                        self._ack(peer)
+                elif peer.lost_at and not peer.expired and now - peer.lost_at > expiry:
+                    self._expire(peer, f"silent past peer_expiry ({expiry:g} s)")
 
     def _keep_peers(self) -> None:
         """Every liveness interval, dial again each `peers=` endpoint no live peer and
@@ -468,6 +522,10 @@ class MeshNode(GlobalObjects):
         if rid < self.routing_id and now - first < _DIAL_GRACE:
             return  # it dials us; we only step in if it does not
         self._dial(endpoint, None, expect=rid)
+
+
+#: Seconds between the ticker's rounds (`MeshNode._tick`): the longest an ACK waits.
+_ACK_DELAY = 0.05
 
 
 def _bind_pair(transport: t.Transport, application: str) -> str:

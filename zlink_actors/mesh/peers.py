@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -72,10 +73,35 @@ class Peer:
     #: that wait here until it says OPEN, oldest first, as (frames, how to settle it:
     #: `state.settle_wait`); docs/mesh.md "One full target".
     full_targets: dict[tuple[str, str], deque[Any]] = field(default_factory=dict, repr=False)
-    #: Guards `full_targets`, and orders our one-ways to it with FULL and OPEN (held
-    #: while a one-way goes to the transport). Reentrant: a result settled under it may
+    #: Guards `full_targets` and the sequence fields below, and orders our one-ways to
+    #: it with FULL and OPEN: a one-way's sequence number is given and it goes to the
+    #: transport under it (so the numbers reach the peer in order); the resend on
+    #: resume, FIN and the expiry take it too. Reentrant: a result settled under it may
     #: send again on the same thread.
     flow: threading.RLock = field(default_factory=threading.RLock, repr=False)
+    # -- one-ways across a pause (docs/mesh.md "One-ways across a pause") --
+    #: The sequence number of our last one-way to this lifecycle of the peer.
+    out_seq: int = 0
+    #: Our one-ways handed to the transport for it and not acknowledged yet, in
+    #: sequence order: (seq, frames, the admission future of a send parked for credit,
+    #: its caller's, or None: it completed). One held back for a full target is not
+    #: here (it gets its number when it goes to the transport): it is in `full_targets`.
+    unacked: deque[tuple[int, list[bytes], Future[None] | None]] = field(
+        default_factory=deque, repr=False
+    )
+    #: The highest number of ours it acknowledged.
+    acked_out: int = 0
+    #: The highest sequence number of its one-ways that reached this node.
+    in_seq: int = 0
+    #: The last `in_seq` we acknowledged to it.
+    acked_in: int = 0
+    #: True once it is gone for good (a new lifecycle, BYE, or silent past
+    #: `peer_expiry`): it never resumes, and what it had not acknowledged was counted.
+    expired: bool = False
+    #: We told it (FIN) that we learned of its drain: our one-ways to it end here.
+    fin_sent: bool = False
+    #: It told us (FIN) its last one-way to us, learning of our drain (None: not yet).
+    fin_seq: int | None = None
 
     def info(self) -> PeerInfo:
         return PeerInfo(
@@ -98,6 +124,10 @@ def unusable(peer: Peer | None) -> UnavailableReason:
         return UnavailableReason.CONNECTING
     if peer.state is PeerState.DRAINING:
         return UnavailableReason.DRAINING
+    if peer.expired:
+        return UnavailableReason.PEER_LOST  # past peer_expiry: it never resumes
+    if not peer.lost_at:
+        return UnavailableReason.CONNECTING
     return peer.lost_reason
 
 
@@ -149,9 +179,13 @@ class PeerTable:
             self.lost_peers += 1
 
     def purge(self, now: float) -> None:
-        """Forget LOST peers older than the retention."""
+        """Forget expired LOST peers older than the retention."""
         for rid, peer in list(self.by_rid.items()):
-            if peer.state is PeerState.LOST and now - peer.lost_at > LOST_RETENTION:
+            if (
+                peer.state is PeerState.LOST
+                and peer.expired
+                and now - peer.lost_at > LOST_RETENTION
+            ):
                 del self.by_rid[rid]
 
     def by_endpoint(self, endpoint: str) -> Peer | None:

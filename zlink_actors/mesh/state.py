@@ -201,6 +201,13 @@ class MeshStatistics:
             that found a fresh route in the cache / had to read the Location Store.
         route_cache_size: routes cached now (expired ones are purged about every
             `route_cache_max_age`).
+        dropped_after_admission: one-way messages that completed here (admitted for a
+            peer) and that the peer never received, because it went for good (a new
+            lifecycle, BYE, or silent past `peer_expiry`); each loss is logged once per
+            peer with its count.
+        dropped_by_peer: the same, by the peer's routing id (kept across its lifecycles).
+        duplicate_messages: one-ways a peer sent again after a pause that had reached
+            this node already (dropped, not handled twice).
         unavailable: requests from peers this node answered with `UnavailableError`,
             by `UnavailableReason` value (`"queue_full"`, `"not_owner"`, ...; a reason
             never given is absent; an unspecified one is not counted).
@@ -229,6 +236,9 @@ class MeshStatistics:
     route_cache_hits: int = 0
     route_cache_misses: int = 0
     route_cache_size: int = 0
+    dropped_after_admission: int = 0
+    dropped_by_peer: dict[str, int] = field(default_factory=dict)
+    duplicate_messages: int = 0
     unavailable: dict[str, int] = field(default_factory=dict)
     target_permits: int = 0
     full_targets: int = 0
@@ -368,6 +378,16 @@ class NodeState:
         #: A sweep of `_bad_log` is scheduled on the I/O loop (`_warn_dropped`).
         self._bad_sweep = False
         self.late_replies = 0
+        #: One-ways a peer sent again after a pause that had reached us already.
+        self.duplicate_messages = 0
+        #: Records read from the old connection of a peer found silent (it resends).
+        self.late_records = 0
+        #: One-ways admitted here for a peer that then went for good before it received
+        #: them (`MeshStatistics.dropped_after_admission`), and by routing id.
+        self.dropped_after_admission = 0
+        #: Received one-ways waiting for admission here (a full lane).
+        self._sends_waiting = 0
+        self._dropped_by_rid: dict[str, int] = {}
         #: Requests from peers this node answered `UnavailableError`, by reason value.
         self.unavailable: dict[str, int] = {}
         self._first_seen: dict[str, float] = {}
@@ -385,6 +405,7 @@ class NodeState:
         self._discovery: Future[None] | None = None
         self._leasing: Future[None] | None = None
         self._keeper: threading.Thread | None = None
+        self._ticker: threading.Thread | None = None
         #: The peer each endpoint we dialled led to (its advertised endpoint may be
         #: spelt otherwise): the keeper dials an endpoint again only once that peer is lost.
         self._dialled: dict[str, Peer] = {}
@@ -479,6 +500,64 @@ class NodeState:
         if peer.state is not PeerState.LOST:
             peer.state = PeerState.DRAINING if hello.draining else PeerState.READY
 
+    def _ack(self, peer: Peer) -> None:
+        """Tell `peer` which of its one-ways reached us (an ACK notice), if any are new."""
+        seq = peer.in_seq
+        if seq <= peer.acked_in or peer.state is PeerState.LOST:
+            return
+        peer.acked_in = seq
+        self._notify_quietly(peer.conn, wire.encode_fields(wire.ACK, route=seq), b"")
+
+    def _acked(self, peer: Peer, seq: int) -> None:
+        """`peer` has every one-way of ours up to `seq`: we stop keeping them.
+
+        Without the peer's `flow` lock (a sender in a loop holds it nearly always, and
+        this runs on the transport's I/O thread): the deque's popleft and the senders'
+        append are atomic, and the resume that rewrites it runs on this thread too."""
+        peer.acked_out = max(peer.acked_out, seq)
+        unacked = peer.unacked
+        try:
+            while unacked and unacked[0][0] <= seq:
+                unacked.popleft()
+        except IndexError:
+            pass  # emptied meanwhile (the peer expired)
+
+    def _expire(self, peer: Peer, why: str) -> None:
+        """`peer`'s lifecycle is gone for good: what it did not acknowledge is lost,
+        counted and logged in one line (nothing is logged when nothing was lost)."""
+        with peer.flow:
+            if peer.expired:
+                return
+            peer.expired = True
+            kept = list(peer.unacked)  # one C-level copy: an ACK may pop meanwhile
+            peer.unacked.clear()
+            lost = sum(
+                1
+                for _, _, admitted in kept
+                if admitted is None or (admitted.done() and admitted.exception() is None)
+            )
+        # Held back for a full target of it: never sent, never completed; they fail (not
+        # counted lost: their callers see why). Expired, it gets no more (`Calls._send`).
+        self._fail_target_waits(
+            peer,
+            UnavailableError(f"node {peer.routing_id!r} {why}", reason=UnavailableReason.PEER_LOST),
+        )
+        if not lost:
+            return
+        with self._lock:
+            self.dropped_after_admission += lost
+            rid = peer.routing_id
+            self._dropped_by_rid[rid] = self._dropped_by_rid.get(rid, 0) + lost
+        log.warning(
+            "mesh %s: peer %s (generation %d) %s: %d one-way message(s) admitted for it "
+            "were never delivered",
+            self.routing_id,
+            peer.routing_id,
+            peer.generation,
+            why,
+            lost,
+        )
+
     def _wake_peer_waiters(self) -> None:
         """A peer became READY or was lost: the calls waiting for a connection look
         again (from any thread)."""
@@ -503,10 +582,29 @@ class NodeState:
             self.runtime.pending.finish(
                 route, exc=UnavailableError(f"node {peer.routing_id!r} {why}", reason=reason)
             )
-        # The one-ways waiting here for a full target of it were never sent: they fail.
-        self._fail_target_waits(
-            peer, UnavailableError(f"node {peer.routing_id!r} {why}", reason=reason)
-        )
+        # The one-ways waiting here for a full target of it were never sent. It may come
+        # back with the same lifecycle and resume (a frozen peer's connection may close
+        # too, on the transport's heartbeat): they stay, and go then (`Calls._resume`),
+        # or fail when it is gone for good (`_expire`: a new lifecycle, BYE, expiry).
+
+    def _forget_told(self, conn: bytes) -> None:
+        """Connection `conn` was lost, or a handshake (re)starts on it (a resumed peer
+        comes back under the same connection name): the FULL its sender was told is
+        forgotten (it holds nothing back for us now, and is told FULL again if its
+        one-ways must wait), and the credit still owed to it goes back if its transport
+        connection still counts it (a new one does not: then nothing is owed)."""
+        owed = 0
+        with self._lock:
+            for held in self._target_held.values():
+                told = held.told
+                if told:
+                    n = told.pop(conn, None)
+                    if n is not None and n > 0:
+                        owed += n
+        transport = self._transport
+        if owed and transport is not None:
+            with contextlib.suppress(t.TransportError):
+                transport.release(conn, owed)
 
     def _fail_target_waits(self, peer: Peer, exc: BaseException) -> None:
         """End every one-way waiting here for a full target of `peer` with `exc`."""

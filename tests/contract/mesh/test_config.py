@@ -455,3 +455,14 @@ def test_advertised_refuses_an_unbound_port_and_a_bad_advertise_host() -> None:
         advertised("tcp://0.0.0.0:0", None)
     with pytest.raises(ConfigurationError, match="advertise_host"):
         advertised("tcp://0.0.0.0:7101", "10.0.0.4:7101")
+
+
+def test_peer_expiry_defaults_to_60_s_and_must_exceed_liveness_timeout() -> None:
+    assert MeshConfig("game").peer_expiry == 60.0
+    fast = MeshConfig("game", liveness_interval=0.5, liveness_timeout=1.0, peer_expiry=2)
+    assert fast.peer_expiry == 2.0
+    with pytest.raises(ConfigurationError, match="peer_expiry"):
+        MeshConfig("game", peer_expiry=15.0)  # liveness_timeout is 15.0
+    for bad in (float("nan"), float("inf"), -1.0, True, "60"):
+        with pytest.raises(ConfigurationError, match="peer_expiry"):
+            MeshConfig("game", peer_expiry=bad)  # type: ignore[arg-type]

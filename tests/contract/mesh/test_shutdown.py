@@ -205,7 +205,7 @@ def test_sends_waiting_for_credit_towards_a_stopping_node_each_end_once(
 def test_a_stopped_node_tells_its_peers_it_is_gone(nodes: Nodes) -> None:
     # Liveness slow enough that only the node's own goodbye (or its closed connection)
     # can make its peer see it LOST within the wait.
-    quiet = {"liveness_interval": 30.0, "liveness_timeout": 60.0}
+    quiet = {"liveness_interval": 30.0, "liveness_timeout": 60.0, "peer_expiry": 120.0}
     a = nodes.add(mesh=quiet)
     b = nodes.add(mesh=quiet)
     rid = b.node.routing_id

@@ -63,7 +63,7 @@ def nodes(harness: HostHarness) -> Nodes:
 
 
 #: Liveness probes slow enough that none is sent while a test watches `frames_out`.
-QUIET = {"liveness_interval": 30.0, "liveness_timeout": 60.0}
+QUIET = {"liveness_interval": 30.0, "liveness_timeout": 60.0, "peer_expiry": 120.0}
 
 
 def _counted(host: Host) -> int:

@@ -19,6 +19,8 @@ __all__ = [
     "Ping",
     "Pong",
     "Relay",
+    "Seq",
+    "SeqLog",
     "SetWeight",
     "Stats",
     "StatsReply",
@@ -81,6 +83,17 @@ class Load(msgspec.Struct, frozen=True):
     data: bytes
 
 
+class Seq(msgspec.Struct, frozen=True):
+    """A numbered one-way to the channel handler: it records `n` in arrival order."""
+
+    n: int
+    data: bytes = b""
+
+
+class SeqLog(msgspec.Struct, frozen=True):
+    """The numbers of the `Seq` messages this node's channel handler ran, in order."""
+
+
 class HowMany(msgspec.Struct, frozen=True):
     """How many messages this node's channel handler has handled."""
 
@@ -118,6 +131,8 @@ ALL_TYPES: tuple[type, ...] = (
     Job,
     Done,
     Load,
+    Seq,
+    SeqLog,
     HowMany,
     Count,
     SetWeight,

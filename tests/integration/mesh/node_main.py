@@ -3,7 +3,8 @@
 Run as `python -m tests.integration.mesh.node_main '<json config>'`. The config keys:
 
 - `mesh` (the mesh name), `listen`, `peers` (endpoints), `liveness_interval`,
-  `liveness_timeout`, `credit_window`, `routing_id` (optional): as `MeshConfig`;
+  `liveness_timeout`, `credit_window`, `peer_expiry`, `routing_id` (optional): as
+  `MeshConfig`;
 - `channels`: ChannelName -> weight, each served by `Worker`;
 - `lane_items`: `Host(application_lane_items=...)` (optional);
 - `redis`: `{"url": ..., "key_prefix": ...}` for a `RedisLocationStore` (discovery);
@@ -20,10 +21,11 @@ Once started the process prints one JSON line, `{"routing_id": ..., "endpoint": 
 once `expect_peers` peers are READY here, a second, `{"ready": [routing ids]}` (so a
 first request either way finds both sides of each pair READY). It serves until stdin
 closes or SIGTERM arrives, shuts the Host down (exit status 0 when it stopped cleanly, 3
-otherwise), prints `{"stopped": outcome, "reason": reason}` and closes its store. Each
-`StateChange` of its owner lease is printed as `{"state_change": kind, "generation": n}`;
-with `on_lease_lost="shutdown"` a lost lease ends the process at once, exit status 4
-(what a supervisor restarts).
+otherwise), prints `{"stopped": outcome, "reason": reason, "handled": n}` (`handled`:
+the channel handler's count) and closes its store. Each `StateChange` of its owner
+lease is printed as `{"state_change": kind, "generation": n}`; with
+`on_lease_lost="shutdown"` a lost lease ends the process at once, exit status 4 (what
+a supervisor restarts).
 """
 
 from __future__ import annotations
@@ -51,6 +53,8 @@ from .messages import (
     Ping,
     Pong,
     Relay,
+    Seq,
+    SeqLog,
     SetWeight,
     Stats,
     StatsReply,
@@ -63,6 +67,8 @@ _count_lock = threading.Lock()
 _print_lock = threading.Lock()
 _handled = 0
 _napping = 0
+#: The numbers of the `Seq` one-ways the channel handler ran, in the order it ran them.
+_seqs: list[int] = []
 _host: list[z.Host] = []
 
 
@@ -130,6 +136,11 @@ class Control(z.NodeHandler):
             return Count(_handled, _rid(ctx))
 
     @z.handler
+    def seq_log(self, ctx: z.NodeContext, msg: SeqLog) -> list[int]:
+        with _count_lock:
+            return list(_seqs)
+
+    @z.handler
     def set_weight(self, ctx: z.NodeContext, msg: SetWeight) -> int:
         _host[0].set_channel_weight(msg.channel, msg.weight)
         return msg.weight
@@ -174,6 +185,12 @@ class Worker(z.ChannelHandler):
     def load(self, ctx: z.ChannelContext, msg: Load) -> None:
         _count()
 
+    @z.handler
+    def seq(self, ctx: z.ChannelContext, msg: Seq) -> None:
+        _count()
+        with _count_lock:
+            _seqs.append(msg.n)
+
 
 def _build(
     config: dict[str, Any], stop: threading.Event
@@ -184,10 +201,9 @@ def _build(
         "liveness_interval": config.get("liveness_interval", 0.2),
         "liveness_timeout": config.get("liveness_timeout", 1.0),
     }
-    if "credit_window" in config:
-        mesh_options["credit_window"] = config["credit_window"]
-    if "routing_id" in config:
-        mesh_options["routing_id"] = config["routing_id"]
+    for key in ("credit_window", "peer_expiry", "routing_id"):
+        if key in config:
+            mesh_options[key] = config[key]
     if "lease" in config:
         mesh_options["lease"] = z.LeaseConfig(**config["lease"])
     if "placement_weight" in config:
@@ -254,7 +270,9 @@ def main() -> int:
         result = host.shutdown(5.0)
         if store is not None:
             store.close()
-    _say({"stopped": result.outcome.value, "reason": result.reason.value})
+    with _count_lock:
+        handled = _handled
+    _say({"stopped": result.outcome.value, "reason": result.reason.value, "handled": handled})
     if result.reason is z.ShutdownReason.LEASE_LOST:
         return 4
     return 0 if result.outcome is z.ShutdownOutcome.STOPPED else 3

@@ -145,4 +145,4 @@ def test_a_node_process_with_on_lease_lost_shutdown_exits_for_its_supervisor(
     node._read_rest()
     lines = [json.loads(line) for line in node.lines]
     assert {"state_change": "lease_lost", "generation": 0} in lines
-    assert lines[-1] == {"stopped": "stopped", "reason": "lease_lost"}
+    assert (lines[-1]["stopped"], lines[-1]["reason"]) == ("stopped", "lease_lost")

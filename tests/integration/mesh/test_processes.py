@@ -6,6 +6,7 @@ drains."""
 from __future__ import annotations
 
 import hashlib
+import json
 import pathlib
 import random
 import re
@@ -44,6 +45,8 @@ MESH = "game"
 #: What a loaded machine may add to `liveness_timeout` before a lost peer's calls end:
 #: the next liveness tick, the I/O thread's wake-up and the dispatcher hop.
 LOSS_MARGIN = 1.0
+#: The test Host's `peer_expiry` where a frozen peer must expire within the test.
+EXPIRY = 3.0
 _RID = re.compile(r"node-[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
 
 
@@ -176,7 +179,7 @@ def test_a_lost_peer_ends_requests_in_flight_and_waiting_sends_once_and_the_surv
     found by the liveness probes after `liveness_timeout`."""
     window = 8 * 1024
     # A small window on both sides (so the sends wait whichever side's window binds).
-    host = _test_host(harness, credit_window=window)
+    host = _test_host(harness, credit_window=window, peer_expiry=EXPIRY)
     a = nodes.launch(
         peers=[host.node.endpoint], channels={"work": 100}, lane_items=4, credit_window=window
     )
@@ -225,14 +228,30 @@ def test_a_lost_peer_ends_requests_in_flight_and_waiting_sends_once_and_the_surv
     why = (
         z.UnavailableReason.PEER_LOST if sig is signal.SIGKILL else z.UnavailableReason.PEER_PAUSED
     )
-    for call in requests + waiting:
+    # Its requests in flight end at once. The sends held back here for its full channel
+    # stay while it may come back with the same lifecycle and resume (a lost
+    # connection does not tell a killed process from a frozen one), and end PEER_LOST
+    # (never sent) at `peer_expiry`; those still parked for credit end at once.
+    prompt = requests
+    for call in prompt:
         exc = call.exception(bound + WAIT)
         assert isinstance(exc, z.UnavailableError), call
         assert exc.reason is why, (call, exc)
-    for call in requests + waiting:
+    for call in prompt:
         assert wait_until(lambda call=call: len(ends.of(call)) >= 1)
         assert ends.of(call)[0] - killed < bound, ends.of(call)[0] - killed
     assert _peer_state(host, a.routing_id) is z.PeerState.LOST
+    held = [call for call in waiting if not call.done()]
+    assert held  # held back for the full channel: not failed while A may resume
+    for call in waiting:
+        exc = call.exception(EXPIRY + bound + WAIT)
+        assert isinstance(exc, z.UnavailableError), call
+        late = call in held
+        assert exc.reason is (z.UnavailableReason.PEER_LOST if late else why), (call, exc)
+        if late:
+            assert wait_until(lambda call=call: len(ends.of(call)) >= 1)
+            assert ends.of(call)[0] - killed > EXPIRY, ends.of(call)[0] - killed
+    why = z.UnavailableReason.PEER_LOST  # expired: it never resumes now
 
     # The next 20 requests to the channel all go to B and succeed; nothing of what A
     # had was replayed to B (its count is exactly 20).
@@ -328,7 +347,8 @@ def test_a_node_that_stops_drains_finishes_accepted_work_and_says_goodbye(
     assert caught.value.reason is z.UnavailableReason.DRAINING
     assert napping.result(WAIT) == Napped(a.routing_id)  # its accepted work finished
     assert a.stop() == 0, a.log()
-    assert a.lines[-1].strip() == '{"stopped": "stopped", "reason": "requested"}'
+    last = json.loads(a.lines[-1])
+    assert (last["stopped"], last["reason"]) == ("stopped", "requested")
     # It said goodbye: LOST without waiting for the liveness timeout.
     assert wait_until(lambda: _peer_state(host, a.routing_id) is z.PeerState.LOST)
     assert _ask(host, b, HowMany(), Count) == Count(20, b.routing_id)
