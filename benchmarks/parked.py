@@ -117,7 +117,7 @@ def main() -> None:
 
 def _case(target: str, args: argparse.Namespace) -> None:
     """Park one-ways to a held node handler, or to a held global Spot, on a new pair."""
-    config = {"liveness_interval": 1.0, "liveness_timeout": 60.0}
+    config = {"liveness_interval": 1.0, "liveness_timeout": 60.0, "peer_expiry": 120.0}
     store = z.MemoryLocationStore()
     receiver = z.Host(
         mesh=z.MeshConfig(MESH, inbound_permits=4, **config),

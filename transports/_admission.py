@@ -162,7 +162,7 @@ class Admission(Future[None]):
         self._state = FINISHED
         held = self._callbacks
         if held is not None:
-            del self._callbacks
+            self._callbacks = None  # not `del`: a subclass may keep it in a slot (`Parked`)
         return held
 
     def _invoke_callbacks(self) -> None:  # Future's, for anything that calls it

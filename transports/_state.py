@@ -57,7 +57,9 @@ class Parked(Admission):
     frames hold and about 120 bytes (docs/transports.md, "What each submit result
     promises")."""
 
-    __slots__ = ("charge", "frames", "kind", "refresh", "route_id")
+    # `_callbacks` shadows `Admission`'s class default with a slot of its own, set in
+    # `__init__`: the one callback a parked message gets then needs no instance dict.
+    __slots__ = ("_callbacks", "charge", "frames", "kind", "refresh", "route_id")
 
     def __init__(
         self,
@@ -67,6 +69,7 @@ class Parked(Admission):
         charge: int,
         refresh: Callable[[], Sequence[bytes]] | None = None,
     ) -> None:
+        self._callbacks = None
         self.kind = kind
         self.route_id = route_id
         self.frames = frames

@@ -45,7 +45,10 @@ def _checked_frames(frames: Sequence[bytes]) -> tuple[tuple[bytes, ...], int]:
         if len(frames) == 2:  # the mesh's (envelope, payload): no loop
             first, second = frames
             if first.__class__ is bytes and second.__class__ is bytes:
-                return (first, second), len(first) + len(second)
+                # A tuple is kept as it is (the mesh keeps the same one until the peer
+                # acknowledges it: one object, not two, per parked one-way).
+                pair = frames if isinstance(frames, tuple) else (first, second)
+                return pair, len(first) + len(second)
         checked = tuple(frames)
         size = 0
         for frame in checked:

@@ -193,7 +193,7 @@ class Calls(Handshake):
                 )
             except ProtocolError as exc:
                 return failed(exc)
-            frames = [env, data]
+            frames = (env, data)  # the tuple the transport keeps too (`_checked_frames`)
             if waiting is not None:
                 held: _Cell[None] = _Cell(_PARKED_LOCK)
                 waiting.append((frames, held))
@@ -326,7 +326,7 @@ class Calls(Handshake):
         admitted = result.admitted if result.status is not t.SubmitStatus.OK else None
         if number:
             peer.out_seq = seq
-            peer.unacked.append((seq, list(frames), admitted))
+            peer.unacked.append((seq, tuple(frames), admitted))
         return admitted
 
     def _resume(self, peer: Peer, conn: bytes, hello: Any) -> bool:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -86,7 +87,7 @@ class Peer:
     #: sequence order: (seq, frames, the admission future of a send parked for credit,
     #: its caller's, or None: it completed). One held back for a full target is not
     #: here (it gets its number when it goes to the transport): it is in `full_targets`.
-    unacked: deque[tuple[int, list[bytes], Future[None] | None]] = field(
+    unacked: deque[tuple[int, Sequence[bytes], Future[None] | None]] = field(
         default_factory=deque, repr=False
     )
     #: The highest number of ours it acknowledged.
