@@ -84,9 +84,14 @@ def test_a_stuck_spot_and_its_queued_one_ways_leave_the_other_spots_of_its_node_
     sends: list[Completion[None]] = [
         a.send_to_spot("stuck", Note(i)).submit() for i in range(FLOOD)
     ]
-    # Every one-way reaches S (before this change S PAUSED at 80% of its permits and read
-    # no more), and the stuck Spot holds what S gives one target.
-    assert wait_until(lambda: mesh_stats(server).frames_in >= received + FLOOD)
+    # Every one-way reaches S or waits at A, held back for the full target (before this
+    # change S PAUSED at 80% of its permits and read no more, and they waited in A's
+    # credit); the stuck Spot holds what S gives one target. How many are held back at A
+    # depends on when S's FULL overtakes A's flood: under CPU load, some are.
+    assert wait_until(
+        lambda: mesh_stats(server).frames_in - received + mesh_stats(a).target_waits >= FLOOD,
+        within=2 * WAIT,
+    )
     assert mesh_stats(server).permits_in_use >= PERMITS // 8
 
     latencies = {"A": [_latency(a, "idle", i) for i in range(1, 21)]}
