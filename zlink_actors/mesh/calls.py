@@ -7,7 +7,7 @@ import _thread
 import math
 import threading
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
 from typing import Any, Final
 
@@ -72,20 +72,38 @@ _PARKED_LOCK: Final = _thread.allocate_lock()
 
 
 class _ParkedSend(_Cell[None]):
-    """The cell of a one-way parked for credit, and the done-callback of its transport
-    `admitted` future: one small object per parked message (no lock of its own, no
-    closure), so 100,000 parked one-ways stay cheap (docs/mesh.md, "Backpressure")."""
+    """A one-way parked for credit, in one small object: its cell, the done-callback of
+    its transport `admitted` future, and its `Peer.unacked` entry, which reads as the
+    tuple (seq, frames, admitted) the others are (its sequence number read back from its
+    envelope, not kept). No lock of its own, no closure: 100,000 parked one-ways stay
+    cheap (docs/mesh.md, "What a parked one-way costs its sender")."""
 
-    __slots__ = ("_node", "_peer")
+    __slots__ = ("_peer", "admitted", "frames")
 
-    def __init__(self, node: Calls, peer: Peer) -> None:
+    def __init__(self, peer: Peer, frames: Sequence[bytes], admitted: Future[None]) -> None:
         super().__init__(_PARKED_LOCK)
-        self._node = node
         self._peer = peer
+        self.frames = frames
+        #: Its admission; None once it was sent again on resume (`Handshake._resume`).
+        self.admitted: Future[None] | None = admitted
 
     def __call__(self, done: Future[None]) -> None:
         """The message was admitted (None) or failed: the send ends so."""
-        self.try_set(None, self._node._submit_failure(done, self._peer))
+        self.try_set(None, _submit_failure(done, self._peer))
+
+    # -- as a `Peer.unacked` entry ----------------------------------------------------
+
+    def __getitem__(self, index: int) -> Any:
+        if index == 0:
+            return wire.route_of(self.frames[0])
+        if index == 1:
+            return self.frames
+        if index == 2:
+            return self.admitted
+        raise IndexError(index)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter((self[0], self.frames, self.admitted))
 
 
 class Calls(Handshake):
@@ -181,15 +199,8 @@ class Calls(Handshake):
             waiting = peer.full_targets.get((kind, route.target)) if peer.full_targets else None
             seq = 0 if waiting is not None else peer.out_seq + 1
             try:
-                env = wire.encode_fields(
-                    wire.SEND,
-                    route=seq,
-                    target_kind=kind,
-                    target=route.target,
-                    mesh=self.config.name,
-                    metadata=metadata,
-                    type_name=type_name,
-                    intent=intent,
+                env = wire.encode_send(
+                    seq, kind, route.target, self.config.name, metadata, type_name, intent
                 )
             except ProtocolError as exc:
                 return failed(exc)
@@ -208,14 +219,15 @@ class Calls(Handshake):
             except t.PayloadTooLarge as exc:
                 return failed(ProtocolError(str(exc)))
             peer.out_seq = seq
-            peer.unacked.append((seq, frames, result.admitted))
-            if peer.acked_out >= seq:  # sent directly, and acknowledged before this
-                self._acked(peer, peer.acked_out)
-        if result.status is t.SubmitStatus.OK:
-            return settled(None)
-        admitted = result.admitted
-        assert admitted is not None
-        cell = _ParkedSend(self, peer)
+            if result.status is t.SubmitStatus.OK:
+                peer.unacked.append((seq, frames, None))
+                if peer.acked_out >= seq:  # sent directly, and acknowledged before this
+                    self._acked(peer, peer.acked_out)
+                return settled(None)
+            admitted = result.admitted
+            assert admitted is not None
+            cell = _ParkedSend(peer, frames, admitted)  # its unacked entry too
+            peer.unacked.append(cell)
         admitted.add_done_callback(cell)
         # SC §5/§7: a waiting send has no timeout and refuses caller cancellation.
         return Completion(cell, _refuse_cancel)
@@ -284,7 +296,7 @@ class Calls(Handshake):
             admitted.add_done_callback(lambda done: settle_wait(settle, done.exception()))
         else:
             admitted.add_done_callback(
-                lambda done: settle.try_set(None, self._submit_failure(done, peer))
+                lambda done: settle.try_set(None, _submit_failure(done, peer))
             )
 
     def _take_back_for(
@@ -571,7 +583,7 @@ class Calls(Handshake):
             parked = result.admitted
 
             def admitted(done: Future[None]) -> None:
-                exc = self._submit_failure(done, peer)
+                exc = _submit_failure(done, peer)
                 if exc is not None:
                     pending.finish(route_id, exc=exc)
 
@@ -611,19 +623,6 @@ class Calls(Handshake):
         if isinstance(out._exc, CancelledError) and peer.state is PeerState.READY:
             # Best effort: the receiver skips the request if its handler has not started.
             self._submit_quietly(peer.conn, Envelope(wire.CANCEL, route=route_id), b"")
-
-    def _submit_failure(self, done: Future[None], peer: Peer) -> BaseException | None:
-        exc = done.exception()
-        if exc is None:
-            return None
-        if isinstance(exc, ZlinkError):  # set by the node itself (`settle_wait`): as is
-            return exc
-        if isinstance(exc, t.Closed):
-            return shutting_down()
-        return UnavailableError(
-            f"node {peer.routing_id!r} was lost while the call waited: {exc}",
-            reason=_lost_reason(exc),
-        )
 
     def _receive_reply(self, rec: t.Inbound) -> None:
         route = rec.route_id
@@ -821,6 +820,21 @@ class _Outgoing(CellEntry):
         budget = max(due - node._now(), 1e-6)
         wire_due = due if node._real_time else 0.0
         return [wire.encode_request(fields, budget, metadata, type_name, intent, wire_due), data]
+
+
+def _submit_failure(done: Future[None], peer: Peer) -> BaseException | None:
+    """Why a one-way or request whose admission `done` failed ends so (None: admitted)."""
+    exc = done.exception()
+    if exc is None:
+        return None
+    if isinstance(exc, ZlinkError):  # set by the node itself (`settle_wait`): as is
+        return exc
+    if isinstance(exc, t.Closed):
+        return shutting_down()
+    return UnavailableError(
+        f"node {peer.routing_id!r} was lost while the call waited: {exc}",
+        reason=_lost_reason(exc),
+    )
 
 
 def _lost_reason(exc: BaseException) -> UnavailableReason:

@@ -61,7 +61,9 @@ __all__ = [
     "decode_envelope",
     "encode_envelope",
     "encode_fields",
+    "encode_send",
     "renumbered",
+    "route_of",
     "encode_request",
     "type_name",
 ]
@@ -206,6 +208,57 @@ def encode_fields(
         return _ENCODER.encode((*fields, error_kind, error, intent, reason, due))
     except Exception as exc:  # TypeError, OverflowError, RecursionError from msgspec
         raise ProtocolError(f"the envelope cannot be encoded: {_why(exc)}") from None
+
+
+def encode_send(
+    route: int,
+    target_kind: str,
+    target: str,
+    mesh: str,
+    metadata: dict[str, Any] | None,
+    type_name: str,
+    intent: str | None,
+) -> bytes:
+    """A one-way's (SEND) envelope, as short as it decodes: the fields after
+    `type_name` (or after `intent` when it has one) are left off, which decodes to their
+    defaults (an older, shorter array), and its `deadline` of 0.0 is written as the int
+    0, which a float field reads as 0.0: 18 or 21 bytes less per one-way, kept while it
+    is parked or not acknowledged (docs/mesh.md "What a parked one-way costs its
+    sender").
+
+    Raises:
+        ProtocolError: a `metadata` value msgspec cannot encode.
+    """
+    try:
+        if intent is None:
+            return _ENCODER.encode(
+                (SEND, b"", route, target_kind, target, mesh, 0, metadata, type_name)
+            )
+        return _ENCODER.encode(
+            (
+                SEND,
+                b"",
+                route,
+                target_kind,
+                target,
+                mesh,
+                0,
+                metadata,
+                type_name,
+                _NO_ERROR,
+                "",
+                intent,
+            )
+        )
+    except Exception as exc:  # TypeError, OverflowError, RecursionError from msgspec
+        raise ProtocolError(f"the envelope cannot be encoded: {_why(exc)}") from None
+
+
+def route_of(frame: bytes) -> int:
+    """The `route` of envelope `frame` (ours: well formed), e.g. a one-way's sequence
+    number, which a parked one-way's `Peer.unacked` entry reads back rather than keep."""
+    route: int = _ENVELOPE_DECODER.decode(frame).route
+    return route
 
 
 def renumbered(frame: bytes, route: int) -> bytes:

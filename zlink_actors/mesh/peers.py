@@ -13,18 +13,17 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
-from concurrent.futures import Future
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Protocol
 
 import transports as t
 
 from .._core.errors import UnavailableReason
 from .config import PeerInfo, PeerState
 
-__all__ = ["LOCAL", "Peer", "PeerTable", "Role", "unusable"]
+__all__ = ["LOCAL", "Peer", "PeerTable", "Role", "Unacked", "unusable"]
 
 #: How long a LOST routing id stays known (mesh.md §2: at least 60 s).
 LOST_RETENTION = 60.0
@@ -35,6 +34,14 @@ class Role:
 
     OBJECT_SERVER = "object_server"
     OBJECT_CLIENT = "object_client"
+
+
+class Unacked(Protocol):
+    """A `Peer.unacked` entry: (seq, frames, admitted), a tuple or what reads as one."""
+
+    def __getitem__(self, index: int, /) -> Any: ...
+
+    def __iter__(self) -> Iterator[Any]: ...
 
 
 @dataclass(eq=False)
@@ -87,9 +94,9 @@ class Peer:
     #: sequence order: (seq, frames, the admission future of a send parked for credit,
     #: its caller's, or None: it completed). One held back for a full target is not
     #: here (it gets its number when it goes to the transport): it is in `full_targets`.
-    unacked: deque[tuple[int, Sequence[bytes], Future[None] | None]] = field(
-        default_factory=deque, repr=False
-    )
+    #: A parked one-way's entry is its cell (`calls._ParkedSend`), which reads as that
+    #: tuple: one object less, and no sequence number kept, while it waits for credit.
+    unacked: deque[Unacked] = field(default_factory=deque, repr=False)
     #: The highest number of ours it acknowledged.
     acked_out: int = 0
     #: The highest sequence number of its one-ways that reached this node.

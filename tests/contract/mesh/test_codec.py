@@ -54,6 +54,8 @@ from zlink_actors.mesh.codec import (
     encode_envelope,
     encode_fields,
     encode_request,
+    encode_send,
+    route_of,
     type_name,
 )
 
@@ -876,6 +878,42 @@ def test_encode_fields_is_byte_for_byte_the_envelope(
     data = encode_fields(*fields, error=text, intent=intent, reason=reason)
     assert data == encode_envelope(env)
     assert decode_envelope(data) == env
+
+
+@settings(max_examples=200, derandomize=True)
+@given(
+    route=st.integers(0, 2**64 - 1),
+    target_kind=st.sampled_from(sorted(TARGET_KINDS)),
+    text=st.text(max_size=20),
+    metadata=st.none()
+    | st.dictionaries(st.text(max_size=5), st.integers(-(2**63), 2**63 - 1), max_size=3),
+    intent=st.none() | st.text(max_size=5),
+)
+def test_a_send_envelope_leaves_off_its_default_tail_and_decodes_the_same(
+    route: int, target_kind: str, text: str, metadata: dict[str, Any] | None, intent: str | None
+) -> None:
+    # Issue 26 item 8: a parked one-way keeps its envelope; the fields after type_name
+    # (after intent when it has one) are at their defaults, and a shorter array decodes
+    # to them, as an older peer's does.
+    full = encode_fields(
+        SEND,
+        route=route,
+        target_kind=target_kind,
+        target=text,
+        mesh=text,
+        metadata=metadata,
+        type_name=text,
+        intent=intent,
+    )
+    data = encode_send(route, target_kind, text, text, metadata, text, intent)
+    env = decode_envelope(data)
+    assert env == decode_envelope(full)
+    assert type(env.deadline) is float
+    assert env.deadline == 0.0
+    assert route_of(data) == route
+    # due (9 bytes), reason and, without an intent, error_kind, error and intent are
+    # left off; the deadline 0.0 is the 1-byte int 0, not a 9-byte float
+    assert len(full) - len(data) == (13 + 8 if intent is None else 10 + 8)
 
 
 class Loose(msgspec.Struct):
