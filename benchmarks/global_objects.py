@@ -1,5 +1,6 @@
 """Scenario 10: global Spots across two Object Server node processes on one Redis
-(issue 16). docs/performance.md, "Global objects (scenario 10)", has the figures.
+(issue 16). docs/performance.md has the current figures; docs/changelog-performance.md,
+"Global objects (scenario 10)", how they were measured and what dominates.
 
 The cluster, started once for the run and stopped at its end (also on failure;
 `__main__` calls `CLUSTER.close()`): a redis-server of the benchmark's own on a free

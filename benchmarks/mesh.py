@@ -2,8 +2,8 @@
 loopback, side by side with scenario 8's raw pyzmq DEALER->ROUTER echo, with its
 same-thread-shape floor (an I/O thread and a worker thread on each side), and with Ray
 actor method calls, all carrying the same msgspec payload (`_payloads.Msg`, 63 - 66
-bytes encoded). docs/performance.md, "RouteMesh node-direct (scenario 9)", has the
-figures and where the time goes.
+bytes encoded). docs/performance.md has the current figures; docs/changelog-performance.md,
+"RouteMesh node-direct (scenario 9)" and the sessions after it, where the time goes.
 
 The serving node is a child process (`python -m benchmarks.mesh serve node`: a Host with
 a `NodeHandler` that returns the `Msg` it gets), started once and kept for the run, as a

@@ -158,7 +158,7 @@ _CHECK_CODEC_LIMIT = 16 * 2**20
 
 
 def _check_mesh(mesh: object, location: object, node_handler: object, check_codec: object) -> None:
-    """`Host(...)` combinations (mesh.md §1), checked before anything is made."""
+    """`Host(...)` combinations (design/mesh.md §1), checked before anything is made."""
     if mesh is not None and not isinstance(mesh, MeshConfig):
         raise ConfigurationError(f"mesh must be a MeshConfig, got {type(mesh).__name__}")
     if not isinstance(check_codec, bool):
@@ -350,7 +350,7 @@ class Host(CallSurface):
             self._mesh.on_state_change = on_state_change
             self._mesh.shut_host_down = self._shut_down_for_lost_lease
             if location is not None:
-                runtime.objects = self._mesh  # Spots and Actors are global (mesh.md §2)
+                runtime.objects = self._mesh  # Spots and Actors are global (design/mesh.md §2)
             runtime.services.provide(MESH_NODE, self._mesh)
         runtime.services.provide(SPOT_MANAGER, SpotManager(runtime))
         runtime.services.provide(ACTOR_MANAGER, ActorManager(runtime))

@@ -573,7 +573,7 @@ class RequestCall(_MessageCall[T], Generic[T]):
             and not isinstance(found, Completion)
             and found[0].box.gate is turn._gate
         ):
-            # GATE §6: awaiting it would need the gate this turn holds.
+            # digest §4 "Reentrancy": awaiting it would need the gate this turn holds.
             raise InvalidOperationError(
                 f"a request to {self._kind} {self._target!r} needs the gate this turn "
                 "holds (a request to yourself); send one-way, or use yield_() in a "

@@ -47,7 +47,7 @@ class _Entry:
 
 
 class MemoryLocationStore:
-    """A Location Store in this process's memory (mesh.md §4).
+    """A Location Store in this process's memory (design/mesh.md §4).
 
     Args:
         clock: a callable returning the store's time in seconds since the epoch (its

@@ -176,7 +176,7 @@ def _expiry(raw: bytes) -> float | None:
 
 
 class RedisLocationStore:
-    """A Location Store on a Redis server (mesh.md §4), on redis-py's asyncio client
+    """A Location Store on a Redis server (design/mesh.md §4), on redis-py's asyncio client
     (with hiredis when installed).
 
     Args:

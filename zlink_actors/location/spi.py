@@ -1,4 +1,4 @@
-"""The Location Store SPI (docs/location.md, mesh.md §4): result types, conditions,
+"""The Location Store SPI (docs/location.md, design/mesh.md §4): result types, conditions,
 mutations, the two store errors, the `LocationStore` protocol and the limits every
 provider enforces the same way.
 
@@ -166,7 +166,7 @@ Mutation = Put | Delete
 
 @runtime_checkable
 class LocationStore(Protocol):
-    """What a Location Store provides (mesh.md §4). Async methods run on the I/O
+    """What a Location Store provides (design/mesh.md §4). Async methods run on the I/O
     executor's loop; `close()` is plain and may be called from any thread."""
 
     async def read(self, key: str) -> Found | Missing:

@@ -9,7 +9,7 @@ when it is a str, else the class's `__qualname__`). A node decodes only the type
 (`TypeRegistry`: its handler parameters and return annotations, its `reply=` types and
 `message_types=`); a plain value (None, bool, int, float, str, bytes, list, dict, tuple)
 crosses with the empty name. Every failure to encode or decode is a `ProtocolError`,
-never another exception (mesh.md §2 "Wire"). Never pickle.
+never another exception (design/mesh.md §2 "Wire"). Never pickle.
 
 docs/mesh-codec.md ("Wire and codec") has the rules and the figures.
 """

@@ -25,7 +25,7 @@ from .config import PeerInfo, PeerState
 
 __all__ = ["LOCAL", "Peer", "PeerTable", "Role", "Unacked", "unusable"]
 
-#: How long a LOST routing id stays known (mesh.md §2: at least 60 s).
+#: How long a LOST routing id stays known (design/mesh.md §2: at least 60 s).
 LOST_RETENTION = 60.0
 
 

@@ -1,7 +1,7 @@
 """`Completion` / `CompletionSource` contract.
 
 SC §2 ("Application-completed results and bounded observation", stage isolation),
-SC §11 (callbacks on a new turn), digest §4 (sync terminators) and §5 (stage isolation).
+SC §11 (callbacks on a new turn), digest §4 (sync terminators) and digest §5 (stage isolation).
 """
 
 from __future__ import annotations

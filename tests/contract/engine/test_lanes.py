@@ -1,4 +1,4 @@
-"""Application lanes and one-way backpressure (digest §4 "Lanes", §5 "One-way sends",
+"""Application lanes and one-way backpressure (digest §4 "Lanes", digest §5 "One-way sends",
 "Backpressure"; SC §4-7).
 
 A one-way send completes at admission. When the target's application lane is full it

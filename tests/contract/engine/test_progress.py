@@ -1,5 +1,5 @@
 """Infrastructure progress with every handler blocked (digest §4 "Infrastructure
-progress"; GATE §13, INT-03).
+progress").
 
 Timeouts and shutdown run on their own threads, not in pool slots: with every pool
 thread stuck inside a handler, a request deadline still fires and shutdown still returns.

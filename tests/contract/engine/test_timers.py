@@ -1,4 +1,4 @@
-"""Spot timers (digest §3 "Timers"; 05 §5, INT-07).
+"""Spot timers (digest §3 "Timers").
 
 A tick is a record under the owner's gate. A key never overlaps itself: the next tick is
 armed only when the previous one finished, from the clock at that moment. Restarting a

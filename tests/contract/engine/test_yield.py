@@ -1,4 +1,5 @@
-"""`yield_()` and `await` in handler turns (digest §4 "Yield eligibility"; design §5).
+"""`yield_()` and `await` in handler turns (digest §4 "Yield eligibility";
+design/architecture.md §5).
 
 `yield_()` is for `async def` turns of SpotWide Spots only; anywhere else it raises
 `InvalidOperationError` at the call, before anything is submitted. It releases the gate,

@@ -1,4 +1,4 @@
-"""Bad input gets a typed error at the call and writes nothing (mesh.md §4 limits),
+"""Bad input gets a typed error at the call and writes nothing (design/mesh.md §4 limits),
 over both providers."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The Location Store conformance suite (mesh.md §4), run over both providers.
+"""The Location Store conformance suite (design/mesh.md §4), run over both providers.
 
 Every test names the rule it checks; `make_store` gives fresh stores of the
 parametrized provider (memory, and Redis on the session's real redis-server).

@@ -1,5 +1,5 @@
 """Meshed Hosts in one process for the contract tests of remote calls, flow control, the
-wire and shutdown (issue 15 items 5-8; mesh.md §2).
+wire and shutdown (issue 15 items 5-8; design/mesh.md §2).
 
 `Nodes` starts Hosts through the suite's `HostHarness` (so every Host is shut down when
 the test ends, also when it fails), each listening on tcp loopback with a free port and

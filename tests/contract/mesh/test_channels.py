@@ -1,8 +1,8 @@
 """Channel select-one across the mesh (issue 15 item 4; design/mesh.md §1 `ChannelServer`,
-`set_channel_weight`, §2 "No resend, no re-pick"): smooth weighted round robin over every
-READY server (this node included), the weights' shares over many calls, weight 0, weight
-changes at run time here and on peers, no server -> `NotFoundError`, a Host that serves
-nothing calling its peers, and `ctx.sender` in a `ChannelContext`."""
+`set_channel_weight`, design/mesh.md §2 "No resend, no re-pick"): smooth weighted round
+robin over every READY server (this node included), the weights' shares over many calls,
+weight 0, weight changes at run time here and on peers, no server -> `NotFoundError`, a
+Host that serves nothing calling its peers, and `ctx.sender` in a `ChannelContext`."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The RouteMesh wire codec (mesh.md §2 "Wire"): envelopes, payload type names, the type
+"""The RouteMesh wire codec (design/mesh.md §2 "Wire"): envelopes, payload type names, the type
 registry, payload decoding into the expected type, and errors by kind.
 
 Every failure to encode or decode is a `ProtocolError`, never another exception; the

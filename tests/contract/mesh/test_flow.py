@@ -1,4 +1,4 @@
-"""Inbound flow control across meshed Hosts (issue 15 item 6; mesh.md §2 "Inbound flow
+"""Inbound flow control across meshed Hosts (issue 15 item 6; design/mesh.md §2 "Inbound flow
 control", "Backpressure waits, never drops").
 
 A node admits received records against M permits (`inbound_permits`), taken when a record

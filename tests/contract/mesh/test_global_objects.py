@@ -1,5 +1,6 @@
 """Global Spots and Actors: creation, placement and close across meshed Hosts in one
-process (issue 16 items 1, 2; design/mesh.md §1 "Object roles", §2 "Global objects").
+process (issue 16 items 1, 2; design/mesh.md §1 "Object roles", design/mesh.md §2
+"Global objects").
 
 Every test starts real Hosts sharing one `MemoryLocationStore` (`_global.GlobalMesh`) on
 tcp loopback; the objects journal what they do, and every wait is bounded and asserted.

@@ -1,8 +1,8 @@
 """The MeshNode lifecycle seen from the Host (issue 15 items 2 and 9; design/mesh.md §1
-`wait_for_peers`, `connect_peer`, `peers()`, §2 "Liveness"): waiting for peers, dialling
-at run time, the handshake refusing another mesh, both sides READY from one connection,
-a peer that shut down (DRAINING, then LOST, never selected again), and the mesh section
-of `host.statistics()`."""
+`wait_for_peers`, `connect_peer`, `peers()`, design/mesh.md §2 "Liveness"): waiting for
+peers, dialling at run time, the handshake refusing another mesh, both sides READY from
+one connection, a peer that shut down (DRAINING, then LOST, never selected again), and
+the mesh section of `host.statistics()`."""
 
 from __future__ import annotations
 

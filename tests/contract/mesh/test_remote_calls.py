@@ -1,4 +1,4 @@
-"""Remote call semantics across two meshed Hosts (issue 15 item 5; mesh.md §2, the table
+"""Remote call semantics across two meshed Hosts (issue 15 item 5; design/mesh.md §2, the table
 and "Backpressure waits, never drops", "Order", "One budget", "Identity").
 
 Every test runs two real Hosts in this process over tcp loopback: A is the caller, B the

@@ -1,4 +1,4 @@
-"""Shutdown across meshed Hosts (issue 15 item 8; mesh.md §2, CS "shutdown").
+"""Shutdown across meshed Hosts (issue 15 item 8; design/mesh.md §2, CS §5).
 
 `Host.shutdown()` of a node marks it DRAINING to its peers (never selected again),
 finishes accepted work by the deadline, completes every outstanding remote call once,

@@ -1,4 +1,4 @@
-"""The wire between meshed Hosts (issue 15 item 7; mesh.md §2 "Wire").
+"""The wire between meshed Hosts (issue 15 item 7; design/mesh.md §2 "Wire").
 
 A payload crosses under its type name; the receiver decodes only the types it knows, into
 the type its handler declares. A request it cannot decode fails with `ProtocolError`, one

@@ -1,4 +1,4 @@
-"""Create and get-or-create (digest §3 "Create / GetOrCreate"; §9 Tier 1 "GetOrCreate runs
+"""Create and get-or-create (digest §3 "Create / GetOrCreate"; digest §9 Tier 1 "GetOrCreate runs
 the factory once").
 
 `host.spots` / `host.actors` (and the same managers on handler contexts) hand out

@@ -1,4 +1,4 @@
-"""Instance Spots and cold activation (digest §3 "Cold activation"; §1 "Instance Spot").
+"""Instance Spots and cold activation (digest §3 "Cold activation"; digest §1 "Instance Spot").
 
 A direct message with instance intent (`send_to_spot(...).activate()`,
 `request_to_spot(...).activate(M)`) to a missing id activates an `InstanceSpot` for it:

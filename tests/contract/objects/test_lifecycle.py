@@ -1,5 +1,5 @@
 """Object lifecycle: initialise, close, shutdown, re-creation (digest §3 "Generations";
-§6 "Host operations"; SC §9).
+digest §6 "Host operations"; SC §9).
 
 `on_initialize` runs after `on_create` and before the object is Ready. `close(id)` runs
 `on_closing(EXPLICIT_CLOSE)` under the object's gate, then takes it out of service: new

@@ -1,5 +1,5 @@
 """Membership: `join_spot(...).defer()` and `leave_spot().defer()` (digest §3, §4 "Defer /
-Join", §9 Tier 1 "Defer", "Gates", "Yield").
+Join", digest §9 Tier 1 "Defer", "Gates", "Yield").
 
 `defer()` registers the move and returns at once; the move starts only after the handler
 ends normally and is discarded if it raises. The target Spot decides in `on_actor_join`;

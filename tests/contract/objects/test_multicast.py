@@ -1,4 +1,4 @@
-"""Logical Multicast in one process (digest §2, §5 "Multicast"; CS §4; §9 Tier 1 "multicast
+"""Logical Multicast in one process (digest §2, §5 "Multicast"; CS §4; digest §9 Tier 1 "multicast
 with 0 targets succeeds").
 
 Spots subscribe in `configure(cfg)`. `publish(channel, topic, payload)` snapshots the
