@@ -375,8 +375,9 @@ class MeshNode(GlobalObjects):
 
     def _tick(self) -> None:
         """Every `_ACK_DELAY`: acknowledge the one-ways that reached us and were not
-        acknowledged yet; and expire the peers silent past `peer_expiry` (what they had
-        not acknowledged is counted lost). Ends when discovery stops (the node drains)."""
+        acknowledged yet; expire the peers silent past `peer_expiry` (what they had not
+        acknowledged is counted lost); close the refused dials (`_close_told`). Ends
+        when discovery stops (the node drains; closing the transport closes the rest)."""
         stop = self._discovery_stop
         expiry = self.config.peer_expiry
         while not stop.wait(_ACK_DELAY):
@@ -389,6 +390,7 @@ class MeshNode(GlobalObjects):
                         self._ack(peer)
                 elif peer.lost_at and not peer.expired and now - peer.lost_at > expiry:
                     self._expire(peer, f"silent past peer_expiry ({expiry:g} s)")
+            self._close_told(now)
 
     def _keep_peers(self) -> None:
         """Every liveness interval, dial again each `peers=` endpoint no live peer and
