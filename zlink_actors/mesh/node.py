@@ -291,11 +291,14 @@ class MeshNode(GlobalObjects):
         peer."""
         missing: list[str] = []
         if self.location is not None:
-            if self.runtime.fenced:
+            # As `statistics().mesh.lease_admitting` says: also before the lease is
+            # acquired and while a recovery claims the objects held here again.
+            admitting = self.lease_admitting()
+            if not admitting:
                 why = f" (the Location Store: {self._store_error})" if self._store_error else ""
                 missing.append(f"its owner lease is not admitting{why}")
             if self._listed is None:
-                told = self.runtime.fenced  # the store's error is named once
+                told = not admitting  # the store's error is named once
                 why = f": {self._store_error}" if self._store_error and not told else ""
                 missing.append(f"the Location Store's node list was not read yet{why}")
         with self._lock:
