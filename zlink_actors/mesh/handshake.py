@@ -45,6 +45,10 @@ from .state import (
 
 #: Duplicate refusals remembered for logging them once (cleared when full).
 _DUPLICATES_KEPT = 1024
+#: Seconds a refused dial stays open after the REJECT notice it carries (`_dial_failed`).
+_CLOSE_DELAY = 0.1
+#: The notices `Handshake._receive_notice` takes.
+_NOTICES = frozenset((wire.UPDATE, wire.BYE, wire.ACK, wire.FIN, wire.REJECT))
 
 __all__ = ["Handshake"]
 
@@ -89,6 +93,7 @@ class Handshake(NodeState):
                     "CURVE it carries none"
                 )
             ends = t.Endpoints(address, completion_endpoint(address), key)
+            self._close_told(time.monotonic(), endpoint)
             transport.connect(alias, ends)
         except Exception as exc:
             with self._lock:
@@ -136,10 +141,14 @@ class Handshake(NodeState):
         except t.TransportError as exc:
             self._dial_failed(alias, f"the handshake could not be sent: {exc}")
 
-    def _dial_failed(self, alias: bytes, why: str, refused: ZlinkError | None = None) -> None:
+    def _dial_failed(
+        self, alias: bytes, why: str, refused: ZlinkError | None = None, *, told: bool = False
+    ) -> None:
         """Our dial `alias` ends without a peer: its `connect_peer` calls fail with
         `refused` when it is an `AlreadyExistsError` (the peer, or this node, already
-        knows a live node of that routing id), else with `UnavailableError`."""
+        knows a live node of that routing id), else with `UnavailableError`. `told`: a
+        notice to the peer was just sent on it; its connection is closed a little later
+        (`_close_told`: libzmq drops what a closed connection has not sent yet)."""
         with self._lock:
             dial = self._dials.pop(alias, None)
         if dial is None:
@@ -152,7 +161,10 @@ class Handshake(NodeState):
         for record in dial.early:
             self._bad(record, f"the connection's handshake failed: {why}")
         transport = self._transport
-        if transport is not None:
+        if told:
+            with self._lock:
+                self._closing.append((time.monotonic() + _CLOSE_DELAY, alias))
+        elif transport is not None:
             with contextlib.suppress(t.TransportError):
                 transport.disconnect(alias)
         for source in dial.sources:
@@ -201,6 +213,28 @@ class Handshake(NodeState):
                 f"holds it (the node at {old.endpoint})"
             )
         return None
+
+    def _close_told(self, now: float, endpoint: str | None = None) -> None:
+        """Close the refused dials whose notice has had `_CLOSE_DELAY` to leave, and
+        those to `endpoint` at once (before it is dialled again: two connections of one
+        name to one node abort libzmq)."""
+        if not self._closing:  # the common case: no lock taken
+            return
+        address = None if endpoint is None else endpoint.encode()
+        with self._lock:
+            if not self._closing or (address is None and self._closing[0][0] > now):
+                return
+            due = [
+                alias
+                for when, alias in self._closing
+                if when <= now or alias.partition(b"|")[2] == address
+            ]
+            self._closing = [entry for entry in self._closing if entry[1] not in due]
+        transport = self._transport
+        for alias in due:
+            if transport is not None:
+                with contextlib.suppress(t.TransportError):
+                    transport.disconnect(alias)
 
     def _refused_once(self, key: tuple[str, object]) -> bool:
         """True the first time `key` (a routing id and a lifecycle or an endpoint) is
@@ -411,9 +445,34 @@ class Handshake(NodeState):
                 rec.peer,
                 refused,
             )
+        self._reply_frames(rec.peer, rec.route_id, [self._reject_bytes(refused)])
+
+    def _reject_bytes(self, refused: ZlinkError) -> bytes:
+        """A REJECT envelope carrying `refused`."""
         kind, message = self.codec.encode_error(refused)
         env = Envelope(wire.REJECT, mesh=self.config.name, error_kind=kind, error=message)
-        self._reply_frames(rec.peer, rec.route_id, [wire.encode_envelope(env)])
+        return wire.encode_envelope(env)
+
+    def _refused_by(self, peer: Peer, env: Envelope) -> None:
+        """`peer` dialled us, we admitted it, and it refused our ADMIT (REJECT notice):
+        this node has the routing id of a live node it already has. Logged as a warning
+        once per lifecycle of `peer` (at debug level when its `peers=` keeper dials
+        again). `peer` is gone (LOST, expired: a redial is a new READY entry, not a
+        resume), so the loss of its connection, which it closes, is no warning either."""
+        level = logging.WARNING
+        if not self._refused_once((peer.routing_id, ("refused us", peer.generation))):
+            level = logging.DEBUG
+        log.log(
+            level,
+            "mesh %s: peer %s refused this node: %s",
+            self.routing_id,
+            peer.routing_id,
+            env.error,
+        )
+        with self._lock:
+            self._peers.mark_lost(peer)
+            self._changed.notify_all()
+        self._expire(peer, "refused this node")
 
     def _receive_update(self, peer: Peer, rec: t.Inbound) -> None:
         try:
@@ -461,17 +520,21 @@ class Handshake(NodeState):
             settle_wait(settle, exc)
 
     def _receive_notice(self, rec: t.Inbound) -> None:
-        """UPDATE (weights, draining) or BYE on the completion connection."""
+        """UPDATE (weights, draining), BYE, ACK, FIN or REJECT (`_refused_by`) on the
+        completion connection."""
         peer = self._peers.by_conn.get(rec.peer)
         try:
             env = wire.decode_envelope(rec.frames[0]) if rec.frames else None
-            if env is None or env.command not in (wire.UPDATE, wire.BYE, wire.ACK, wire.FIN):
-                raise ProtocolError("a notice that is not UPDATE, BYE, ACK or FIN")
+            if env is None or env.command not in _NOTICES:
+                raise ProtocolError("a notice that is not UPDATE, BYE, ACK, FIN or REJECT")
         except ProtocolError as exc:
             self._bad(rec, str(exc))
             return
         if peer is None:
             return  # from a connection whose peer is gone: nothing to update
+        if env.command == wire.REJECT:
+            self._refused_by(peer, env)
+            return
         if env.command == wire.UPDATE:
             self._receive_update(peer, rec)
             return
@@ -508,7 +571,12 @@ class Handshake(NodeState):
             return
         refused = self._check_hello(env, hello)
         if refused is not None:
-            self._dial_failed(rec.peer, str(refused), refused)
+            told = isinstance(refused, AlreadyExistsError)
+            if told:
+                # It admitted us: tell it why we leave, before the connection goes, so
+                # it logs that once, not a lost peer at each redial (`_refused_by`).
+                self._notify_quietly(rec.peer, self._reject_bytes(refused), b"")
+            self._dial_failed(rec.peer, str(refused), refused, told=told)
             return
         clock = None
         if hello.clock and dial.sent:

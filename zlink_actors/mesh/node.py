@@ -291,11 +291,14 @@ class MeshNode(GlobalObjects):
         peer."""
         missing: list[str] = []
         if self.location is not None:
-            if self.runtime.fenced:
+            # As `statistics().mesh.lease_admitting` says: also before the lease is
+            # acquired and while a recovery claims the objects held here again.
+            admitting = self.lease_admitting()
+            if not admitting:
                 why = f" (the Location Store: {self._store_error})" if self._store_error else ""
                 missing.append(f"its owner lease is not admitting{why}")
             if self._listed is None:
-                told = self.runtime.fenced  # the store's error is named once
+                told = not admitting  # the store's error is named once
                 why = f": {self._store_error}" if self._store_error and not told else ""
                 missing.append(f"the Location Store's node list was not read yet{why}")
         with self._lock:
@@ -375,8 +378,9 @@ class MeshNode(GlobalObjects):
 
     def _tick(self) -> None:
         """Every `_ACK_DELAY`: acknowledge the one-ways that reached us and were not
-        acknowledged yet; and expire the peers silent past `peer_expiry` (what they had
-        not acknowledged is counted lost). Ends when discovery stops (the node drains)."""
+        acknowledged yet; expire the peers silent past `peer_expiry` (what they had not
+        acknowledged is counted lost); close the refused dials (`_close_told`). Ends
+        when discovery stops (the node drains; closing the transport closes the rest)."""
         stop = self._discovery_stop
         expiry = self.config.peer_expiry
         while not stop.wait(_ACK_DELAY):
@@ -389,6 +393,7 @@ class MeshNode(GlobalObjects):
                         self._ack(peer)
                 elif peer.lost_at and not peer.expired and now - peer.lost_at > expiry:
                     self._expire(peer, f"silent past peer_expiry ({expiry:g} s)")
+            self._close_told(now)
 
     def _keep_peers(self) -> None:
         """Every liveness interval, dial again each `peers=` endpoint no live peer and

@@ -393,6 +393,8 @@ class NodeState:
         self._first_seen: dict[str, float] = {}
         #: Duplicate routing ids refused (or refused to us), logged once each (`handshake`).
         self._duplicates: set[tuple[str, object]] = set()
+        #: Refused dials to close once their REJECT notice left: (when, alias), in order.
+        self._closing: list[tuple[float, bytes]] = []
         #: Calls on the I/O loop waiting for a peer's connection (`routing`): woken when
         #: a peer becomes READY or is lost (under `_lock`).
         self._peer_waiters: list[asyncio.Future[None]] = []

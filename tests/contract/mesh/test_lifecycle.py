@@ -192,6 +192,44 @@ def test_a_duplicate_routing_id_is_refused(harness: HostHarness) -> None:
     assert ready_ids(b) == set()
 
 
+def test_a_listener_with_a_duplicate_routing_id_is_told_once_however_often_it_is_dialled(
+    harness: HostHarness, caplog: pytest.LogCaptureFixture
+) -> None:
+    # P dials two listeners of one routing id: the one it admits first is "first"; the
+    # other admits P (it cannot know), P refuses its ADMIT and tells it so; P's `peers=`
+    # keeper dials it again and again with its back-off (0.05, 0.1, 0.2 ... s).
+    caplog.set_level(logging.WARNING)
+    fast = mesh_config(routing_id="dup", liveness_interval=0.05)
+    a, b = harness.host(mesh=fast), harness.host(mesh=fast)
+    p = harness.host(
+        mesh=mesh_config(liveness_interval=0.05, peers=(a.node.endpoint, b.node.endpoint))
+    )
+    rid = p.node.routing_id
+    assert wait_for_state(p, "dup", z.PeerState.READY)
+    first, newcomer = (a, b) if find_peer(p, "dup").endpoint == a.node.endpoint else (b, a)
+
+    def lost(host: z.Host) -> int:
+        mesh = host.statistics().mesh
+        assert mesh is not None
+        return mesh.lost_peers
+
+    assert wait_until(lambda: lost(newcomer) >= 5, WAIT)  # the first dial and 4 redials
+    assert wait_for_state(newcomer, rid, z.PeerState.LOST)
+    warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warned) == 2, warned  # not a "peer LOST" at each redial
+    assert (
+        sum(f"peer {rid} refused this node: duplicate routing id 'dup'" in m for m in warned) == 1
+    )
+    assert sum(f"connection to {newcomer.node.endpoint} failed" in m for m in warned) == 1
+    # The first node and P never lost each other.
+    assert (find_peer(p, "dup").state, find_peer(p, "dup").endpoint) == (
+        z.PeerState.READY,
+        first.node.endpoint,
+    )
+    assert peer_state(first, rid) is z.PeerState.READY
+    assert lost(first) == lost(p) == 0
+
+
 def test_a_node_dialling_its_own_endpoint_is_refused(harness: HostHarness) -> None:
     host = harness.host(mesh=mesh_config())
     with pytest.raises(z.UnavailableError):
