@@ -431,7 +431,7 @@ class Inbound(Calls):
             return self._hold(rec, peer, True)
         if rec.route_id != _HELD:
             return False
-        self._lost_here(rec, peer, str(exc))
+        self._lost_here(peer, str(exc))
         return True
 
     def _hold(self, rec: t.Inbound, peer: Peer, refused: bool) -> bool:
@@ -459,7 +459,7 @@ class Inbound(Calls):
         if not refused:
             self._release(rec)  # a refused one's went back when it was admitted
         if full:
-            self._lost_here(rec, peer, f"more than {self._hold_max} held while fenced")
+            self._lost_here(peer, f"more than {self._hold_max} held while fenced")
         elif first:
             log.warning(
                 "mesh %s: holding one-way messages while the owner lease is fenced",
@@ -500,26 +500,31 @@ class Inbound(Calls):
 
     def _drop_held(self, why: str) -> None:
         """Shutdown while one-ways are held (fenced): they are lost; each sender is told
-        how many of its own (DROPPED), before BYE."""
+        how many of its own, in one DROPPED notice, before BYE."""
         with self._lock:
             held, self._fence_held = self._fence_held, None
-        for rec, peer in held or ():
-            self._lost_here(rec, peer, why)
+        lost: dict[str, tuple[Peer, int]] = {}
+        for _, peer in held or ():
+            counted = lost.get(peer.routing_id)
+            lost[peer.routing_id] = (peer, 1 if counted is None else counted[1] + 1)
+        for peer, count in lost.values():
+            self._lost_here(peer, why, count)
 
-    def _lost_here(self, rec: t.Inbound, peer: Peer, why: str) -> None:
-        """One-way `rec` from `peer`, acknowledged, is never handled: counted, logged,
-        and its sender told (DROPPED) so it counts it too."""
+    def _lost_here(self, peer: Peer, why: str, count: int = 1) -> None:
+        """`count` one-ways from `peer`, acknowledged, are never handled: counted,
+        logged, and their sender told (DROPPED) so it counts them too."""
         with self._lock:
-            self.dropped_messages += 1
+            self.dropped_messages += count
         self._warn_dropped(
             "lost after acknowledging",
             peer.routing_id,
             why,
-            "mesh %s: a one-way from %s was acknowledged and is lost: %s",
+            "mesh %s: %d one-way(s) from %s acknowledged and lost: %s",
+            count,
             peer.routing_id,
             why,
         )
-        self._notify_quietly(peer.conn, wire.encode_fields(wire.DROPPED, route=1), b"")
+        self._notify_quietly(peer.conn, wire.encode_fields(wire.DROPPED, route=count), b"")
 
     def _drop_message(self, rec: t.Inbound, peer: Peer, why: str, *, decode: bool) -> None:
         with self._lock:
