@@ -194,6 +194,15 @@ class Calls(Handshake):
                         reason=UnavailableReason.DRAINING,
                     )
                 )
+            if peer.fenced and route.kind is not _NODE and route.kind is not _CHANNEL:
+                # Its objects admit nothing now: it would only hold this one.
+                return failed(
+                    UnavailableError(
+                        f"{kind} {route.target!r}: its node {peer.routing_id!r} has a fenced "
+                        "owner lease (it admits nothing until it recovers)",
+                        reason=UnavailableReason.FENCED,
+                    )
+                )
             # A target of this peer that is full: its one-ways wait here, numbered only
             # when they go to the transport (`_submit_waited`).
             waiting = peer.full_targets.get((kind, route.target)) if peer.full_targets else None

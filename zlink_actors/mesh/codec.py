@@ -42,6 +42,7 @@ __all__ = [
     "BYE",
     "CANCEL",
     "COMMANDS",
+    "DROPPED",
     "FIN",
     "FULL",
     "HELD",
@@ -93,6 +94,10 @@ ACK: Final = 14
 #: A notice from a peer that learned of our drain: its last one-way to us is sequence
 #: number `route`, and it sends us no more (we handle every one up to it first).
 FIN: Final = 15
+#: A notice from the receiver of one-ways: `route` of this sender's one-ways that it had
+#: acknowledged were never handled (it held them while its owner lease was fenced, and
+#: their target was not its own once it admitted again); the sender counts them lost.
+DROPPED: Final = 16
 #: Every command an envelope may carry.
 COMMANDS: Final = frozenset(
     {
@@ -111,6 +116,7 @@ COMMANDS: Final = frozenset(
         HELD,
         ACK,
         FIN,
+        DROPPED,
     }
 )
 #: The target kind of the global objects' own requests between nodes (create, close,

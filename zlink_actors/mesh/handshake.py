@@ -47,8 +47,8 @@ from .state import (
 _DUPLICATES_KEPT = 1024
 #: Seconds a refused dial stays open after the REJECT notice it carries (`_dial_failed`).
 _CLOSE_DELAY = 0.1
-#: The notices `Handshake._receive_notice` takes.
-_NOTICES = frozenset((wire.UPDATE, wire.BYE, wire.ACK, wire.FIN, wire.REJECT))
+#: The notices `Handshake._receive_notice` takes (the flow notices are read above it).
+_NOTICES = frozenset((wire.UPDATE, wire.BYE, wire.ACK, wire.FIN, wire.REJECT, wire.DROPPED))
 
 __all__ = ["Handshake"]
 
@@ -526,7 +526,7 @@ class Handshake(NodeState):
         try:
             env = wire.decode_envelope(rec.frames[0]) if rec.frames else None
             if env is None or env.command not in _NOTICES:
-                raise ProtocolError("a notice that is not UPDATE, BYE, ACK, FIN or REJECT")
+                raise ProtocolError("a notice that is not UPDATE, BYE, ACK, FIN, REJECT or DROPPED")
         except ProtocolError as exc:
             self._bad(rec, str(exc))
             return
@@ -544,6 +544,9 @@ class Handshake(NodeState):
         if env.command == wire.FIN:
             with self._lock:
                 peer.fin_seq = env.route
+            return
+        if env.command == wire.DROPPED:
+            self._dropped_there(peer, env.route)
             return
         with self._lock:
             self._peers.mark_lost(peer)

@@ -5,8 +5,10 @@ drive (docs/mesh.md "Backpressure and inbound flow control")."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import threading
+from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Final
 
@@ -50,6 +52,9 @@ _REQUEST: Final = t.InboundKind.REQUEST
 #: `_ACK_DELAY`, `node.py`), so a sender keeps at most about this many per peer beyond
 #: what travels.
 _ACK_EVERY: Final = 256
+_FENCED: Final = UnavailableReason.FENCED
+#: The reply-route id a held one-way's record carries (`_hold`): a one-way's is 0.
+_HELD: Final = -1
 
 
 class Inbound(Calls):
@@ -131,6 +136,21 @@ class Inbound(Calls):
             self._bad(rec, "a record before the handshake")
             return
         if command == wire.SEND:
+            seq = env.route
+            if seq:
+                # One-ways of one sender lifecycle arrive in sequence order (one
+                # connection, and a resend after a pause starts below what reached us):
+                # a number not above the last one seen is a resent duplicate.
+                if seq <= peer.in_seq:
+                    self._release(rec)
+                    with self._lock:
+                        self.duplicate_messages += 1
+                    return
+                peer.in_seq = seq  # only this (the I/O) thread receives
+                if seq - peer.acked_in >= _ACK_EVERY:
+                    self._ack(peer)
+            if self._fence_held is not None and self._hold(rec, peer, False):
+                return  # behind those held while the lease was fenced
             self._receive_send(rec, env, peer)
         elif command == wire.REQUEST and rec.kind is _REQUEST:
             if env.target_kind == _NODE_KIND and env.intent is None:
@@ -246,19 +266,8 @@ class Inbound(Calls):
                     transport.set_flow(state)  # a leaf call: it takes only its own lock
 
     def _receive_send(self, rec: t.Inbound, env: Envelope, peer: Peer) -> None:
-        seq = env.route
-        if seq:
-            # One-ways of one sender lifecycle arrive in sequence order (one connection,
-            # and a resend after a pause starts below what reached us): a number not
-            # above the last one seen is a resent duplicate.
-            if seq <= peer.in_seq:
-                self._release(rec)
-                with self._lock:
-                    self.duplicate_messages += 1
-                return
-            peer.in_seq = seq  # only this (the I/O) thread receives
-            if seq - peer.acked_in >= _ACK_EVERY:
-                self._ack(peer)
+        """A one-way from `peer`, in its order (`_receive` dropped duplicates), to a
+        target here."""
         where = self._local_target(env)
         try:
             if isinstance(where, ZlinkError):
@@ -267,7 +276,8 @@ class Inbound(Calls):
                 env.type_name, rec.frames[1] if len(rec.frames) > 1 else b""
             )
         except ZlinkError as exc:
-            self._drop_message(rec, peer, str(exc), decode=isinstance(exc, ProtocolError))
+            if not self._refused(rec, peer, exc, released=False):
+                self._drop_message(rec, peer, str(exc), decode=isinstance(exc, ProtocolError))
             return
         meta = RemoteMetadata(env.metadata or {}, peer.routing_id, self._permit(*where))
         done = deliver_send(self.runtime, where[0], where[1], payload, meta)
@@ -395,6 +405,8 @@ class Inbound(Calls):
         exc = done.exception()
         if exc is not None:
             meta.started()
+            if self._refused(rec, peer, exc, released=True):
+                return
             if not isinstance(exc, ShuttingDownError):
                 with self._lock:
                     self.dropped_messages += 1
@@ -406,6 +418,113 @@ class Inbound(Calls):
                     peer.routing_id,
                     exc,
                 )
+
+    def _refused(self, rec: t.Inbound, peer: Peer, exc: BaseException, *, released: bool) -> bool:
+        """A received one-way that its target refused with `exc` (its credit `released`
+        already, or not yet): True when that is decided here. Refused because the owner
+        lease is fenced, it is held until the lease admits again (`_hold`); one held
+        before and refused now for another reason is lost after its sender saw it
+        acknowledged: the sender is told (DROPPED)."""
+        if isinstance(exc, UnavailableError) and exc.reason is _FENCED:
+            if not released:
+                self._release(rec)
+            return self._hold(rec, peer, True)
+        if rec.route_id != _HELD:
+            return False
+        self._lost_here(peer, str(exc))
+        return True
+
+    def _hold(self, rec: t.Inbound, peer: Peer, refused: bool) -> bool:
+        """Hold one-way `rec` from `peer` until the owner lease admits again, behind
+        those held already (docs/mesh.md "One-ways to a fenced node"): one its target
+        `refused` (fenced) starts the hold; one that merely arrives while others are
+        held goes behind them (False when none is held any more: it is delivered now).
+        Its credit goes back now: what waits here is bounded by `_hold_max` (past it,
+        the newest is lost, and its sender told)."""
+        first = False
+        with self._lock:
+            held = self._fence_held
+            if held is None:
+                if not refused:
+                    return False
+                held = self._fence_held = deque()
+                first = True
+            full = len(held) >= self._hold_max
+            if not full:
+                if rec.route_id == _HELD:  # held before, refused again: it stays first
+                    held.appendleft((rec, peer))
+                else:
+                    held.append((dataclasses.replace(rec, charge=0, route_id=_HELD), peer))
+                    self.held_while_fenced += 1
+        if not refused:
+            self._release(rec)  # a refused one's went back when it was admitted
+        if full:
+            self._lost_here(peer, f"more than {self._hold_max} held while fenced")
+        elif first:
+            log.warning(
+                "mesh %s: holding one-way messages while the owner lease is fenced",
+                self.routing_id,
+            )
+            if not self.runtime.fenced:  # it admits again already: deliver them
+                with contextlib.suppress(RuntimeError):
+                    self.runtime.io.loop.call_soon_threadsafe(self._deliver_held)
+        return True
+
+    def _deliver_held(self) -> None:
+        """The owner lease admits again: the held one-ways go to their targets, one at a
+        time in the order they came (what arrives meanwhile goes behind them); a target
+        no longer here (another node claimed it meanwhile) refuses it, and its sender is
+        told (`_refused`). Stops when the lease is fenced again."""
+        delivered = 0
+        while True:
+            with self._lock:
+                held = self._fence_held
+                if held is None:
+                    break
+                if not held:
+                    self._fence_held = None
+                    break
+                if self.runtime.fenced:
+                    return
+                rec, peer = held.popleft()
+            delivered += 1
+            # Decoded once already, when it arrived.
+            self._receive_send(rec, wire._ENVELOPE_DECODER.decode(rec.frames[0]), peer)
+        if delivered:
+            log.warning(
+                "mesh %s: owner lease admitting: %d one-way message(s) held while fenced "
+                "handed to their targets",
+                self.routing_id,
+                delivered,
+            )
+
+    def _drop_held(self, why: str) -> None:
+        """Shutdown while one-ways are held (fenced): they are lost; each sender is told
+        how many of its own, in one DROPPED notice, before BYE."""
+        with self._lock:
+            held, self._fence_held = self._fence_held, None
+        lost: dict[str, tuple[Peer, int]] = {}
+        for _, peer in held or ():
+            counted = lost.get(peer.routing_id)
+            lost[peer.routing_id] = (peer, 1 if counted is None else counted[1] + 1)
+        for peer, count in lost.values():
+            self._lost_here(peer, why, count)
+
+    def _lost_here(self, peer: Peer, why: str, count: int = 1) -> None:
+        """`count` one-ways from `peer`, acknowledged, are never handled: counted,
+        logged, and their sender told (DROPPED) so it counts them too."""
+        with self._lock:
+            self.dropped_messages += count
+        self._warn_dropped(
+            "lost after acknowledging",
+            peer.routing_id,
+            why,
+            "mesh %s: %d one-way(s) from %s acknowledged and lost: %s",
+            count,
+            peer.routing_id,
+            why,
+        )
+        self._notify_quietly(peer.conn, wire.encode_fields(wire.DROPPED, route=count), b"")
 
     def _drop_message(self, rec: t.Inbound, peer: Peer, why: str, *, decode: bool) -> None:
         with self._lock:

@@ -227,6 +227,8 @@ class MeshNode(GlobalObjects):
         # Bounded, shutdown only: the transport has no event for "all credit returned".
         while transport.statistics().credit_in_use and time.monotonic() < end:
             time.sleep(_CLOSE_POLL)
+        # Held while the lease was fenced, never handed on: their senders count them.
+        self._drop_held("the node shut down while its owner lease was fenced")
         for peer in peers:
             self._ack(peer)  # what reached us: before BYE, on the same connection
             self._notify_quietly(peer.conn, wire.encode_fields(wire.BYE), b"")
@@ -374,6 +376,7 @@ class MeshNode(GlobalObjects):
                 dropped_after_admission=self.dropped_after_admission,
                 dropped_by_peer=dict(self._dropped_by_rid),
                 duplicate_messages=self.duplicate_messages,
+                held_while_fenced=self.held_while_fenced,
             )
 
     def _tick(self) -> None:

@@ -225,6 +225,8 @@ class Ownership(Routing):
                 self._lease_changed(
                     "admitting", StateChangeKind.RECOVERED if recovered else None, ""
                 )
+            if self._fence_held is not None and not self.runtime.fenced:
+                self._deliver_held()  # the one-ways that arrived while it was fenced
             due = next_renewal
             if lease.grant is not None and lease.remaining() > 0:
                 due = min(due, time.monotonic() + lease.remaining())

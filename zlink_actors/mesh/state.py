@@ -20,6 +20,7 @@ import itertools
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -93,6 +94,9 @@ _WITHDRAW_WAIT = 2.0
 _REDIAL_MAX = 30.0
 #: The longest error message a reply carries (characters; the rest is cut).
 _ERROR_TEXT = 16 * 1024
+#: One-ways a fenced node holds (docs/mesh.md "One-ways to a fenced node"): at most this
+#: many per inbound permit (16,384 with the default permits on 2 CPUs).
+_HOLD_PER_PERMIT: Final = 64
 #: Seconds between looks at the credit still in use while the node closes.
 _CLOSE_POLL = 0.002
 #: Frames above the payload the transport must accept: the envelope and a margin.
@@ -202,12 +206,17 @@ class MeshStatistics:
         route_cache_size: routes cached now (expired ones are purged about every
             `route_cache_max_age`).
         dropped_after_admission: one-way messages that completed here (admitted for a
-            peer) and that the peer never received, because it went for good (a new
-            lifecycle, BYE, or silent past `peer_expiry`); each loss is logged once per
-            peer with its count.
+            peer) and that were never handled there: the peer went for good before it
+            received them (a new lifecycle, BYE, or silent past `peer_expiry`), or it
+            held them while fenced and their target was no longer its own when it
+            admitted again (it says so: a DROPPED notice); each loss is logged (once per
+            lost peer with its count; at most once a second per peer for the others).
         dropped_by_peer: the same, by the peer's routing id (kept across its lifecycles).
         duplicate_messages: one-ways a peer sent again after a pause that had reached
             this node already (dropped, not handled twice).
+        held_while_fenced: one-ways from peers that arrived while this node's owner
+            lease was fenced (refused by their global target): held, and handed to their
+            target once it admits again (docs/mesh.md "One-ways to a fenced node").
         unavailable: requests from peers this node answered with `UnavailableError`,
             by `UnavailableReason` value (`"queue_full"`, `"not_owner"`, ...; a reason
             never given is absent; an unspecified one is not counted).
@@ -239,6 +248,7 @@ class MeshStatistics:
     dropped_after_admission: int = 0
     dropped_by_peer: dict[str, int] = field(default_factory=dict)
     duplicate_messages: int = 0
+    held_while_fenced: int = 0
     unavailable: dict[str, int] = field(default_factory=dict)
     target_permits: int = 0
     full_targets: int = 0
@@ -387,6 +397,14 @@ class NodeState:
         self.dropped_after_admission = 0
         #: Received one-ways waiting for admission here (a full lane).
         self._sends_waiting = 0
+        #: One-ways refused here because the owner lease was fenced, and those that
+        #: arrived behind them: held in arrival order until it admits again, as (record
+        #: with no credit left, its peer) (`Inbound._hold`, `_deliver_held`); None when
+        #: none is held (the one check on the path of every received one-way).
+        self._fence_held: deque[tuple[t.Inbound, Peer]] | None = None
+        #: Past this many held, the newest is lost (its sender told).
+        self._hold_max = _HOLD_PER_PERMIT * self._permits
+        self.held_while_fenced = 0
         self._dropped_by_rid: dict[str, int] = {}
         #: Requests from peers this node answered `UnavailableError`, by reason value.
         self.unavailable: dict[str, int] = {}
@@ -546,10 +564,7 @@ class NodeState:
         )
         if not lost:
             return
-        with self._lock:
-            self.dropped_after_admission += lost
-            rid = peer.routing_id
-            self._dropped_by_rid[rid] = self._dropped_by_rid.get(rid, 0) + lost
+        self._count_lost(peer, lost)
         log.warning(
             "mesh %s: peer %s (generation %d) %s: %d one-way message(s) admitted for it "
             "were never delivered",
@@ -558,6 +573,31 @@ class NodeState:
             peer.generation,
             why,
             lost,
+        )
+
+    def _count_lost(self, peer: Peer, lost: int) -> None:
+        """`lost` of our one-ways that completed here were never handled at `peer`
+        (`MeshStatistics.dropped_after_admission`, `dropped_by_peer`)."""
+        with self._lock:
+            self.dropped_after_admission += lost
+            rid = peer.routing_id
+            self._dropped_by_rid[rid] = self._dropped_by_rid.get(rid, 0) + lost
+
+    def _dropped_there(self, peer: Peer, lost: int) -> None:
+        """DROPPED from `peer`: `lost` of our one-ways it had acknowledged were never
+        handled there (it held them while fenced, and their target was gone when it
+        admitted again, or it shut down first): counted and logged as lost."""
+        if lost <= 0:
+            return
+        self._count_lost(peer, lost)
+        self._warn_dropped(
+            "dropped there",
+            peer.routing_id,
+            "fenced",
+            "mesh %s: %d one-way message(s) admitted for %s were never handled there "
+            "(held while its owner lease was fenced)",
+            lost,
+            peer.routing_id,
         )
 
     def _wake_peer_waiters(self) -> None:

@@ -35,6 +35,7 @@ from zlink_actors.mesh.codec import (
     BYE,
     CANCEL,
     COMMANDS,
+    DROPPED,
     FIN,
     FULL,
     HELD,
@@ -127,8 +128,8 @@ def msgpack(value: object) -> bytes:
 def test_the_commands_are_the_pinned_numbers() -> None:
     assert tuple(range(1, 10)) == (SEND, REQUEST, REPLY, CANCEL, HELLO, ADMIT, REJECT, UPDATE, BYE)
     assert (FULL, OPEN, WAITING, HELD) == (10, 11, 12, 13)
-    assert (ACK, FIN) == (14, 15)
-    assert frozenset(range(1, 16)) == COMMANDS
+    assert (ACK, FIN, DROPPED) == (14, 15, 16)
+    assert frozenset(range(1, 17)) == COMMANDS
 
 
 def test_an_envelope_with_every_field_set_round_trips() -> None:
@@ -243,7 +244,7 @@ def test_a_malformed_envelope_is_a_protocol_error(data: bytes, why: str) -> None
     ("fields", "match"),
     [
         ([0], "unknown command"),
-        ([16], "unknown command"),
+        ([17], "unknown command"),
         ([REQUEST, b"\x01" * 15], "OperationId"),
         ([REQUEST, b"\x01" * 17], "OperationId"),
         ([REQUEST, b"", -1], "ReplyRouteId"),

@@ -21,6 +21,7 @@ import pytest
 from zlink_actors import (
     ChannelContext,
     ChannelHandler,
+    Completion,
     ConfigurationError,
     Created,
     Existing,
@@ -28,6 +29,8 @@ from zlink_actors import (
     HostState,
     LeaseConfig,
     MeshConfig,
+    NodeContext,
+    NodeHandler,
     RedisLocationStore,
     ShutdownReason,
     Spot,
@@ -42,8 +45,8 @@ from zlink_actors.location import Authority, AuthorityKind, OwnerFence
 from zlink_actors.testing import WAIT, wait_until
 
 from ..location._redis_server import HOW_TO_INSTALL, RedisServer, redis_server_binary
-from ._global import GlobalMesh, mesh_stats
-from ._global_objects import Room, Where, journal
+from ._global import MESH, GlobalMesh, mesh_stats
+from ._global_objects import Hold, Note, Room, Where, journal
 
 #: The liveness interval of the placement test.
 LIVENESS = 1.0
@@ -396,6 +399,161 @@ def test_an_object_another_node_claimed_meanwhile_is_closed_with_ownership_lost(
         assert served_taken == {other.node.routing_id}
         # The other node's record of "taken" was left alone.
         assert _record_owner(mesh.store, "taken").node == other.node.routing_id  # type: ignore[arg-type, union-attr]
+
+
+#: One-ways sent while the owner's reading is held back, which reach it once it is fenced.
+HELD_SENDS = 40
+#: The owner reads one record at a time: one queued for its node handler pauses it.
+ONE_PERMIT = {"inbound_permits": 1, "target_permits": 1}
+
+
+class Gate(NodeHandler):
+    """A node handler (one message at a time) whose `Hold` waits for the latch of its tag."""
+
+    @handler
+    def hold(self, ctx: NodeContext, msg: Hold) -> None:
+        journal().note("entered", ("gate", msg.tag))
+        assert journal().latch(msg.tag).wait(WAIT + 5)
+
+    @handler
+    def note(self, ctx: NodeContext, msg: Note) -> None:
+        journal().note("gate", msg.n)
+
+
+def _fenced_with_sends_behind(
+    mesh: GlobalMesh, owner: Host, client: Host, events: Events, spot_id: str
+) -> list[Completion[None]]:
+    """`HELD_SENDS` one-ways from `client` to `spot_id` (on `owner`), sent while the
+    owner admits and reaching it once its lease is fenced: its node handler is held with
+    its lane (2 items) full and a one-way waiting for room there, which holds the
+    owner's only inbound permit (it reads nothing more: PAUSED); the one-ways go (they
+    park at the client, told PAUSED); the owner is cut off from the store until fenced
+    (the client sees it); the handler returns and the owner reads them. Returns their
+    completions."""
+    rid = owner.node.routing_id
+    client.send_to_node(MESH, rid, Hold("fence")).submit_sync()
+    assert wait_until(lambda: ("gate", "fence") in journal().items("entered"))
+    for i in range(4):
+        client.send_to_node(MESH, rid, Note(i)).submit()
+    assert wait_until(lambda: mesh_stats(owner).paused)
+    sent = [client.send_to_spot(spot_id, Note(i)).submit() for i in range(HELD_SENDS)]
+    mesh.cut(owner)
+    assert wait_until(lambda: StateChangeKind.FENCED in events.kinds(), WAIT)
+    assert wait_until(lambda: any(p.routing_id == rid and p.fenced for p in client.peers()))
+    assert journal().items("note") == []  # nothing was read yet
+    journal().latch("fence").set()
+    assert wait_until(lambda: mesh_stats(owner).held_while_fenced == HELD_SENDS, WAIT), (
+        f"held {mesh_stats(owner).held_while_fenced}, dropped {mesh_stats(owner).dropped_messages}"
+    )
+    for done in sent:  # each completed at the client: admitted, acknowledged
+        assert done.result(WAIT) is None
+    return sent
+
+
+def _notes(spot_id: str) -> list[tuple[int, str]]:
+    return [(n, who) for sid, n, who in journal().items("note") if sid == spot_id]  # type: ignore[misc]
+
+
+def test_one_ways_that_reach_a_fenced_node_are_held_and_handled_in_order_once_it_recovers(
+    redis: RedisServer,
+) -> None:
+    events = Events()
+    with GlobalMesh(lease=SHORT, store=_store(redis)) as mesh:
+        owner = mesh.add(
+            spots=[Room],
+            node_handler=Gate,
+            application_lane_items=2,
+            cuttable=True,
+            on_state_change=events,
+            mesh=ONE_PERMIT,
+        )
+        client = mesh.add()
+        owner.spots.get_or_create("kept", Room).submit_sync()
+        _fenced_with_sends_behind(mesh, owner, client, events, "kept")
+        # Held, not handled (before the fix: dropped here, the client never told).
+        assert _notes("kept") == []
+        # A new one-way to the fenced node's object is refused at its sender, saying why.
+        with pytest.raises(UnavailableError) as refused:
+            client.send_to_spot("kept", Note(-1)).submit_sync()
+        assert refused.value.reason is UnavailableReason.FENCED
+
+        mesh.heal(owner)
+        assert wait_until(lambda: StateChangeKind.RECOVERED in events.kinds(), WAIT)
+        assert wait_until(lambda: len(_notes("kept")) >= HELD_SENDS, WAIT)
+        rid = owner.node.routing_id
+        assert _notes("kept") == [(i, rid) for i in range(HELD_SENDS)]  # once each, in order
+        assert mesh_stats(owner).dropped_messages == 0
+        assert mesh_stats(client).dropped_after_admission == 0
+        # What arrives afterwards is not held.
+        client.send_to_spot("kept", Note(HELD_SENDS)).submit_sync()
+        assert wait_until(lambda: len(_notes("kept")) == HELD_SENDS + 1)
+        assert mesh_stats(owner).held_while_fenced == HELD_SENDS
+
+
+def test_held_one_ways_whose_target_another_node_claimed_are_counted_by_their_sender(
+    redis: RedisServer,
+) -> None:
+    events = Events()
+    with GlobalMesh(lease=SHORT, store=_store(redis)) as mesh:
+        owner = mesh.add(
+            spots=[Room],
+            node_handler=Gate,
+            application_lane_items=2,
+            cuttable=True,
+            on_state_change=events,
+            mesh=ONE_PERMIT,
+        )
+        other = mesh.add(spots=[Room])
+        client = mesh.add()
+        owner.spots.get_or_create("taken", Room).submit_sync()
+        fence = OwnerFence(owner.node.routing_id, mesh_stats(owner).lease_generation)
+        _fenced_with_sends_behind(mesh, owner, client, events, "taken")
+
+        async def alive() -> bool:
+            return await Authority(mesh.store).owner_alive(fence)
+
+        # Once the owner's lease expired in the store, the other node takes "taken" over.
+        assert wait_until(lambda: not asyncio.run(alive()), WAIT + SHORT.ttl)
+        assert other.spots.close("taken").submit_sync() is True
+        made = other.spots.get_or_create("taken", Room).submit_sync()
+        assert made.ref.routing_id == other.node.routing_id
+
+        mesh.heal(owner)
+        assert wait_until(lambda: StateChangeKind.RECOVERED in events.kinds(), WAIT)
+        # The held one-ways found their target gone: lost, and their sender counts them
+        # (before the fix: dropped at the owner, the sender never knew).
+        rid = owner.node.routing_id
+        assert wait_until(lambda: mesh_stats(client).dropped_after_admission == HELD_SENDS, WAIT), (
+            f"counted: {mesh_stats(client).dropped_after_admission}"
+        )
+        assert mesh_stats(client).dropped_by_peer == {rid: HELD_SENDS}
+        assert mesh_stats(owner).dropped_messages == HELD_SENDS
+        assert _notes("taken") == []
+
+
+def test_held_one_ways_of_a_node_that_shuts_down_fenced_are_counted_by_their_sender(
+    redis: RedisServer,
+) -> None:
+    events = Events()
+    with GlobalMesh(lease=SHORT, store=_store(redis)) as mesh:
+        owner = mesh.add(
+            spots=[Room],
+            node_handler=Gate,
+            application_lane_items=2,
+            cuttable=True,
+            on_state_change=events,
+            mesh=ONE_PERMIT,
+        )
+        client = mesh.add()
+        owner.spots.get_or_create("kept", Room).submit_sync()
+        _fenced_with_sends_behind(mesh, owner, client, events, "kept")
+        rid = owner.node.routing_id
+        owner.shutdown(WAIT)  # still fenced: what it held is never handled
+        assert wait_until(lambda: mesh_stats(client).dropped_after_admission == HELD_SENDS, WAIT), (
+            f"counted: {mesh_stats(client).dropped_after_admission}"
+        )
+        assert mesh_stats(client).dropped_by_peer == {rid: HELD_SENDS}
+        assert _notes("kept") == []
 
 
 def test_on_lease_lost_shutdown_shuts_the_host_down_and_says_why(redis: RedisServer) -> None:
