@@ -25,9 +25,10 @@ The rules (each a key of `Report.violations`):
     send, such a loss is a violation too.
   Every other loss is allowed: the lifecycle it was sent to died. Allowed losses are
   counted by why: `lost_after_node_died` (the node of the life it was sent to, the one
-  with the latest turn before the send, went down after that turn; or the node of the
-  new instance went down) and `lost_after_life_ended` (the node lived on: the life was
-  closed, fenced, taken over).
+  with the latest turn before the send, went down after that turn and before another
+  life ran the target; or the node of the new instance went down) and
+  `lost_after_life_ended` (the life ended on a node that lived: closed, fenced, taken
+  over).
 - `oneway_lost_uncounted`: more allowed losses than the senders counted as lost
   (`MeshStatistics.dropped_after_admission`, summed over every process's last `stats`
   event; a peer that is gone takes its undelivered one-ways with it only counted by its
@@ -349,7 +350,7 @@ class _Losses:
         else:  # none known: the lives that ran before it are all
             ran = bool(before)
         if ran:
-            return self._allowed(what, before)
+            return self._allowed(what, before, target)
         if made is None:
             report.broke(
                 "oneway_lost_while_target_lived",
@@ -389,17 +390,25 @@ class _Losses:
             return created[-1], True
         return (known[-1] if known else None), False
 
-    def _allowed(self, what: str, before: dict[str, _Turn]) -> int:
+    def _allowed(self, what: str, before: dict[str, _Turn], target: str) -> int:
         last = max(before.values())
-        # Its node died after that turn: after the send, or before it while the sender
-        # still took that node for live.
+        # Its node died after that turn (after the send, or before it while the sender
+        # still took that node for live), and before another life took the target over.
         down = _down_after(self.node_down, last.node, last.t)
+        if down is not None:
+            turns = self.turns[target]
+            for turn in turns[bisect.bisect_right(self.times[target], last.t) :]:
+                if turn.t >= down:
+                    break
+                if turn.life != last.life:
+                    down = None
+                    break
         if down is not None:
             self.node_died += 1
         self._note(
             what,
             f"its life {last.life} on {last.node} ran no later call"
-            + ("" if down is None else "; the node went down"),
+            + ("; then the node went down" if down is not None else ""),
         )
         return 1
 
