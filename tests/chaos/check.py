@@ -29,12 +29,17 @@ The rules (each a key of `Report.violations`):
   life ran the target; or the node of the new instance went down) and
   `lost_after_life_ended` (the life ended on a node that lived: closed, fenced, taken
   over).
-- `oneway_lost_uncounted`: more allowed losses than the senders counted as lost
+- `oneway_lost_uncounted`: more allowed losses on nodes that lived
+  (`lost_after_life_ended`) than the senders counted as lost
   (`MeshStatistics.dropped_after_admission`, summed over every process's last `stats`
-  event; a peer that is gone takes its undelivered one-ways with it only counted by its
-  sender). What receivers dropped after acknowledging (`dropped_messages` at the nodes,
-  from their `stats` events, written every second and at shutdown: a killed node's
-  last second is missing) is reported as `dropped_at_receivers`, not judged.
+  event: a peer that is gone takes its undelivered one-ways with it, and a node that
+  lived and could not hand on one it had acknowledged tells its sender). A node that
+  died took what it had acknowledged and not yet run with it, counted by nobody (its
+  queues died with it: docs/mesh.md "One-ways across a pause"), so
+  `lost_after_node_died` is not judged by count. What receivers dropped after
+  acknowledging (`dropped_messages` at the nodes, from their `stats` events, written
+  every second and at shutdown: a killed node's last second is missing) is reported as
+  `dropped_at_receivers`, not judged.
 - `call_terminals`: a call (request or one-way) that did not end exactly once.
 - `deadline_exceeded_but_ran`: a request that ended `DeadlineExceededError` and whose
   handler started after the caller's deadline (plus `deadline_slack`, the clock bound:
@@ -233,13 +238,18 @@ def check(
         name: sum(figures.get(name, 0) for (_, who), figures in stats.items() if who != "driver")
         for name in _RECEIVERS
     }
-    if allowed > counted:
+    # A node that died took what it had acknowledged and not yet run with it, counted
+    # by nobody (docs/mesh.md "One-ways across a pause"): only the losses on nodes that
+    # lived must be counted by their senders.
+    must_count = allowed - judge.node_died
+    if must_count > counted:
         report.broke(
             "oneway_lost_uncounted",
-            f"{allowed} lost after their target's life ended, {counted} counted by senders "
+            f"{must_count} lost after their target's life ended on a node that lived, "
+            f"{counted} counted by senders "
             f"({at_receivers['dropped_messages']} dropped at receivers); "
             f"e.g. {', '.join(judge.allowed[:3])}",
-            allowed - counted,
+            must_count - counted,
         )
     unlogged = [call_id for call_id in starts if call_id not in calls]
     for call_id in unlogged:

@@ -134,6 +134,20 @@ def test_a_loss_after_the_target_s_node_died_is_allowed() -> None:
     assert "1 one-ways lost: 0 while the target lived; 1 after its node died" in report.render()
 
 
+def test_a_loss_with_its_node_needs_no_sender_count_but_one_on_a_node_that_lived_does() -> None:
+    """What a killed node had acknowledged and not run died with its queues, counted by
+    nobody (docs/mesh.md): allowed uncounted. A loss on a node that lived (the life
+    ended there: closed, fenced, taken over) must be counted by its sender."""
+    down = {"e": "node_down", "node": A, "t": 3.5}
+    after = [*_call("c4", 5.0), *_run("c4", "L2", B, 5.01)]
+    report = check([*_clean(), *_lost_one_way(), down, *after])
+    assert report.ok, report.render()
+    assert report.counts["lost_after_node_died"] == 1
+    report = check([*_clean(), *_lost_one_way(), *after])  # A lived
+    assert _broken(report.violations) == {"oneway_lost_uncounted"}
+    assert report.counts["lost_after_life_ended"] == 1
+
+
 def test_a_loss_whose_target_s_life_ran_a_later_call_is_caught_though_counted() -> None:
     """The same life L1 ran a call sent after the lost one: it lived (and the sender's
     count of 1 does not excuse it)."""
