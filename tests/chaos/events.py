@@ -5,12 +5,16 @@ the file; `read_events` reads every file of a run's directory afterwards.
 Events (`e` is the kind; `t` is `time.monotonic()`, one clock for every process of the
 machine):
 
-- driver: `call` (`id`, `kind` "send" / "request", `target` "spot:ID" / "actor:ID"),
-  `end` (`id`, `outcome` "ok" or the error's class name, `reason`), `fault` (`fault`,
-  `node`, `t0`, `t1`), `node_up` / `node_down` (`node`: a routing id), `probe` (`node`,
-  `ok`, `detail`), `stats` (`who`, the mesh statistics that matter);
+- driver: `call` (`id`, `kind` "send" / "request", `target` "spot:ID" / "actor:ID",
+  `deadline`), `end` (`id`, `outcome` "ok" or the error's class name, `reason`: the
+  `UnavailableReason` value or null), `placed` (`target`, `node`: where a get-or-create
+  of the driver found or made it, `created`: whether it made it, `since`: when the call
+  began), `fault` (`fault`, `node`, `t0`, `t1`), `node_up` / `node_down` (`node`: a
+  routing id), `probe` (`node`, `ok`, `detail`), `stats` (`who` "driver", its mesh
+  statistics: model.mesh_figures) once at the end;
 - nodes: `start` (`id`, `obj`, `life`: the object instance's token, `node`) when a
-  handler begins, `done` (`id`, `life`) when it returns.
+  handler begins, `done` (`id`, `life`) when it returns, `stats` (`who`: its routing
+  id) every second and at shutdown.
 """
 
 from __future__ import annotations

@@ -122,19 +122,31 @@ class Walker(z.Actor):
 
 
 def mesh_figures(host: z.Host) -> dict[str, Any]:
-    """The mesh statistics the checker reads. `dropped_after_admission` (one-ways a
-    sender counted as lost with a peer that is gone, issue 26 item 1) reads 0 where the
-    mesh has no such figure yet."""
+    """The mesh statistics the checker reads (`host.statistics().mesh`): as a sender,
+    `dropped_after_admission` (one-ways counted lost with a peer that is gone); as a
+    receiver, `dropped_messages` (one-ways received that reached no handler),
+    `duplicate_messages`, `late_records` (records read late from a peer found silent:
+    not a `MeshStatistics` field, read from the node itself), and the lease's state."""
     mesh = host.statistics().mesh
     if mesh is None:
         return {}
+    node = getattr(host, "_mesh", None)  # read only: `late_records` is not in the statistics
     return {
-        "dropped_after_admission": int(getattr(mesh, "dropped_after_admission", 0)),
+        "dropped_after_admission": mesh.dropped_after_admission,
+        "dropped_by_peer": dict(mesh.dropped_by_peer),
         "dropped_messages": mesh.dropped_messages,
+        "duplicate_messages": mesh.duplicate_messages,
+        "late_records": int(getattr(node, "late_records", 0)),
         "decode_errors": mesh.decode_errors,
         "late_replies": mesh.late_replies,
         "lost_peers": mesh.lost_peers,
+        "lease_state": mesh.lease_state,
         "lease_admitting": mesh.lease_admitting,
+        "lease_generation": mesh.lease_generation,
+        "lease_recoveries": mesh.lease_recoveries,
+        "objects_reclaimed": mesh.objects_reclaimed,
+        "ownership_lost": mesh.ownership_lost,
+        "unavailable": dict(mesh.unavailable),
         "peers": dict(mesh.peers),
     }
 

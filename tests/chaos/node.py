@@ -2,11 +2,12 @@
 '<json config>'`, launched by the test kit's `NodeProcesses` (tests/integration/mesh/
 nodes.py). Config keys: `mesh`, `listen`, `liveness_interval`, `liveness_timeout`, `lease`
 (`LeaseConfig` keywords), `mesh_options` (any other `MeshConfig` keywords, such as
-`peer_expiry` where the mesh has it), `redis` (`url`, `key_prefix`), `log` (this
-process's event file).
+`peer_expiry`), `redis` (`url`, `key_prefix`), `log` (this process's event file),
+`stats_interval` (seconds between two `stats` events, 1.0).
 
 It hosts `Tally` and `Walker` (model.py), prints `{"routing_id", "endpoint"}` once
-started, serves until stdin closes or SIGTERM, then logs its statistics and shuts down.
+started, logs its mesh statistics (`stats`, model.mesh_figures) every `stats_interval`
+while it serves, until stdin closes or SIGTERM, then logs them once more and shuts down.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import json
 import signal
 import sys
 import threading
+import time
 from typing import Any
 
 import zlink_actors as z
@@ -57,8 +59,12 @@ def main() -> int:
         info = host.node
         print(json.dumps({"routing_id": info.routing_id, "endpoint": info.endpoint}), flush=True)
         threading.Thread(target=_watch_stdin, args=(stop,), daemon=True).start()
+        interval = float(config.get("stats_interval", 1.0))
+        due = time.monotonic() + interval
         while not stop.wait(0.1):  # wake now and then so SIGTERM's handler runs
-            pass
+            if time.monotonic() >= due:
+                log.write("stats", who=info.routing_id, **mesh_figures(host))
+                due = time.monotonic() + interval
         log.write("stats", who=info.routing_id, **mesh_figures(host))
     finally:
         result = host.shutdown(5.0)

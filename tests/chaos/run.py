@@ -311,13 +311,15 @@ class _Run:
     # -- the application's take-over --------------------------------------------------
 
     def _create(self, target: str, timeout: float) -> bool:
-        """get-or-create `target` (placed by the mesh); True once it exists."""
+        """get-or-create `target` (placed by the mesh); True once it exists. Logs where
+        (`placed`: whether this call created it, and when the call began)."""
         assert self.host is not None
         obj_kind, obj_id = target.split(":", 1)
         manager = self.host.spots if obj_kind == "spot" else self.host.actors
         cls: Any = Tally if obj_kind == "spot" else Walker
         end = time.monotonic() + timeout
         while True:
+            since = time.monotonic()
             try:
                 made = manager.get_or_create(obj_id, cls).timeout(3.0).submit_sync()
             except z.ZlinkError:
@@ -325,8 +327,11 @@ class _Run:
                     return False
                 time.sleep(0.1)  # retrying a create whose store or owner is away
                 continue
+            node = str(made.ref.routing_id)
             with self.lock:
-                self.owner[target] = str(made.ref.routing_id)
+                self.owner[target] = node
+            created = isinstance(made, z.Created)
+            self.log.write("placed", target=target, node=node, created=created, since=since)
             return True
 
     def _recover(self) -> None:
@@ -348,8 +353,7 @@ class _Run:
                     pass  # no record: create it
                 except z.ZlinkError:
                     continue  # its owner's lease is still live, or the store is away
-                if self._create(target, 0.0):
-                    self.log.write("recreated", target=target, node=self.owner[target])
+                self._create(target, 0.0)
 
     # -- faults ------------------------------------------------------------------------
 

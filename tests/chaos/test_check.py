@@ -66,6 +66,43 @@ def _lost_one_way() -> list[dict[str, Any]]:
     ]
 
 
+_COUNTED = {"e": "stats", "who": "driver", "dropped_after_admission": 1, "t": 9.6}
+
+
+def _call(
+    call: str, t: float, *, kind: str = "request", target: str = "spot:s", end: float = 0.0
+) -> list[dict[str, Any]]:
+    """A call logged at `t` that ended ok (at `end`, else just after `t`)."""
+    return [
+        {"e": "call", "id": call, "kind": kind, "target": target, "t": t, "deadline": t + 5},
+        {"e": "end", "id": call, "outcome": "ok", "t": end or t + 0.01},
+    ]
+
+
+def _run(call: str, life: str, node: str, t: float, obj: str = "spot:s") -> list[dict[str, Any]]:
+    """A handler run of `call` in `life` on `node`, from `t` to `t` + 10 ms."""
+    return [
+        {"e": "start", "id": call, "obj": obj, "life": life, "node": node, "t": t},
+        {"e": "done", "id": call, "life": life, "t": t + 0.01},
+    ]
+
+
+def _placed(target: str, node: str, since: float, created: bool = True) -> dict[str, Any]:
+    return {
+        "e": "placed",
+        "target": target,
+        "node": node,
+        "created": created,
+        "since": since,
+        "t": since + 0.05,
+    }
+
+
+def _with_loss(*more: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The clean log, the lost one-way c3, `more`, and the sender's count of 1."""
+    return [ev for chunk in (_clean(), _lost_one_way(), *more, [_COUNTED]) for ev in chunk]
+
+
 def test_a_lost_one_way_no_sender_counted_is_caught() -> None:
     report = check([*_clean(), *_lost_one_way()])
     assert _broken(report.violations) == {"oneway_lost_uncounted"}
@@ -74,14 +111,225 @@ def test_a_lost_one_way_no_sender_counted_is_caught() -> None:
 
 
 def test_a_lost_one_way_its_sender_counted_is_allowed() -> None:
-    counted = {"e": "stats", "who": "driver", "dropped_after_admission": 1, "t": 9.6}
-    report = check([*_clean(), *_lost_one_way(), counted])
+    report = check([*_clean(), *_lost_one_way(), _COUNTED])
     assert report.ok, report.render()
     assert report.counts["losses_counted_by_senders"] == 1
     # Counted losses cover only as many: a second loss is one violation.
     second = [dict(ev, id="c4") for ev in _lost_one_way()]
-    report = check([*_clean(), *_lost_one_way(), *second, counted])
+    report = check([*_clean(), *_lost_one_way(), *second, _COUNTED])
     assert report.violations["oneway_lost_uncounted"] == 1
+
+
+def test_a_loss_after_the_target_s_node_died_is_allowed() -> None:
+    """L1 (on A) ran before the send; A went down after it and L1 never ran again; the
+    target's next life (L2 on B) ran the next call."""
+    down = {"e": "node_down", "node": A, "t": 3.5}
+    after = [*_call("c4", 5.0), *_run("c4", "L2", B, 5.01)]
+    report = check([*_clean(), *_lost_one_way(), down, *after, _COUNTED])
+    assert report.ok, report.render()
+    assert report.counts["one_ways_lost"] == 1
+    assert report.counts["lost_while_target_lived"] == 0
+    assert report.counts["lost_after_node_died"] == 1
+    assert report.counts["lost_after_life_ended"] == 0
+    assert "1 one-ways lost: 0 while the target lived; 1 after its node died" in report.render()
+
+
+def test_a_loss_with_its_node_needs_no_sender_count_but_one_on_a_node_that_lived_does() -> None:
+    """What a killed node had acknowledged and not run died with its queues, counted by
+    nobody (docs/mesh.md): allowed uncounted. A loss on a node that lived (the life
+    ended there: closed, fenced, taken over) must be counted by its sender."""
+    down = {"e": "node_down", "node": A, "t": 3.5}
+    after = [*_call("c4", 5.0), *_run("c4", "L2", B, 5.01)]
+    report = check([*_clean(), *_lost_one_way(), down, *after])
+    assert report.ok, report.render()
+    assert report.counts["lost_after_node_died"] == 1
+    report = check([*_clean(), *_lost_one_way(), *after])  # A lived
+    assert _broken(report.violations) == {"oneway_lost_uncounted"}
+    assert report.counts["lost_after_life_ended"] == 1
+
+
+def test_a_loss_whose_target_s_life_ran_a_later_call_is_caught_though_counted() -> None:
+    """The same life L1 ran a call sent after the lost one: it lived (and the sender's
+    count of 1 does not excuse it)."""
+    later = [*_call("c4", 3.5), *_run("c4", "L1", A, 3.6)]
+    report = check([*_clean(), *_lost_one_way(), *later, _COUNTED])
+    assert _broken(report.violations) == {"oneway_lost_while_target_lived"}
+    assert report.counts["lost_while_target_lived"] == 1
+    (example,) = report.examples["oneway_lost_while_target_lived"]
+    assert example.startswith("send c3 to spot:s (admitted at 3.010): its life L1 on node-a")
+    assert "ran c4" in example
+    # A node that went down after that turn does not excuse it either.
+    down = {"e": "node_down", "node": A, "t": 4.0}
+    report = check([*_clean(), *_lost_one_way(), *later, down, _COUNTED])
+    assert _broken(report.violations) == {"oneway_lost_while_target_lived"}
+
+
+def test_a_loss_whose_life_lived_on_as_the_next_turn_says_within_the_ack_slack_is_allowed() -> None:
+    """A turn of a later call that starts within `ack_slack` of the lost call's end does
+    not count (what the sender admitted may still be on its way that long); past it,
+    it does."""
+    soon = [*_call("c4", 3.02), *_run("c4", "L1", A, 3.05)]
+    down = {"e": "node_down", "node": A, "t": 3.2}
+    assert check([*_clean(), *_lost_one_way(), *soon, down, _COUNTED]).ok
+    report = check([*_clean(), *_lost_one_way(), *soon, down, _COUNTED], ack_slack=0.01)
+    assert _broken(report.violations) == {"oneway_lost_while_target_lived"}
+
+
+def test_a_loss_sent_just_after_its_node_was_killed_counts_as_after_its_node_died() -> None:
+    """A was killed at 2.99, after L1's last turn; the one-way sent at 3.0 completed (its
+    sender had not noticed yet) and was lost with A."""
+    down = {"e": "node_down", "node": A, "t": 2.99}
+    report = check([*_clean(), down, *_lost_one_way(), _COUNTED])
+    assert report.ok, report.render()
+    assert report.counts["lost_after_node_died"] == 1
+    assert report.counts["lost_after_life_ended"] == 0
+
+
+def test_a_turn_of_an_earlier_call_after_the_loss_is_no_evidence_the_life_lived() -> None:
+    """A backlog: L1 ran c2b, sent before the lost one, 0.5 s after the loss; then its
+    node went down. The lost call was behind it in the queue: allowed."""
+    backlog = [*_call("c2b", 2.9, end=3.6), *_run("c2b", "L1", A, 3.5)]
+    down = {"e": "node_down", "node": A, "t": 3.7}
+    report = check([*_clean(), *_lost_one_way(), *backlog, down, _COUNTED])
+    assert report.ok, report.render()
+    assert report.counts["lost_after_node_died"] == 1
+
+
+def test_a_loss_whose_life_ended_on_a_node_that_lived_is_allowed() -> None:
+    """L1 on A never ran again (closed, fenced, taken over) while A lived; L2 on B ran
+    the next calls. A killed after that take-over does not make it a loss to a death."""
+    after = [*_call("c4", 5.0), *_run("c4", "L2", B, 5.01)]
+    for later in ([], [{"e": "node_down", "node": A, "t": 6.0}]):
+        report = check([*_clean(), *_lost_one_way(), *after, *later, _COUNTED])
+        assert report.ok, report.render()
+        assert report.counts["lost_after_life_ended"] == 1
+        assert report.counts["lost_after_node_died"] == 0
+
+
+def test_a_node_back_with_the_same_routing_id_brings_a_new_life() -> None:
+    """A restarted with the same routing id: the objects it serves again are new lives
+    (L2); L1, which the lost call was sent to, died with the first process. A (up at
+    the end) still needs its probe, and a turn cut by its death ran until then."""
+    restart = [
+        {"e": "node_down", "node": A, "t": 3.5},
+        {"e": "node_up", "node": A, "t": 4.0},
+    ]
+    after = [*_call("c4", 5.0), *_run("c4", "L2", A, 5.01)]
+    report = check([*_clean(), *_lost_one_way(), *restart, *after, _COUNTED])
+    assert report.ok, report.render()
+    assert report.counts["lost_after_node_died"] == 1
+    unprobed = [ev for ev in _with_loss(restart, after) if ev["e"] != "probe"]
+    assert _broken(check(unprobed).violations) == {"node_not_serving"}
+    # L1's turn cut by the first death (3.5) ends there, not at the second (6.0): L2's
+    # turn at 5.01 overlaps nothing.
+    cut = _turn("c6", "L1", A, 2.9, None)
+    again = {"e": "node_down", "node": A, "t": 6.0}
+    report = check([*_with_loss(restart, after), *cut, again])
+    assert report.ok, report.render()
+    assert report.counts["turns_unfinished_at_a_node_death"] == 1
+
+
+def _never_run(node: str = A) -> list[dict[str, Any]]:
+    """`spot:n`, created on `node` at 2.0, and a one-way to it lost: nothing ever ran it
+    before the send."""
+    return [
+        _placed("spot:n", node, since=2.0),
+        *_call("c8", 3.0, kind="send", target="spot:n"),
+    ]
+
+
+def test_a_loss_to_a_target_never_run_is_allowed_only_if_its_node_went_down() -> None:
+    down = {"e": "node_down", "node": A, "t": 3.5}
+    report = check([*_clean(), *_never_run(), down, _COUNTED])
+    assert report.ok, report.render()
+    assert report.counts["lost_after_node_died"] == 1
+    # Its node lived on.
+    report = check([*_clean(), *_never_run(), _COUNTED])
+    assert _broken(report.violations) == {"oneway_lost_while_target_lived"}
+    assert (
+        "sent to an instance on node-a that had not run yet"
+        in (report.examples["oneway_lost_while_target_lived"][0])
+    )
+    # Its node was killed just before the send (its sender still took it for live).
+    early = {"e": "node_down", "node": A, "t": 2.5}
+    assert check([*_clean(), *_never_run(), early, _COUNTED]).ok
+    # ... but not before the creation began: that node died with nothing of it.
+    earlier = {"e": "node_down", "node": A, "t": 1.5}
+    report = check([*_clean(), *_never_run(), earlier, _COUNTED])
+    assert _broken(report.violations) == {"oneway_lost_while_target_lived"}
+    # Its node ran the instance (a later call) before it went down.
+    ran = [*_call("c9", 3.2, target="spot:n"), *_run("c9", "N1", A, 3.3, obj="spot:n")]
+    report = check([*_clean(), *_never_run(), *ran, down, _COUNTED])
+    assert _broken(report.violations) == {"oneway_lost_while_target_lived"}
+    assert "(life N1) ran c9" in report.examples["oneway_lost_while_target_lived"][0]
+
+
+def test_a_loss_to_a_target_never_run_nor_placed_is_caught() -> None:
+    lost = _call("c8", 3.0, kind="send", target="spot:n")
+    report = check([*_clean(), *lost, {"e": "node_down", "node": A, "t": 3.5}, _COUNTED])
+    assert _broken(report.violations) == {"oneway_lost_while_target_lived"}
+    assert "no placement of it is known" in report.examples["oneway_lost_while_target_lived"][0]
+
+
+def test_a_loss_to_an_instance_created_again_and_not_run_yet_is_judged_by_its_node() -> None:
+    """L1 on A ran; A went down; the driver created the Spot again on B (not run yet when
+    the one-way was sent): it was sent to that instance, so B must have gone down."""
+    again = [{"e": "node_down", "node": A, "t": 2.5}, _placed("spot:s", B, since=2.6)]
+    report = check([*_clean(), *again, *_lost_one_way(), _COUNTED])
+    assert _broken(report.violations) == {"oneway_lost_while_target_lived"}
+    assert "instance on node-b" in report.examples["oneway_lost_while_target_lived"][0]
+    b_down = {"e": "node_down", "node": B, "t": 3.5}
+    assert check([*_clean(), *again, *_lost_one_way(), b_down, _COUNTED]).ok
+    # A get-or-create that found the Spot (created: false) is no new instance.
+    found = [again[0], _placed("spot:s", B, since=2.6, created=False)]
+    assert check([*_clean(), *found, *_lost_one_way(), _COUNTED]).ok
+
+
+def test_receivers_drops_and_the_lease_figures_are_summed_over_each_process_s_last_stats() -> None:
+    def stats(src: str, who: str, t: float, **figures: int) -> dict[str, Any]:
+        return {"e": "stats", "who": who, "src": src, "t": t, **figures}
+
+    events = [
+        *_clean(),
+        stats("node0-1.jsonl", A, 5.0, dropped_messages=2, duplicate_messages=1),
+        stats("node0-1.jsonl", A, 6.0, dropped_messages=5, duplicate_messages=1),
+        stats("node1-1.jsonl", B, 6.0, dropped_messages=3, late_records=4, lease_recoveries=1),
+        # A node back with the same routing id counts from 0 again: its own process.
+        stats("node0-2.jsonl", A, 8.0, dropped_messages=1),
+        stats("driver.jsonl", "driver", 9.7, dropped_messages=7, dropped_after_admission=2),
+    ]
+    report = check(events)
+    assert report.ok, report.render()
+    assert report.counts["dropped_at_receivers"] == 5 + 3 + 1
+    assert report.counts["duplicates_at_receivers"] == 1
+    assert report.counts["late_records_at_receivers"] == 4
+    assert report.counts["lease_recoveries"] == 1
+    assert report.counts["losses_counted_by_senders"] == 2
+    assert "senders counted 2, receivers dropped 9" in report.render()
+
+
+def test_requests_that_ended_unavailable_and_ran_are_counted_by_reason() -> None:
+    def unavailable(call: str, reason: str | None, ran: bool) -> list[dict[str, Any]]:
+        events = [
+            {"e": "call", "id": call, "kind": "request", "target": "spot:s", "t": 4.0},
+            {"e": "end", "id": call, "outcome": "UnavailableError", "reason": reason, "t": 4.5},
+        ]
+        return events + (_run(call, "L1", A, 4.1) if ran else [])
+
+    events = [
+        *_clean(),
+        *unavailable("u1", "peer_paused", True),
+        *unavailable("u2", "peer_paused", True),
+        *unavailable("u3", "fenced", True),
+        *unavailable("u4", "fenced", False),
+        *unavailable("u5", None, True),
+    ]
+    report = check(events)
+    assert report.ok, report.render()
+    assert report.counts["unavailable_that_ran"] == 4
+    assert report.counts["unavailable_that_ran_by_fault[peer_paused]"] == 2
+    assert report.counts["unavailable_that_ran_by_fault[fenced]"] == 1
+    assert report.counts["unavailable_that_ran_by_fault[None]"] == 1
 
 
 def test_a_one_way_that_failed_at_its_sender_is_not_lost() -> None:
