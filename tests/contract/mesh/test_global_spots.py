@@ -18,9 +18,10 @@ from zlink_actors import (
     NotFoundError,
     TypeMismatchError,
 )
-from zlink_actors.testing import WAIT
+from zlink_actors.mesh import codec as wire
+from zlink_actors.testing import WAIT, wait_until
 
-from ._global import GlobalMesh, run_racers
+from ._global import GlobalMesh, mesh_stats, run_racers
 from ._global_objects import (
     Board,
     Enter,
@@ -215,3 +216,32 @@ def test_a_join_to_a_spot_on_another_node_is_declined_with_invalid_operation(
     assert lounges.request_to_actor("ana", Where(), reply=str).submit_sync() == (
         players.node.routing_id
     )
+
+
+def test_a_one_way_with_instance_intent_sent_again_after_a_pause_runs_once(
+    mesh: GlobalMesh,
+) -> None:
+    """A one-way with instance intent carries its sender's sequence number like any
+    other; one sent again (what a sender does for the one-ways a peer had not
+    acknowledged when it comes back from a pause) is a duplicate and never runs twice.
+    The resend is made here with the sender node's own encoder and transport (no public
+    way exists to resend a numbered one-way: `MeshNode` internals, as `GlobalMesh.kill`)."""
+    owner = mesh.add(spots=[Match])
+    client = mesh.add()
+    rid = owner.node.routing_id
+    client.send_to_spot("m", Hit("c", 0)).activate(Match).submit_sync()
+    assert mesh.journal.wait_count("hit", 1)
+    node = client._mesh
+    assert node is not None
+    peer = node._peers.by_rid[rid]
+    type_name, data = node._encode(Hit("c", 0), peer)
+    again = wire.encode_send(
+        peer.out_seq, "Spot", "m", node.config.name, None, type_name, Match.type_name
+    )
+    before = mesh_stats(owner).duplicate_messages
+    node._transport.submit(peer.conn, (again, data))  # type: ignore[union-attr]
+    assert wait_until(lambda: mesh_stats(owner).duplicate_messages == before + 1)
+    # What the sender sends next runs, after it: the duplicate did not.
+    client.send_to_spot("m", Hit("c", 1)).activate(Match).submit_sync()
+    assert mesh.journal.wait_count("hit", 2)
+    assert mesh.journal.items("hit") == [("m", "c", 0), ("m", "c", 1)]
