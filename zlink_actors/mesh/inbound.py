@@ -429,10 +429,15 @@ class Inbound(Calls):
             if not released:
                 self._release(rec)
             return self._hold(rec, peer, True)
-        if rec.route_id != _HELD:
+        if not self._was_held(rec):
             return False
         self._lost_here(peer, str(exc))
         return True
+
+    @staticmethod
+    def _was_held(rec: t.Inbound) -> bool:
+        """Whether one-way `rec` was held while the lease was fenced (`_hold`)."""
+        return rec.route_id == _HELD
 
     def _hold(self, rec: t.Inbound, peer: Peer, refused: bool) -> bool:
         """Hold one-way `rec` from `peer` until the owner lease admits again, behind

@@ -377,6 +377,7 @@ class MeshNode(GlobalObjects):
                 dropped_by_peer=dict(self._dropped_by_rid),
                 duplicate_messages=self.duplicate_messages,
                 held_while_fenced=self.held_while_fenced,
+                forwarded_messages=self.forwarded_messages,
             )
 
     def _tick(self) -> None:

@@ -23,6 +23,8 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from concurrent.futures import Future
 from typing import Any, Final, TypeVar
 
+import transports as t
+
 from .._calls.messaging import deliver_send, local_request
 from .._core.cancellation import CancellationToken
 from .._core.completion import Completion, _Cell, failed
@@ -49,6 +51,7 @@ from ..location.authority import (
 from ..location.keys import lease_key
 from ..location.lease import LeaseGrant, OwnerLease, decode_lease
 from ..location.spi import Found, LocationStore
+from . import codec as wire
 from .codec import Codec, Envelope
 from .config import MeshConfig, PeerState
 from .inbound import Inbound
@@ -64,7 +67,7 @@ from .operations import (
     _wait,
 )
 from .peers import Peer, unusable
-from .state import _refuse_cancel, _Route, log
+from .state import _KINDS, _refuse_cancel, _Route, log
 
 __all__ = ["Routing"]
 
@@ -552,6 +555,55 @@ class Routing(Inbound):
                         reason=UnavailableReason.NOT_OWNER,
                     )
         return where
+
+    def _refused(self, rec: t.Inbound, peer: Peer, exc: BaseException, *, released: bool) -> bool:
+        """A one-way that reached this node on a stale route (it does not hold the
+        target: `NOT_OWNER`) goes on to the owner the Location Store names (docs/mesh.md
+        "Reaching an object"); one held while fenced whose target went elsewhere meanwhile
+        is not (its lifecycle ended: `Inbound._refused`)."""
+        if (
+            isinstance(exc, UnavailableError)
+            and exc.reason is UnavailableReason.NOT_OWNER
+            and not self._was_held(rec)
+        ):
+            if not released:
+                self._release(rec)
+            self._forward_send(rec, peer)
+            return True
+        return super()._refused(rec, peer, exc, released=released)
+
+    def _forward_send(self, rec: t.Inbound, peer: Peer) -> None:
+        """Send one-way `rec` from `peer` on to the owner of its target, resolved again
+        from the Location Store (the route that led here is dropped first, so a record
+        that still names this node ends it here); one that cannot be delivered there is
+        lost, and its sender told (DROPPED)."""
+        try:
+            env = wire._ENVELOPE_DECODER.decode(rec.frames[0])  # decoded once already
+            kind = _KINDS[env.target_kind]
+            payload = self.codec.decode_payload(
+                env.type_name, rec.frames[1] if len(rec.frames) > 1 else b""
+            )
+        except ZlinkError as exc:
+            self._lost_here(peer, f"not the owner, and not forwarded: {exc}")
+            return
+        self._routes.pop((kind, env.target), None)
+        with self._lock:
+            self.forwarded_messages += 1
+        route = self.route(kind, env.target)
+        done = (
+            route
+            if isinstance(route, Completion)
+            else failed(NotFoundError(f"{kind} {env.target!r} is not held here"))
+            if route is None
+            else self.send(route, payload, env.metadata)
+        )
+
+        def sent(outcome: Completion[Any]) -> None:
+            exc = outcome.exception()
+            if exc is not None:
+                self._lost_here(peer, f"not the owner, and forwarding failed: {exc}")
+
+        done.add_done_callback(sent)
 
     def _decode_plain(self, name: str, data: bytes) -> object:
         if name and name not in self.codec.registry:

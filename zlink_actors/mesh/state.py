@@ -217,6 +217,9 @@ class MeshStatistics:
         held_while_fenced: one-ways from peers that arrived while this node's owner
             lease was fenced (refused by their global target): held, and handed to their
             target once it admits again (docs/mesh.md "One-ways to a fenced node").
+        forwarded_messages: one-ways from peers that reached this node on a stale route
+            (it does not hold their target) and went on to the owner the Location Store
+            names (one that fails there is lost, counted by its sender).
         unavailable: requests from peers this node answered with `UnavailableError`,
             by `UnavailableReason` value (`"queue_full"`, `"not_owner"`, ...; a reason
             never given is absent; an unspecified one is not counted).
@@ -249,6 +252,7 @@ class MeshStatistics:
     dropped_by_peer: dict[str, int] = field(default_factory=dict)
     duplicate_messages: int = 0
     held_while_fenced: int = 0
+    forwarded_messages: int = 0
     unavailable: dict[str, int] = field(default_factory=dict)
     target_permits: int = 0
     full_targets: int = 0
@@ -405,6 +409,8 @@ class NodeState:
         #: Past this many held, the newest is lost (its sender told).
         self._hold_max = _HOLD_PER_PERMIT * self._permits
         self.held_while_fenced = 0
+        #: One-ways that reached this node on a stale route and went on to the owner.
+        self.forwarded_messages = 0
         self._dropped_by_rid: dict[str, int] = {}
         #: Requests from peers this node answered `UnavailableError`, by reason value.
         self.unavailable: dict[str, int] = {}

@@ -105,8 +105,28 @@ def test_a_stale_route_reaches_a_node_that_is_not_the_owner(mesh: GlobalMesh, ca
         assert _reason(stale) is UnavailableReason.NOT_OWNER
         assert mesh_stats(server).unavailable == {"not_owner": 1}
     else:
-        # A one-way completes at admission here; the server drops it and counts it.
+        # A one-way completes at admission here; the server sends it on to the owner
+        # the store names: none (it was closed), so it is lost, counted at both ends.
         assert client.send_to_spot("r", Note(1)).submit_sync() is None
-        assert wait_until(lambda: mesh_stats(server).dropped_messages == 1)
+        assert wait_until(lambda: mesh_stats(client).dropped_after_admission == 1)
+        assert mesh_stats(server).dropped_messages == 1
+        assert mesh_stats(server).forwarded_messages == 1
         assert mesh_stats(server).unavailable == {}  # it answered nothing
     assert journal().items("ping") == []
+
+
+def test_a_one_way_on_a_stale_route_goes_on_to_the_object_s_new_owner(mesh: GlobalMesh) -> None:
+    """The object was closed on its first node and made again on another: a one-way
+    sent on the route cached before reaches the first node, which is not its owner, and
+    goes on to the new owner (before: dropped there, its sender saw it complete)."""
+    server, client = _stale_route(mesh)
+    other = mesh.add(spots=[Room])
+    made = other.spots.get_or_create("r", Room).submit_sync()
+    assert made.ref.routing_id == other.node.routing_id
+    for n in range(3):
+        assert client.send_to_spot("r", Note(n)).submit_sync() is None
+    assert wait_until(lambda: len(journal().items("note")) == 3)
+    assert journal().items("note") == [("r", n, other.node.routing_id) for n in range(3)]
+    assert mesh_stats(server).forwarded_messages >= 1
+    assert mesh_stats(server).dropped_messages == 0
+    assert mesh_stats(client).dropped_after_admission == 0
