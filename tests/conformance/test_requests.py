@@ -15,9 +15,11 @@ behind) and bounded, asserted waits; the only timed parts are the deadlines unde
 
 from __future__ import annotations
 
+import linecache
 import math
 import random
 import signal
+import sys
 import threading
 import uuid
 from collections.abc import Callable
@@ -380,6 +382,29 @@ INTERRUPT_BREAKS: dict[tuple[str, str], str] = {
 }
 
 
+def _blocked_in_a_wait(thread_id: int) -> Callable[[], bool]:
+    """A predicate for `wait_until`: True once the thread's innermost Python frame is at a
+    lock's `acquire(...)` or a `wait(...)`, and still at the same place one poll later
+    (a thread blocked there, not one passing by)."""
+    last: list[tuple[int, int]] = []
+
+    def blocked() -> bool:
+        frame = sys._current_frames().get(thread_id)
+        if frame is None:
+            return False
+        line = linecache.getline(frame.f_code.co_filename, frame.f_lineno)
+        here = (id(frame), frame.f_lineno)
+        if "acquire(" not in line and "wait(" not in line:
+            last.clear()
+            return False
+        if last and last[0] == here:
+            return True
+        last[:] = [here]
+        return False
+
+    return blocked
+
+
 @pytest.mark.usefixtures("default_sigint")
 @pytest.mark.parametrize("token", ["no_token", "token"])
 def test_keyboard_interrupt_while_blocked_in_submit_sync_ends_the_call_cancelled(
@@ -396,7 +421,11 @@ def test_keyboard_interrupt_while_blocked_in_submit_sync_ends_the_call_cancelled
     ctrl_c = CtrlC()
 
     def interrupt() -> None:
-        if wait_until(lambda: tag in world.journal.items("entered")):
+        # Once the handler runs and the caller waits for its reply: an interrupt that
+        # lands inside submit_sync() before it waits ends the call on every path.
+        if wait_until(lambda: tag in world.journal.items("entered")) and wait_until(
+            _blocked_in_a_wait(main)
+        ):
             ctrl_c.send(main)
 
     cancel = CancellationSource().token if token == "token" else None
