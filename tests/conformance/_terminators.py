@@ -158,13 +158,11 @@ class InHandler(Caller):
 
     def __init__(self, world: World) -> None:
         self.world = world
-        self.drivers: list[_Driver] = []
         self._next: _Driver | None = _Driver(world)
 
     def _turn(self) -> _Driver:
         driver = self._next if self._next is not None else _Driver(self.world)
         self._next = None
-        self.drivers.append(driver)
         return driver
 
     def run(self, body: Callable[[Any], Awaitable[object]]) -> Outcome:

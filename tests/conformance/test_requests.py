@@ -40,6 +40,7 @@ from zlink_actors import (
     ShutdownOutcome,
     UnavailableError,
     UnavailableReason,
+    completion_dispatcher,
 )
 from zlink_actors.testing import WAIT, wait_until
 
@@ -101,9 +102,16 @@ def _after_the_target_ran_what_it_had(world: World) -> None:
 def _ended_once(world: World, out: Outcome) -> None:
     """The call settled exactly once and left nothing pending at the caller."""
     assert wait_until(lambda: world.caller.statistics().pending_calls == 0)
+    assert completion_dispatcher().drain(WAIT)  # a second done-callback would have run
     assert out.settled == 1
     if out.completion is not None:  # the submit() handle keeps its first result
         assert out.completion.done()
+        if out.error is None:
+            assert out.completion.result(0) == out.value
+        elif isinstance(out.error, CancelledError):
+            assert out.completion.cancelled()
+        else:
+            assert type(out.completion.exception(0)) is type(out.error)
 
 
 # -- replies and errors --------------------------------------------------------------------
@@ -546,26 +554,30 @@ RACERS = 12
 SEED = 27
 
 
-@pytest.mark.stress
-def test_replies_deadlines_and_cancels_racing_end_each_call_exactly_once(
-    world: World, terminator: Terminator
-) -> None:
-    rng = random.Random(SEED)
+def _race(
+    world: World, terminator: Terminator, seed: int, meanwhile: Callable[[], object]
+) -> list[Outcome]:
+    """Start `RACERS` requests (`Nap`s of 0 - 30 ms, deadlines of 10 - 40 ms, each
+    cancelled 0 - 30 ms after it started, timings drawn from `seed`), call `meanwhile()`
+    half-way through, and return their outcomes once every one ended (bounded)."""
+    rng = random.Random(seed)
     callers = [terminator.caller(world) for _ in range(RACERS)]
-    sources = [CancellationSource() for _ in range(RACERS)]
     outs: list[Outcome] = []
     timers: list[threading.Timer] = []
     try:
-        for i, (c, source) in enumerate(zip(callers, sources, strict=True)):
+        for i, c in enumerate(callers):
             nap, deadline, cancel_at = (rng.uniform(0.0, 0.03) for _ in range(3))
 
             def make(api: Any, i: int = i, nap: float = nap, deadline: float = deadline) -> Any:
                 return world.call(Nap(i, nap), int, api).timeout(0.01 + deadline)
 
+            source = CancellationSource()
             outs.append(c.launch(make, source.token))
             timer = threading.Timer(cancel_at, source.cancel)  # the race, not a wait
             timers.append(timer)
             timer.start()
+            if i == RACERS // 2:
+                meanwhile()
         for out in outs:
             assert out.wait(), "a racing call never ended"
     finally:
@@ -573,17 +585,48 @@ def test_replies_deadlines_and_cancels_racing_end_each_call_exactly_once(
             timer.join(WAIT)
         for c in callers:
             c.close()
-
-    for i, out in enumerate(outs):
-        if out.error is None:
-            assert out.value == i
-        else:
-            assert type(out.error) in (DeadlineExceededError, CancelledError), repr(out.error)
-            assert out.raised is terminator.raises_failures
-    _after_the_target_ran_what_it_had(world)
-    assert wait_until(lambda: world.caller.statistics().pending_calls == 0)
-    assert wait_until(lambda: world.serving.statistics().pending_calls == 0)
+    assert completion_dispatcher().drain(WAIT)
     assert all(out.settled == 1 for out in outs)
     napped = world.journal.items("napped")
     assert len(napped) == len(set(napped))  # no handler ran twice
     assert {i for i, out in enumerate(outs) if out.error is None} <= set(napped)
+    for i, out in enumerate(outs):
+        assert out.error is not None or out.value == i
+        assert out.error is None or out.raised is terminator.raises_failures
+    return outs
+
+
+#: How a racing request may end besides its reply.
+RACING: tuple[Failure, ...] = ((DeadlineExceededError, None), (CancelledError, None))
+
+
+@pytest.mark.stress
+def test_replies_deadlines_and_cancels_racing_end_each_call_exactly_once(
+    world: World, terminator: Terminator
+) -> None:
+    outs = _race(world, terminator, SEED, lambda: None)
+    for out in outs:
+        assert out.error is None or (type(out.error), None) in RACING, repr(out.error)
+    _after_the_target_ran_what_it_had(world)
+    assert wait_until(lambda: world.caller.statistics().pending_calls == 0)
+    assert wait_until(lambda: world.serving.statistics().pending_calls == 0)
+
+
+@pytest.mark.stress
+def test_the_serving_hosts_shutdown_racing_them_too_ends_each_call_exactly_once(
+    world: World, terminator: Terminator
+) -> None:
+    stopping: list[ShutdownThread] = []
+    outs = _race(
+        world, terminator, SEED + 1, lambda: stopping.append(ShutdownThread(world.serving, WAIT))
+    )
+    # A call made once the drain began is refused as on its path; one made after the
+    # serving Host stopped sees it gone (a lost peer, or no channel server).
+    allowed = {*RACING, world.path.refused_while_draining, *world.path.forced_by_shutdown}
+    for out in outs:
+        assert out.error is None or (type(out.error), _reason(out.error)) in allowed, repr(
+            out.error
+        )
+    assert stopping[0].join().outcome is ShutdownOutcome.STOPPED  # nothing was stuck
+    assert wait_until(lambda: world.caller.statistics().pending_calls == 0)
+    assert world.serving.statistics().pending_calls == 0
