@@ -86,11 +86,31 @@ def _hold(world: World, tag: str) -> None:
     assert wait_until(lambda: tag in world.journal.items("entered")), "Hold never started"
 
 
-def _queued_behind(world: World, before: int) -> None:
-    """Wait until one more record waits in the serving Host's lanes than `before`."""
+def _queued_behind_a_held_handler(
+    world: World, caller: Caller, queued: str, timeout: float, cancel: Any = None
+) -> tuple[str, Outcome]:
+    """Hold the target, then start `Mark(queued)` and wait until it is queued behind the
+    held handler (one more record in the serving Host's lanes); return the held tag (its
+    latch releases the target) and the call's outcome."""
+    held = _tag()
+    _hold(world, held)
+    before = world.queued()
+    out = caller.launch(lambda api: world.call(Mark(queued), str, api).timeout(timeout), cancel)
     assert wait_until(lambda: world.queued() == before + 1), (
         f"queued {world.queued()}, expected {before + 1}"
     )
+    return held, out
+
+
+def _running_held(
+    world: World, caller: Caller, timeout: float, cancel: Any = None
+) -> tuple[str, Outcome]:
+    """Start `Hold(tag)` and wait until its handler runs (held until the latch `tag` is
+    set); return the tag and the call's outcome."""
+    tag = _tag()
+    out = caller.launch(lambda api: world.call(Hold(tag), str, api).timeout(timeout), cancel)
+    assert wait_until(lambda: tag in world.journal.items("entered")), "Hold never started"
+    return tag, out
 
 
 def _after_the_target_ran_what_it_had(world: World) -> None:
@@ -184,11 +204,7 @@ def test_a_target_that_does_not_exist_is_not_found(
 def test_a_deadline_that_passes_while_queued_ends_the_call_and_its_handler_never_starts(
     world: World, caller: Caller, terminator: Terminator
 ) -> None:
-    held, queued = _tag(), _tag()
-    _hold(world, held)
-    before = world.queued()
-    out = caller.launch(lambda api: world.call(Mark(queued), str, api).timeout(SHORT))
-    _queued_behind(world, before)
+    held, out = _queued_behind_a_held_handler(world, caller, _tag(), SHORT)
 
     assert type(_failure(out, terminator)) is DeadlineExceededError
     world.journal.latch(held).set()
@@ -200,9 +216,7 @@ def test_a_deadline_that_passes_while_queued_ends_the_call_and_its_handler_never
 def test_a_deadline_that_passes_while_running_ends_the_call_once_and_the_handler_hears_it(
     world: World, caller: Caller, terminator: Terminator
 ) -> None:
-    tag = _tag()
-    out = caller.launch(lambda api: world.call(Hold(tag), str, api).timeout(SHORT))
-    assert wait_until(lambda: tag in world.journal.items("entered"))
+    tag, out = _running_held(world, caller, SHORT)
 
     assert type(_failure(out, terminator)) is DeadlineExceededError
     # docs/completion.md "ctx.cancellation": cancelled once the request ended without
@@ -234,12 +248,8 @@ def test_a_token_cancelled_before_the_terminator_ends_the_call_cancelled_and_not
 def test_cancelling_a_queued_request_ends_it_cancelled_and_its_handler_never_starts(
     world: World, caller: Caller, terminator: Terminator
 ) -> None:
-    held, queued = _tag(), _tag()
-    _hold(world, held)
-    before = world.queued()
     source = CancellationSource()
-    out = caller.launch(lambda api: world.call(Mark(queued), str, api).timeout(LONG), source.token)
-    _queued_behind(world, before)
+    held, out = _queued_behind_a_held_handler(world, caller, _tag(), LONG, source.token)
 
     source.cancel()
     assert type(_failure(out, terminator, within=PROMPT)) is CancelledError
@@ -255,10 +265,8 @@ def test_cancelling_a_queued_request_ends_it_cancelled_and_its_handler_never_sta
 def test_cancelling_a_running_request_ends_it_cancelled_at_once_and_the_handler_hears_it(
     world: World, caller: Caller, terminator: Terminator
 ) -> None:
-    tag = _tag()
     source = CancellationSource()
-    out = caller.launch(lambda api: world.call(Hold(tag), str, api).timeout(LONG), source.token)
-    assert wait_until(lambda: tag in world.journal.items("entered"))
+    tag, out = _running_held(world, caller, LONG, source.token)
 
     source.cancel()
     assert type(_failure(out, terminator, within=PROMPT)) is CancelledError
@@ -295,9 +303,7 @@ def test_completion_cancel_wins_once_against_a_running_handler(world: World) -> 
 def test_a_request_running_when_the_serving_host_stops_gets_its_reply_within_the_deadline(
     world: World, caller: Caller
 ) -> None:
-    tag = _tag()
-    out = caller.launch(lambda api: world.call(Hold(tag), str, api).timeout(LONG))
-    assert wait_until(lambda: tag in world.journal.items("entered"))
+    tag, out = _running_held(world, caller, LONG)
 
     stopping = ShutdownThread(world.serving, WAIT)
     assert wait_until(world.draining)
@@ -311,11 +317,8 @@ def test_a_request_running_when_the_serving_host_stops_gets_its_reply_within_the
 def test_a_request_queued_when_the_serving_host_stops_runs_within_the_deadline(
     world: World, caller: Caller
 ) -> None:
-    held, queued = _tag(), _tag()
-    _hold(world, held)
-    before = world.queued()
-    out = caller.launch(lambda api: world.call(Mark(queued), str, api).timeout(LONG))
-    _queued_behind(world, before)
+    queued = _tag()
+    held, out = _queued_behind_a_held_handler(world, caller, queued, LONG)
 
     stopping = ShutdownThread(world.serving, WAIT)
     assert wait_until(world.draining)
@@ -329,9 +332,7 @@ def test_a_request_queued_when_the_serving_host_stops_runs_within_the_deadline(
 def test_a_request_whose_handler_outlives_the_shutdown_deadline_ends_once_as_documented(
     world: World, caller: Caller, terminator: Terminator
 ) -> None:
-    tag = _tag()
-    out = caller.launch(lambda api: world.call(Hold(tag), str, api).timeout(LONG))
-    assert wait_until(lambda: tag in world.journal.items("entered"))
+    tag, out = _running_held(world, caller, LONG)
 
     stopping = ShutdownThread(world.serving, 0.3)
     # The forced stop completes the held request at the serving Host: its handler hears
