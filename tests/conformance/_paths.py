@@ -25,6 +25,7 @@ from zlink_actors import (
     RequestCall,
     SendCall,
     ShuttingDownError,
+    SpotContext,
     UnavailableError,
     UnavailableReason,
 )
@@ -36,13 +37,15 @@ from ..contract.mesh._mesh import peer_state
 from ..contract.mesh._nodes import MESH, Nodes
 from ._targets import PAYLOADS, Ask, Driver, TargetChannel, TargetNode, TargetSpot
 
-__all__ = ["PATHS", "Failure", "Path", "World"]
+__all__ = ["PATHS", "Api", "Failure", "Path", "World"]
 
-#: A request builder: (api, address, payload, reply) -> the call. `api` is a Host or a
-#: handler's context: both have the same call surface.
-Request = Callable[[Any, str, object, object], RequestCall[Any]]
+#: Where a call is built: a Host, or the context of the handler it is made in (both have
+#: the same call surface; the `Driver`'s is a `SpotContext`).
+Api = Host | SpotContext
+#: A request builder: (api, address, payload, reply) -> the call.
+Request = Callable[[Api, str, object, object], RequestCall[Any]]
 #: A one-way builder: (api, address, payload) -> the call.
-Send = Callable[[Any, str, object], SendCall]
+Send = Callable[[Api, str, object], SendCall]
 
 #: An expected failure: its class, and the `UnavailableError` reason when it is one.
 Failure = tuple[type[BaseException], UnavailableReason | None]
@@ -61,7 +64,9 @@ class World:
     journal: Journal
     target: str = "target"
 
-    def call(self, payload: object, reply: object = None, api: Any = None) -> RequestCall[Any]:
+    def call(
+        self, payload: object, reply: object = None, api: Api | None = None
+    ) -> RequestCall[Any]:
         """A request to the target, built on `api` (default: the caller's Host)."""
         return self.request(self.caller if api is None else api, self.target, payload, reply)
 
@@ -114,27 +119,27 @@ def _harness(stack: ExitStack) -> tuple[HostHarness, Journal]:
     return harness, log
 
 
-def _spot(api: Any, address: str, payload: object, reply: object) -> RequestCall[Any]:
+def _spot(api: Api, address: str, payload: object, reply: object) -> RequestCall[Any]:
     return api.request_to_spot(address, payload, reply)
 
 
-def _spot_send(api: Any, address: str, payload: object) -> SendCall:
+def _spot_send(api: Api, address: str, payload: object) -> SendCall:
     return api.send_to_spot(address, payload)
 
 
-def _node(api: Any, address: str, payload: object, reply: object) -> RequestCall[Any]:
+def _node(api: Api, address: str, payload: object, reply: object) -> RequestCall[Any]:
     return api.request_to_node(MESH, address, payload, reply)
 
 
-def _node_send(api: Any, address: str, payload: object) -> SendCall:
+def _node_send(api: Api, address: str, payload: object) -> SendCall:
     return api.send_to_node(MESH, address, payload)
 
 
-def _channel(api: Any, address: str, payload: object, reply: object) -> RequestCall[Any]:
+def _channel(api: Api, address: str, payload: object, reply: object) -> RequestCall[Any]:
     return api.request_to_channel(address, payload, reply)
 
 
-def _channel_send(api: Any, address: str, payload: object) -> SendCall:
+def _channel_send(api: Api, address: str, payload: object) -> SendCall:
     return api.send_to_channel(address, payload)
 
 

@@ -45,7 +45,7 @@ from zlink_actors import (
 from zlink_actors.testing import WAIT, wait_until
 
 from ..contract._support import CtrlC, ShutdownThread
-from ._paths import Failure, World
+from ._paths import Api, Failure, World
 from ._targets import Ask, Fail, Hold, Mark, Nap, Stray
 from ._terminators import Caller, InHandler, Outcome, Terminator
 
@@ -171,9 +171,11 @@ def test_a_handlers_exception_reaches_the_caller_as_documented(
     world: World, caller: Caller, terminator: Terminator
 ) -> None:
     for raised, expected in HANDLER_ERRORS.items():
-        out = caller.launch(
-            lambda api, raised=raised: world.call(Fail(raised), int, api).timeout(LONG)
-        )
+
+        def make(api: Api, raised: str = raised) -> RequestCall[Any]:
+            return world.call(Fail(raised), int, api).timeout(LONG)
+
+        out = caller.launch(make)
         exc = _failure(out, terminator)
         assert (type(exc), _reason(exc)) == expected, raised
         _ended_once(world, out)
@@ -467,7 +469,10 @@ BUILDER_MISTAKES: dict[str, tuple[Callable[[World, Any], object], type[BaseExcep
     "negative_timeout": (lambda w, api: w.call(Ask(1), int, api).timeout(-1), ValueError),
     "zero_timeout": (lambda w, api: w.call(Ask(1), int, api).timeout(0), ValueError),
     "nan_timeout": (lambda w, api: w.call(Ask(1), int, api).timeout(math.nan), ValueError),
-    "str_timeout": (lambda w, api: w.call(Ask(1), int, api).timeout("1"), TypeError),
+    "str_timeout": (
+        lambda w, api: w.call(Ask(1), int, api).timeout("1"),  # type: ignore[arg-type]
+        TypeError,
+    ),
     "bool_timeout": (lambda w, api: w.call(Ask(1), int, api).timeout(True), TypeError),
     "timeout_twice": (
         lambda w, api: w.call(Ask(1), int, api).timeout(LONG).timeout(LONG),
@@ -475,7 +480,10 @@ BUILDER_MISTAKES: dict[str, tuple[Callable[[World, Any], object], type[BaseExcep
     ),
     "reply_not_a_type": (lambda w, api: w.call(Ask(1), 42, api), TypeError),
     "empty_address": (lambda w, api: w.request(api, "", Ask(1), int), ValueError),
-    "address_not_a_str": (lambda w, api: w.request(api, 7, Ask(1), int), TypeError),
+    "address_not_a_str": (
+        lambda w, api: w.request(api, 7, Ask(1), int),  # type: ignore[arg-type]
+        TypeError,
+    ),
 }
 
 
