@@ -145,6 +145,21 @@ def test_the_reply_arrives(world: World, caller: Caller) -> None:
     _ended_once(world, out)
 
 
+def test_a_reply_that_wins_leaves_the_handlers_cancellation_untouched(
+    world: World, caller: Caller
+) -> None:
+    # docs/completion.md "ctx.cancellation": cancelled only once the request ended
+    # without this handler's reply.
+    tag, out = _running_held(world, caller, LONG)
+    assert not out.done()
+    world.journal.latch(tag).set()
+    assert out.result() == "held"
+    _ended_once(world, out)  # drains the dispatcher, where a cancellation callback runs
+    _after_the_target_ran_what_it_had(world)
+    assert completion_dispatcher().drain(WAIT)
+    assert world.journal.items("cancelled") == []
+
+
 def test_a_reply_not_of_the_reply_type_is_a_protocol_error(
     world: World, caller: Caller, terminator: Terminator
 ) -> None:
