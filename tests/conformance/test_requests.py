@@ -6,8 +6,10 @@ submit_sync, yield_), so it runs 4 x 3 times. The rules (docs/completion.md, err
 mesh.md; the contract digest's "Requests"): a request ends exactly once, with its reply,
 its handler's error (typed), `DeadlineExceededError`, `CancelledError` or a shutdown's
 error; one that ended before its handler started never starts it; a usage error is raised
-before anything is sent and loses nothing already accepted. Where a path differs, the
-difference is a field of its `Path` row, not a branch here.
+before anything is sent and loses nothing already accepted. Where a path (or a
+terminator) differs, the difference is a field of its `Path` (`Terminator`) row that the
+test reads, with the doc that says so; no test branches on a path's name. Known breaks
+are `xfail(strict=True)` from a table (`INTERRUPT_BREAKS`).
 
 Orders are made with a handler held on a latch (`Hold`), FIFO markers (a request queued
 behind) and bounded, asserted waits; the only timed parts are the deadlines under test.
