@@ -7,6 +7,8 @@ driven by a `ManualClock` wherever the runtime reads its clock.
 
 from __future__ import annotations
 
+import signal
+import threading
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -67,3 +69,15 @@ def host(make_host: Callable[..., Host]) -> Host:
 def clocked_host(make_host: Callable[..., Host], manual_clock: ManualClock) -> Host:
     """A started Host with one CPU worker whose deadlines follow `manual_clock`."""
     return make_host(cpu_workers=1, clock=manual_clock)
+
+
+@pytest.fixture
+def default_sigint() -> Iterator[None]:
+    """Ctrl-C raises `KeyboardInterrupt` in the main thread while the test runs, however
+    the test run was started (a run started in the background ignores SIGINT)."""
+    assert threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -15,7 +15,7 @@ import _thread
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -45,6 +45,7 @@ from zlink_actors import (
 )
 from zlink_actors.testing import WAIT, HostHarness
 
+from .._support import CtrlC
 from ._support import NEGATIVE_WAIT, Hold, Note, Ping, Pong, Probe
 
 #: A bound on how long a blocking call may overrun the moment it should end.
@@ -515,45 +516,6 @@ def test_host_shutdown_ends_a_blocked_caller_with_shutting_down(
 
 
 # -- interruption --------------------------------------------------------------------------
-
-
-@pytest.fixture
-def default_sigint() -> Iterator[None]:
-    """Ctrl-C raises `KeyboardInterrupt` in the main thread while the test runs, however
-    the test run was started (a run started in the background ignores SIGINT)."""
-    assert threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
-class CtrlC:
-    """Ctrl-C for the main thread: a real SIGINT, which wakes a blocked lock wait
-    (`_thread.interrupt_main()` only sets the flag, and a blocked wait notices that only
-    when it ends).
-
-    A signal that lands after the caller released the GIL but before its wait began is
-    noticed only when that wait ends too, so `send` repeats the signal until the handler
-    has run; the handler raises `KeyboardInterrupt` once and ignores the repeats.
-    """
-
-    def __init__(self) -> None:
-        self.raised = threading.Event()
-        self.signals = 0
-
-    def handle(self, signum: int, frame: object) -> None:
-        if not self.raised.is_set():
-            self.raised.set()
-            raise KeyboardInterrupt
-
-    def send(self, thread_id: int) -> None:
-        while self.signals * 0.05 < WAIT:
-            signal.pthread_kill(thread_id, signal.SIGINT)
-            self.signals += 1
-            if self.raised.wait(0.05):
-                return
 
 
 @pytest.mark.usefixtures("default_sigint")
