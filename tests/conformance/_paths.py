@@ -109,6 +109,9 @@ class Path:
     forced_by_shutdown: tuple[Failure, ...]
     #: The caller's Host is the serving Host (its shutdown stops the caller too).
     caller_is_serving: bool = False
+    #: What a request racing the start of the serving Host's drain may end with beyond
+    #: `refused_while_draining` (one chosen before the drain was heard of, sent after).
+    raced_drain: tuple[Failure, ...] = ()
 
 
 def _harness(stack: ExitStack) -> tuple[HostHarness, Journal]:
@@ -226,6 +229,9 @@ CHANNEL = Path(
     # candidate, whatever the reason, a channel call is NotFoundError.
     refused_while_draining=(NotFoundError, None),
     forced_by_shutdown=_REMOTE_FORCED,
+    # docs/mesh.md "Channels": the server is chosen when the call is made; one chosen
+    # just before its DRAINING was heard of ends as a node call to it: draining.
+    raced_drain=((UnavailableError, UnavailableReason.DRAINING),),
 )
 GLOBAL = Path(
     "global",

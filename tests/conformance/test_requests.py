@@ -648,10 +648,16 @@ def test_the_serving_hosts_shutdown_racing_them_too_ends_each_call_exactly_once(
     )
     # A call made once the drain began is refused as on its path; one made after the
     # serving Host stopped sees it gone (a lost peer, or no channel server).
-    allowed = {*RACING, world.path.refused_while_draining, *world.path.forced_by_shutdown}
+    allowed = {
+        *RACING,
+        world.path.refused_while_draining,
+        *world.path.raced_drain,
+        *world.path.forced_by_shutdown,
+    }
     for out in outs:
-        assert out.error is None or (type(out.error), _reason(out.error)) in allowed, repr(
-            out.error
+        assert out.error is None or (type(out.error), _reason(out.error)) in allowed, (
+            repr(out.error),
+            _reason(out.error),
         )
     assert stopping[0].join().outcome is ShutdownOutcome.STOPPED  # nothing was stuck
     assert wait_until(lambda: world.caller.statistics().pending_calls == 0)

@@ -182,8 +182,10 @@ class PeerTable:
 
     def mark_lost(self, peer: Peer) -> None:
         if peer.state is not PeerState.LOST:
-            peer.state = PeerState.LOST
+            # `lost_at` first: a call reading the peer without the lock (`unusable`)
+            # never sees it LOST with no time of loss (CONNECTING, its reason then).
             peer.lost_at = time.monotonic()
+            peer.state = PeerState.LOST
             self.lost_peers += 1
 
     def purge(self, now: float) -> None:
