@@ -319,3 +319,47 @@ def test_transports_uses_only_the_standard_library_pyzmq_and_msgspec() -> None:
 def test_the_transports_check_reports_another_library(tmp_path: pathlib.Path) -> None:
     root = _tree(tmp_path, {"transports/__init__.py": "import zmq\nimport redis\n"})
     assert third_party_imports(root / "transports") == ["transports/__init__.py:2 redis"]
+
+
+# -- one writer of the admission deadline (issue 27: fencing through one Runtime method) --
+
+#: The one module that may assign `admission_deadline` (`Runtime.__init__` and
+#: `Runtime.fence_until`).
+FENCE_WRITER = "zlink_actors/_engine/kernel.py"
+
+
+def fence_writes(root: pathlib.Path) -> list[str]:
+    """`path:line` of every assignment to an attribute `admission_deadline` outside
+    `FENCE_WRITER`: every other place fences through `Runtime.fence_until`."""
+    found = []
+    for path in sorted((root / "zlink_actors").rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if rel == FENCE_WRITER:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            targets: list[ast.expr] = []
+            if isinstance(node, ast.Assign):
+                targets = list(node.targets)
+            elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+                targets = [node.target]
+            for target in targets:
+                if isinstance(target, ast.Attribute) and target.attr == "admission_deadline":
+                    found.append(f"{rel}:{node.lineno}")
+    return found
+
+
+def test_only_the_runtime_writes_the_admission_deadline() -> None:
+    assert fence_writes(ROOT) == []
+
+
+def test_the_fence_check_reports_another_writer(tmp_path: pathlib.Path) -> None:
+    root = _tree(
+        tmp_path,
+        {
+            **_CLEAN,
+            "zlink_actors/_engine/kernel.py": "class R:\n    admission_deadline = None\n",
+            "zlink_actors/mesh/__init__.py": "",
+            "zlink_actors/mesh/b.py": "def f(runtime):\n    runtime.admission_deadline = 0.0\n",
+        },
+    )
+    assert fence_writes(root) == ["zlink_actors/mesh/b.py:2"]

@@ -75,8 +75,9 @@ class Runtime:
         self.objects: GlobalObjects | None = None
         #: The owner lease's admission deadline (local monotonic seconds; None: this Host
         #: holds no owner lease, `location=` is not set). Past it the Host is `fenced`.
-        #: The mesh's lease keeper moves it at each renewal (`mesh/ownership.py`); the
-        #: check itself reads the clock, so it holds even when the keeper's loop stalls.
+        #: Set only through `fence_until` (the mesh's lease keeper, at each renewal:
+        #: `mesh/ownership.py`); the check itself reads the clock, so it holds even when
+        #: the keeper's loop stalls. Read as an attribute on the hot paths.
         self.admission_deadline: float | None = None
         #: Tier work a shutdown runs once every object closed, before the threads stop
         #: (the I/O loop still runs); each gets the seconds the shutdown has left.
@@ -98,6 +99,13 @@ class Runtime:
         Host owns admit no new messages, timer ticks, publishes or creations."""
         deadline = self.admission_deadline
         return deadline is not None and time.monotonic() >= deadline
+
+    def fence_until(self, deadline: float | None) -> None:
+        """Set the owner lease's admission deadline (local monotonic seconds): past it
+        the Host is `fenced`; `-math.inf` fences it now (no lease, or one that does not
+        admit); None: it holds no lease and is never fenced. The one writer of
+        `admission_deadline` (tests/test_layering.py refuses any other)."""
+        self.admission_deadline = deadline
 
     # -- admission ---------------------------------------------------------------------
 

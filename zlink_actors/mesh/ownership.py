@@ -152,7 +152,7 @@ class Ownership(Routing):
         self._acquiring = asyncio.run_coroutine_threadsafe(lease.acquire(), loop)
         try:
             grant = self._acquiring.result(self.config.lease.renew_timeout)
-            self.runtime.admission_deadline = grant.admission_deadline
+            self.runtime.fence_until(grant.admission_deadline)
         except Exception as exc:  # the store is down: keep_lease goes on trying
             log.warning("mesh %s: acquiring the owner lease: %r", self.routing_id, exc)
 
@@ -213,7 +213,7 @@ class Ownership(Routing):
                 next_purge = now + self.config.route_cache_max_age
             grant = lease.grant
             admit = not (reclaim or self._lease_lost_shutdown)
-            self.runtime.admission_deadline = (
+            self.runtime.fence_until(
                 grant.admission_deadline if grant is not None and admit else -math.inf
             )
             if self.runtime.fenced:

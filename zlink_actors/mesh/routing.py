@@ -113,7 +113,7 @@ class Routing(Inbound):
         self._inflight: dict[tuple[ObjectKind, str], _Inflight] = {}
         #: Owner routing id -> (lease generation, local monotonic bound of its lease).
         if store is not None:
-            runtime.admission_deadline = -math.inf  # fenced until the lease is acquired
+            runtime.fence_until(-math.inf)  # fenced until the lease is acquired
         self._owner_leases: dict[str, tuple[int, float]] = {}
         #: Calls waiting for the resolution of their target, in submission order:
         #: (kind, id) -> [(submit, finish)] (`_in_order`; under the lock).
