@@ -44,6 +44,7 @@ from .config import (
     completion_endpoint,
     parse_endpoint,
 )
+from .loop_calls import pause
 from .objects import GlobalObjects
 from .peers import Peer
 from .state import (
@@ -170,7 +171,7 @@ class MeshNode(GlobalObjects):
         for peer in peers:  # a notice: it must not wait behind credit or a PAUSED peer
             self._notify_quietly(peer.conn, wire.encode_fields(wire.UPDATE), update)
         self._await_fins(peers, min(seconds / 2, self.config.liveness_timeout))
-        self._stop_loop_task(self._discovery_stop, self._stopping)
+        self.loop_calls.stop_task(self._discovery_stop, self._stopping)
         if self._keeper is not None:
             self._keeper.join(_WITHDRAW_WAIT)
         if self._ticker is not None:
@@ -206,7 +207,7 @@ class MeshNode(GlobalObjects):
     def _release_objects(self, seconds: float) -> None:
         """A shutdown finisher (every object closed, the I/O loop still runs): the
         lease keeper deletes the records still ours and releases the lease."""
-        self._stop_loop_task(self._lease_stop, self._lease_stopping)
+        self.loop_calls.stop_task(self._lease_stop, self._lease_stopping)
         if self._leasing is not None:
             with contextlib.suppress(Exception):
                 self._leasing.result(max(seconds, _WITHDRAW_WAIT))
@@ -466,7 +467,7 @@ class MeshNode(GlobalObjects):
             except Exception as exc:  # the store is down: keep serving, try again
                 self._store_error = f"{type(exc).__name__}: {exc}"
                 log.warning("mesh %s: discovery: %s", self.routing_id, exc)
-            await self._pause(_POLL, self._stopping)
+            await pause(_POLL, self._stopping)
         with contextlib.suppress(Exception):
             await asyncio.wait_for(
                 withdraw_node(store, self.config.name, self.routing_id), _WITHDRAW_WAIT

@@ -44,6 +44,7 @@ from ..location.spi import Conflict
 from . import codec as wire
 from .codec import Envelope
 from .config import PeerState
+from .loop_calls import outcome, quietly, wait
 from .operations import (
     _RETRY,
     ATTEMPTS,
@@ -53,10 +54,7 @@ from .operations import (
     PublishOp,
     _Inflight,
     _Intent,
-    _outcome,
-    _quietly,
     _Spec,
-    _wait,
     _wire_id,
 )
 from .ownership import Ownership
@@ -84,13 +82,13 @@ class GlobalObjects(Ownership):
         forwarded = type(metadata) is RemoteMetadata  # a message another node sent here
         if timeout is None:
             one_way = _Intent(spot_id, type_name, payload, metadata, None, None, None)
-            return self._one_way(self._activate(one_way, forwarded))
+            return self.loop_calls.one_way(self._activate(one_way, forwarded))
 
         def run(due: float, token: CancellationToken | None) -> Awaitable[object]:
             msg = _Intent(spot_id, type_name, payload, metadata, reply, due, token)
             return self._activate(msg, forwarded)
 
-        return self._call(run, timeout, cancel)
+        return self.loop_calls.call(run, timeout, cancel)
 
     def publish(
         self, channel: str, topic: str, payload: object, metadata: dict[str, object] | None
@@ -138,7 +136,7 @@ class GlobalObjects(Ownership):
                 await asyncio.shield(joined.done)  # the first message goes first
                 continue
             if self._held(_SPOT, spot_id) is not None:
-                return await _wait(self._deliver(msg, spot_type, 0))
+                return await wait(self._deliver(msg, spot_type, 0))
             cached = self._cached_owner(key)
             if cached is not None and cached != self.routing_id:
                 return await self._send_with_intent(self._ready_peer(cached), msg)
@@ -225,16 +223,16 @@ class GlobalObjects(Ownership):
                     self._deliver, msg, spot_type, reserved.generation
                 )
             except BaseException:
-                await _quietly(authority.abort(reserved))
+                await quietly(authority.abort(reserved))
                 raise
             if self._held(_SPOT, spot_id) is None:
-                await _quietly(authority.abort(reserved))  # refused before it activated
+                await quietly(authority.abort(reserved))  # refused before it activated
             else:
                 await self._commit(reserved, _SPOT, spot_id, None)
         finally:
             del self._inflight[key]
             done.set_result(None)
-        return await _wait(delivered)
+        return await wait(delivered)
 
     def _deliver(self, msg: _Intent, spot_type: type | None, generation: int) -> Completion[Any]:
         due = msg.due
@@ -256,13 +254,13 @@ class GlobalObjects(Ownership):
         intent = "" if msg.type_name is None else msg.type_name
         if msg.due is None:
             sent: Completion[Any] = self._send(route, msg.payload, msg.metadata, intent)
-            return await _wait(sent)
-        left = self._left(msg.due)
+            return await wait(sent)
+        left = self.loop_calls.left(msg.due)
         key = (_SPOT, msg.spot_id)
         asked = self._request(
             route, msg.payload, msg.metadata, msg.reply, left, msg.token, intent, key, msg.due
         )
-        return await _wait(asked)
+        return await wait(asked)
 
     def _receive_send(self, rec: t.Inbound, env: Envelope, peer: Peer) -> None:
         if not self._received_global(rec, env, peer):
@@ -381,7 +379,7 @@ class GlobalObjects(Ownership):
         else:
             self._reply_error(rec.peer, route, ProtocolError(f"an unknown operation {op!r}"))
             return
-        done = self._spawn(work)
+        done = self.loop_calls.spawn(work)
         done.add_done_callback(lambda f: self._answer_future(rec.peer, route, f))
 
     def _receive_publish(self, rec: t.Inbound, op: PublishOp, env: Envelope) -> None:
@@ -415,7 +413,7 @@ class GlobalObjects(Ownership):
         committed._add_inline(lambda _: self._release(rec))
 
     def _answer_future(self, conn: bytes, route: int, done: Future[object]) -> None:
-        found = _outcome(done)
+        found = outcome(done)
         if isinstance(found, BaseException):
             self._reply_error(conn, route, found)
             return

@@ -11,26 +11,18 @@ elsewhere) -> `ownership` (owner lease, create, get-or-create, close) -> `object
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import Awaitable
-from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, ClassVar, Final, TypeVar
+from typing import ClassVar, Final, TypeVar
 
 import msgspec
 
 from .._core.cancellation import CancellationToken
-from .._core.completion import Completion
 from .._core.errors import (
     AlreadyExistsError,
-    DeadlineExceededError,
     ProtocolError,
     TypeMismatchError,
     UnavailableError,
     UnavailableReason,
-    ZlinkError,
-    internal_failure,
-    shutting_down,
 )
 from .._core.validation import check_id
 from .._engine.objects import (
@@ -44,7 +36,6 @@ from ..location.authority import (
     AuthorityKind,
     AuthorityRecord,
 )
-from .state import log
 
 __all__ = [
     "ATTEMPTS",
@@ -65,12 +56,8 @@ __all__ = [
     "_Resolve",
     "_Spec",
     "_existing",
-    "_failure",
     "_mismatch",
-    "_outcome",
-    "_quietly",
     "_ref",
-    "_wait",
     "_wire_id",
 ]
 
@@ -198,56 +185,6 @@ class _Here:
 
 
 _HERE: Final = _Here()
-
-
-def _outcome(done: Future[Any]) -> object:
-    """A finished future's value, or the typed error that ends the call."""
-    if done.cancelled():
-        return shutting_down("the call finished")
-    exc = done.exception()
-    if exc is None:
-        return done.result()
-    return _failure(exc)
-
-
-def _failure(found: object) -> BaseException | None:
-    if found is None or not isinstance(found, BaseException):
-        return None
-    if isinstance(found, ZlinkError):
-        return found
-    if isinstance(found, asyncio.CancelledError):
-        return DeadlineExceededError("no result within the call's deadline")
-    return internal_failure("the global objects", found)
-
-
-def _wait(completion: Completion[T]) -> asyncio.Future[T]:
-    """An asyncio future on the running loop that settles with `completion`."""
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[T] = loop.create_future()
-
-    def settle(done: Completion[T]) -> None:
-        if future.done():
-            return
-        exc = done._cell._exc
-        if exc is not None:
-            future.set_exception(exc)
-        else:
-            future.set_result(done._cell._value)  # type: ignore[arg-type]
-
-    def done(result: Completion[T]) -> None:
-        with contextlib.suppress(RuntimeError):  # the loop stopped: nobody waits
-            loop.call_soon_threadsafe(settle, result)
-
-    completion._add_inline(done)
-    return future
-
-
-async def _quietly(work: Awaitable[object]) -> None:
-    """A clean-up write: its failure is logged, never the call's error."""
-    try:
-        await work
-    except Exception as exc:
-        log.warning("mesh: a clean-up write failed: %s", exc)
 
 
 def _wire_id(value: str) -> None:

@@ -67,6 +67,7 @@ from ..location.authority import (
 from ..location.spi import Conflict
 from . import codec as wire
 from .config import PeerState, StateChange, StateChangeKind
+from .loop_calls import pause, quietly, wait
 from .operations import (
     _RETRY,
     ATTEMPT_BOUND,
@@ -79,10 +80,8 @@ from .operations import (
     _existing,
     _Inflight,
     _mismatch,
-    _quietly,
     _ref,
     _Spec,
-    _wait,
 )
 from .peers import Peer, unusable
 from .routing import Routing
@@ -123,7 +122,7 @@ class Ownership(Routing):
         def run(due: float, token: CancellationToken | None) -> Awaitable[object]:
             return self._create(spec, info, request, due, False)
 
-        return self._call(run, timeout, cancel)
+        return self.loop_calls.call(run, timeout, cancel)
 
     def close_object(
         self, kind: ObjectKind, obj_id: str, timeout: float, cancel: CancellationToken | None
@@ -131,7 +130,7 @@ class Ownership(Routing):
         def run(due: float, token: CancellationToken | None) -> Awaitable[object]:
             return self._close(kind, obj_id, due, False, token)
 
-        return self._call(run, timeout, cancel)
+        return self.loop_calls.call(run, timeout, cancel)
 
     def removed(self, act: Activation) -> None:
         key = (act.kind, act.id)
@@ -142,7 +141,7 @@ class Ownership(Routing):
             del self._owned[key]
             # RuntimeError: the loop has stopped (shutdown deleted what it could).
             with contextlib.suppress(RuntimeError):
-                self._deleting[key] = self._spawn(self._delete(key, record))
+                self._deleting[key] = self.loop_calls.spawn(self._delete(key, record))
 
     def acquire_lease(self, loop: asyncio.AbstractEventLoop) -> None:
         """Acquire this run's owner lease before the node serves creations (bounded by
@@ -230,7 +229,7 @@ class Ownership(Routing):
             due = next_renewal
             if lease.grant is not None and lease.remaining() > 0:
                 due = min(due, time.monotonic() + lease.remaining())
-            await self._pause(max(0.01, min(due - time.monotonic(), _POLL)), wake)
+            await pause(max(0.01, min(due - time.monotonic(), _POLL)), wake)
             if not stop():
                 wake.clear()  # set by `check_lease_now` (the stop sets it once more)
         with contextlib.suppress(Exception):
@@ -360,7 +359,7 @@ class Ownership(Routing):
                         self.objects_reclaimed += 1
                         self._episode = (self._episode[0] + 1, self._episode[1])
             if not kept:  # closed meanwhile: its removal found the old record
-                await _quietly(authority.delete(new))
+                await quietly(authority.delete(new))
             return
         raise UnavailableError(
             f"{kind} {obj_id!r}: the record kept changing while it was claimed again",
@@ -443,7 +442,9 @@ class Ownership(Routing):
                 # when another node placed the call here meanwhile: the record names one
                 # creator, so this goes one hop further at most).
                 creator = await self._connected_peer(
-                    owner, self._left(due), f"the node {owner!r} creating {kind} {obj_id!r}"
+                    owner,
+                    self.loop_calls.left(due),
+                    f"the node {owner!r} creating {kind} {obj_id!r}",
                 )
                 return await self._forward_create(creator, spec, request, due)
             here = info is not None and (forwarded or self.config.placement_weight > 0)
@@ -486,9 +487,9 @@ class Ownership(Routing):
             )
         assert self.authority is not None
         if record.state is AuthorityState.RESERVED:
-            await _quietly(self.authority.abort(record))
+            await quietly(self.authority.abort(record))
         else:
-            await _quietly(self.authority.delete(record))
+            await quietly(self.authority.delete(record))
 
     async def _look(self, spec: _Spec, key: tuple[ObjectKind, str]) -> object:
         """What a create finds before it decides: an attempt here to join (its result,
@@ -562,12 +563,12 @@ class Ownership(Routing):
                 ATTEMPT_BOUND,
                 reserved.generation,
             )
-            result = await _wait(made)
+            result = await wait(made)
         except BaseException:
-            await _quietly(authority.abort(reserved))
+            await quietly(authority.abort(reserved))
             raise
         if not isinstance(result, Created):
-            await _quietly(authority.abort(reserved))
+            await quietly(authority.abort(reserved))
             return result  # Rejected: the id stays free
         return await self._commit(reserved, kind, obj_id, result)
 
@@ -583,14 +584,14 @@ class Ownership(Routing):
         except BaseException:
             # The store failed (or the outcome is unknown): the object may not serve.
             close_here(self.runtime, kind, obj_id, ATTEMPT_BOUND, None)
-            await _quietly(authority.abort(reserved))
+            await quietly(authority.abort(reserved))
             raise
         if not isinstance(committed, AuthorityRecord):
             # The lease lapsed, or the reservation was taken over: the object may not
             # serve; it closes here and the call fails.
             close_here(self.runtime, kind, obj_id, ATTEMPT_BOUND, None)
             if committed is None:
-                await _quietly(authority.abort(reserved))
+                await quietly(authority.abort(reserved))
             raise UnavailableError(
                 f"{kind} {obj_id!r} could not be committed Ready: this node's owner lease "
                 "lapsed or its reservation was taken over",
@@ -604,7 +605,7 @@ class Ownership(Routing):
         if not kept:
             # It was removed while the commit was on its way (closed, or its
             # `on_initialize` failed): `removed()` found nothing to delete; delete here.
-            await _quietly(authority.delete(committed))
+            await quietly(authority.delete(committed))
         return result
 
     def _place(self, kind: ObjectKind, type_name: str, here: bool) -> Peer | None:
@@ -686,7 +687,7 @@ class Ownership(Routing):
         for _ in range(ATTEMPTS):
             if self._held(kind, obj_id) is not None:
                 left = max(due - self.runtime.timers._now(), 1e-3)
-                closed = await _wait(close_here(self.runtime, kind, obj_id, left, token))
+                closed = await wait(close_here(self.runtime, kind, obj_id, left, token))
                 if closed:
                     await self._record_gone(key)
                 return closed
@@ -748,7 +749,7 @@ class Ownership(Routing):
             assert self.authority is not None
             found = await self.authority.read(AUTHORITY_KIND[key[0]], key[1])
             if found is not None and found.owner.node == self.routing_id:
-                await _quietly(self.authority.delete(found))
+                await quietly(self.authority.delete(found))
 
     async def _delete(self, key: tuple[ObjectKind, str], record: AuthorityRecord) -> None:
         assert self.authority is not None

@@ -17,9 +17,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any, Final, TypeVar
 
@@ -29,7 +28,6 @@ from .._calls.messaging import deliver_send, local_request
 from .._core.cancellation import CancellationToken
 from .._core.completion import Completion, _Cell, failed
 from .._core.errors import (
-    DeadlineExceededError,
     NotFoundError,
     UnavailableError,
     UnavailableReason,
@@ -55,19 +53,17 @@ from . import codec as wire
 from .codec import Codec, Envelope
 from .config import MeshConfig, PeerState
 from .inbound import Inbound
+from .loop_calls import LoopCalls, failure, outcome, wait
 from .operations import (
     _HERE,
     AUTHORITY_KIND,
     OPERATION_TYPES,
     _Cached,
-    _failure,
     _Inflight,
-    _outcome,
     _Resolve,
-    _wait,
 )
 from .peers import Peer, unusable
-from .state import _KINDS, _refuse_cancel, _Route, log
+from .state import _KINDS, _Route, log
 
 __all__ = ["Routing"]
 
@@ -104,6 +100,8 @@ class Routing(Inbound):
             location=location,
         )
         store = location
+        #: The global objects' steps on the I/O loop, each under one pending entry.
+        self.loop_calls = LoopCalls(runtime)
         self.authority = Authority(store) if store is not None else None
         self.lease = (
             OwnerLease(store, self.routing_id, self.config.lease) if store is not None else None
@@ -184,7 +182,7 @@ class Routing(Inbound):
             return super().send(route, payload, metadata)
         kind, target = route.kind, route.target
         runtime = self.runtime
-        handle, route_id = self._begin_call(None, None)
+        handle, route_id = self.loop_calls.begin_call(None, None)
         if route_id is None:
             return handle
 
@@ -217,13 +215,13 @@ class Routing(Inbound):
         assert type(route) is _Resolve
         kind, target = route.kind, route.target
         runtime = self.runtime
-        handle, route_id = self._begin_call(timeout, cancel)
+        handle, route_id = self.loop_calls.begin_call(timeout, cancel)
         if route_id is None:
             return handle
         due = runtime.timers._now() + timeout
 
         def step(found: object) -> Completion[Any]:
-            left = self._left(due)
+            left = self.loop_calls.left(due)
             if found is _HERE:
                 return local_request(runtime, kind, target, payload, metadata, reply, left, cancel)
             assert isinstance(found, _Route)
@@ -261,7 +259,7 @@ class Routing(Inbound):
             self._queued[key] = [(step, finish)]
             self._queue_ends[key] = end
         try:
-            self._spawn(self._run_in_order(kind, target))
+            self.loop_calls.spawn(self._run_in_order(kind, target))
         except RuntimeError:  # the loop has stopped
             with self._lock:
                 waiting = self._queued.pop(key, [])
@@ -275,7 +273,7 @@ class Routing(Inbound):
         try:
             found = await self._resolve(kind, target, lambda: self._queue_ends.get(key, 0.0))
         except Exception as exc:
-            found = _failure(exc)
+            found = failure(exc)
         while True:
             with self._lock:
                 batch = self._queued.get(key)
@@ -291,7 +289,7 @@ class Routing(Inbound):
                 try:
                     submitted = step(found)
                 except Exception as exc:
-                    finish(_failure(exc) or exc)
+                    finish(failure(exc) or exc)
                 else:
                     finish(submitted)
 
@@ -304,13 +302,13 @@ class Routing(Inbound):
 
         cell: _Cell[str | None] = _Cell()
         try:
-            running = self._spawn(read())
+            running = self.loop_calls.spawn(read())
         except RuntimeError:
             return failed(shutting_down())
         running.add_done_callback(
             lambda done: cell.try_set(
-                None if isinstance(_outcome(done), BaseException) else done.result(),
-                _failure(_outcome(done)),
+                None if isinstance(outcome(done), BaseException) else done.result(),
+                failure(outcome(done)),
             )
         )
         return Completion(cell)
@@ -491,7 +489,7 @@ class Routing(Inbound):
                 self._refreshing.discard(node)
 
         try:
-            self._spawn(refresh())
+            self.loop_calls.spawn(refresh())
         except RuntimeError:  # the loop has stopped
             self._refreshing.discard(node)
 
@@ -619,83 +617,10 @@ class Routing(Inbound):
         token: CancellationToken | None = None,
     ) -> object:
         """One of our own requests to `peer`, within what is left of `due`."""
-        left = self._left(due)
-        return await _wait(
+        left = self.loop_calls.left(due)
+        return await wait(
             self._request(_Route(peer, None, ""), op, None, reply, left, token, None, None, due)
         )
-
-    def _left(self, due: float) -> float:
-        """What is left of a call's deadline `due` (Host clock) for its next step, rounded
-        up to a 10 ms grid (steps with about the same budget share one timer FIFO);
-        `DeadlineExceededError` when nothing is left."""
-        left = due - self.runtime.timers._now()
-        if left <= 0:
-            raise DeadlineExceededError("no result within the call's deadline")
-        return min(math.ceil(left * 100.0) / 100.0, threading.TIMEOUT_MAX)
-
-    def _spawn(self, work: Coroutine[Any, Any, T]) -> Future[T]:
-        return asyncio.run_coroutine_threadsafe(work, self.runtime.io.loop)
-
-    def _begin_call(
-        self, timeout: float | None, cancel: CancellationToken | None
-    ) -> tuple[Completion[Any], int | None]:
-        """The caller's handle on a new pending entry, and its route id (None: refused
-        by shutdown or a cancelled token; start nothing). A one-way (`timeout` None) has
-        no deadline and refuses cancellation (SC §5, §7); shutdown still ends it once."""
-        runtime = self.runtime
-        cell: _Cell[Any] = _Cell()
-        entry = runtime.begin(cell, timeout, cancel)
-        handle = runtime.handle(entry) if timeout is not None else Completion(cell, _refuse_cancel)
-        route_id = entry.route_id
-        if route_id is None or route_id not in runtime.pending:
-            return handle, None
-        return handle, route_id
-
-    def _run_for(self, route_id: int, work: Coroutine[Any, Any, object]) -> None:
-        """Run `work` on the I/O loop; its result (or typed error) ends entry `route_id`."""
-        runtime = self.runtime
-        try:
-            running = self._spawn(work)
-        except RuntimeError:  # the loop has stopped
-            work.close()
-            runtime.pending.finish(route_id, exc=shutting_down())
-            return
-
-        def finished(done: Future[object]) -> None:
-            found = _outcome(done)
-            if isinstance(found, BaseException):
-                runtime.pending.finish(route_id, exc=found)
-            else:
-                runtime.pending.finish(route_id, found)
-
-        running.add_done_callback(finished)
-
-    def _one_way(self, work: Coroutine[Any, Any, object]) -> Completion[None]:
-        """A one-way send whose work runs on the I/O loop (see `_begin_call`)."""
-        handle, route_id = self._begin_call(None, None)
-        if route_id is None:
-            work.close()
-        else:
-            self._run_for(route_id, work)
-        return handle
-
-    def _call(
-        self,
-        work: Callable[[float, CancellationToken | None], Awaitable[object]],
-        timeout: float,
-        cancel: CancellationToken | None,
-    ) -> Completion[Any]:
-        """A call whose work runs on the I/O loop, under one pending entry: its deadline
-        and its caller's cancellation race with the work's result."""
-        handle, route_id = self._begin_call(timeout, cancel)
-        if route_id is not None:
-            due = self.runtime.timers._now() + timeout
-
-            async def run() -> object:
-                return await work(due, cancel)
-
-            self._run_for(route_id, run())
-        return handle
 
 
 def _finisher(

@@ -50,6 +50,7 @@ from .config import (
     PeerState,
     StateChange,
 )
+from .loop_calls import refuse_cancel as _refuse_cancel
 from .peers import Peer, PeerTable, Role
 
 __all__ = [
@@ -287,10 +288,6 @@ class _Route:
     target: str
 
 
-def _refuse_cancel() -> bool:
-    return False
-
-
 def settle_wait(settle: _Cell[None] | Future[None], exc: BaseException | None) -> None:
     """End a one-way that waited for a full target (`Peer.full_targets`): admitted
     (`exc` None) or failed. `settle` is its result cell, or, for one the transport had
@@ -437,18 +434,6 @@ class NodeState:
         self._dialled: dict[str, Peer] = {}
         self._info: NodeInfo | None = None
         self._transport: t.Transport | None = None
-
-    @staticmethod
-    async def _pause(seconds: float, wake: asyncio.Event) -> None:
-        """Sleep on the I/O loop for `seconds`, or until `wake` is set."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(wake.wait(), seconds)
-
-    def _stop_loop_task(self, stop: threading.Event, wake: asyncio.Event) -> None:
-        """Tell a polling task of the I/O loop to end (from any thread)."""
-        stop.set()
-        with contextlib.suppress(RuntimeError):  # the loop has stopped already
-            self.runtime.io.loop.call_soon_threadsafe(wake.set)
 
     @property
     def info(self) -> NodeInfo | None:
