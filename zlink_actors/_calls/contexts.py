@@ -332,12 +332,7 @@ class SpotContext(_HandlerContext):
             engine = self._runtime.engine
             if act is engine.entry:
                 raise InvalidOperationError("the Entry Spot keeps no member list")
-            # Members change under the engine lock, on the threads of the Actors moving.
-            with engine.lock:
-                refs = act.member_refs
-                if refs is None:
-                    members = act.members
-                    act.member_refs = refs = () if members is None else tuple(members.values())
+            refs = engine.member_refs(act)
         return refs
 
 

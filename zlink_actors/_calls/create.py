@@ -22,7 +22,6 @@ from .._core.errors import (
     DeadlineExceededError,
     InvalidOperationError,
     NotConfiguredError,
-    NotFoundError,
     TypeMismatchError,
     UnavailableError,
     UnavailableReason,
@@ -33,14 +32,13 @@ from .._core.state import HostState
 from .._engine.kernel import Runtime
 from .._engine.lifecycle import (
     Closing,
+    close_by_id,
     create_now,
     has_hooks,
-    request_close,
     start_attempt,
 )
 from .._engine.objects import (
     Actor,
-    CloseReason,
     Existing,
     InstanceSpot,
     ObjectKind,
@@ -48,7 +46,7 @@ from .._engine.objects import (
     check_id,
     spot_type_name,
 )
-from .._engine.registry import Activation, Attempt, TypeInfo
+from .._engine.registry import CLOSING, EXISTING, JOIN, OWN, Activation, Attempt, TypeInfo
 from .._engine.turn import current_turn
 from .call import Call, YieldableCall
 
@@ -142,14 +140,7 @@ class CreateCall(YieldableCall[Any]):
                 return early
         objects = runtime.objects
         if objects is not None and not self._generation:
-            turn = current_turn()
-            if turn is not None and turn._act.id == self._id and turn._act.kind is self._kind:
-                act = runtime.engine.tables[self._kind].get(self._id)
-                if act is not turn._act:  # not Ready yet: its own creation hook runs now
-                    raise InvalidOperationError(
-                        f"{self._kind} {self._id!r} is being created by the hook that runs "
-                        "now; it cannot get or create itself"
-                    )
+            self._refuse_own_creation()
             timeout = self._timeout
             if timeout is None:
                 timeout = runtime.default_request_timeout
@@ -165,55 +156,49 @@ class CreateCall(YieldableCall[Any]):
                 timeout,
                 cancel,
             )
-        kind, obj_id, info = self._kind, self._id, self._info
+        info = self._info
         assert info is not None  # only global objects create types registered elsewhere
-        engine = runtime.engine
-        table = engine.tables[kind]
-        key = (kind, obj_id)
-        attempt = owner = None
-        closing = False
-        # Only the decision is made under the engine lock; results are built after it.
-        with engine.lock:
-            act = table.get(obj_id)
-            if act is not None and not act.closed:
-                closing = act.closing is not None
-            else:
-                act = None
-                attempt = engine.creating.get(key)
-                if attempt is None:
-                    if runtime.state is not HostState.SERVING:
-                        # Shutdown began after the admission check: it may already have
-                        # waited for the attempts in progress, so none may start now.
-                        return failed(shutting_down())
-                    attempt = owner = Attempt(
-                        kind, obj_id, info, runtime.pending.cell_lock, self._generation
-                    )
-                    engine.creating[key] = attempt
-        if act is not None:
-            if closing:
-                return failed(
-                    UnavailableError(
-                        f"{kind} {obj_id!r} is closing", reason=UnavailableReason.CLOSED
-                    )
-                )
-            return self._existing(act)
-        assert attempt is not None
-        if owner is None:
-            turn = current_turn()
-            if turn is not None and turn._act.id == obj_id and turn._act.kind is kind:
-                # Its own creation hook: joining the attempt would wait for itself.
-                raise InvalidOperationError(
-                    f"{kind} {obj_id!r} is being created by the hook that runs "
-                    "now; it cannot get or create itself"
-                )
+        found, held = runtime.engine.claim(
+            self._kind,
+            self._id,
+            info,
+            runtime.pending.cell_lock,
+            runtime.serving,
+            self._generation,
+        )
+        if found is EXISTING:
+            assert isinstance(held, Activation)
+            return self._existing(held)
+        if found is OWN:
+            assert isinstance(held, Attempt)
+            if not has_hooks(info.cls):
+                # Nothing to run under the new object's gate: it is Ready when this returns.
+                return create_now(runtime, held)
+            return self._await(held, cancel, owner=True)
+        if found is JOIN:
+            assert isinstance(held, Attempt)
+            # Its own creation hook: joining the attempt would wait for itself.
+            self._refuse_own_creation()
             if self._exclusive:
-                return failed(AlreadyExistsError(f"{kind} {obj_id!r} is being created"))
-            if attempt.info is not info:
-                return failed(self._mismatch(attempt.info))
-        elif not has_hooks(info.cls):
-            # Nothing to run under the new object's gate: it is Ready when this returns.
-            return create_now(runtime, owner)
-        # Each caller has its own deadline and cancellation over the shared attempt.
+                return failed(AlreadyExistsError(f"{self._kind} {self._id!r} is being created"))
+            if held.info is not info:
+                return failed(self._mismatch(held.info))
+            return self._await(held, cancel, owner=False)
+        if found is CLOSING:
+            return failed(
+                UnavailableError(
+                    f"{self._kind} {self._id!r} is closing", reason=UnavailableReason.CLOSED
+                )
+            )
+        # SEALED: shutdown began after the admission check.
+        return failed(shutting_down())
+
+    def _await(
+        self, attempt: Attempt, cancel: CancellationToken | None, *, owner: bool
+    ) -> Completion[Any]:
+        """This caller's wait for `attempt`: its own deadline and cancellation over the
+        shared attempt. The `owner` starts it (the factory, then the creation hooks)."""
+        runtime = self._runtime
         cell: _Cell[Any] = _Cell()
         timeout = self._timeout if self._timeout is not None else runtime.default_request_timeout
         entry = runtime.begin(cell, timeout, cancel)
@@ -223,10 +208,25 @@ class CreateCall(YieldableCall[Any]):
         attempt.handle()._add_inline(
             lambda done: pending.finish(route, done._cell._value, done._cell._exc)
         )
-        if owner is not None:
+        if owner:
             request = None if self._request is _UNSET else self._request
-            start_attempt(runtime, owner, request, hooks=True)
+            start_attempt(runtime, attempt, request, hooks=True)
         return runtime.handle(entry)
+
+    def _refuse_own_creation(self) -> None:
+        """Raise if the caller's turn is the creation hook of the object this call names
+        (its object is not Ready yet): waiting for that creation would wait for itself."""
+        turn = current_turn()
+        if turn is None:
+            return
+        act = turn._act
+        if act.id != self._id or act.kind is not self._kind:
+            return
+        if self._runtime.engine.tables[self._kind].get(self._id) is not act:
+            raise InvalidOperationError(
+                f"{self._kind} {self._id!r} is being created by the hook that runs "
+                "now; it cannot get or create itself"
+            )
 
     def _existing(self, act: Activation) -> Completion[Any]:
         assert self._info is not None
@@ -278,22 +278,12 @@ class CloseCall(Call[bool]):
             if timeout is None:
                 timeout = runtime.default_request_timeout
             return objects.close_object(self._kind, self._id, timeout, cancel)
-        engine = runtime.engine
         turn = current_turn()
-        with engine.lock:
-            table = engine.tables[self._kind]
-            act = table.get(self._id)
-            if act is None or act.closed or act is engine.entry:
-                return failed(NotFoundError(f"no {self._kind} {self._id!r} to close"))
-            if act.members:
-                return settled(False)
-            # Inside the object's own turn the close cannot run before this turn ends.
-            own = turn is not None and turn._gate is act.box.gate
-            closing = request_close(runtime, act, CloseReason.EXPLICIT_CLOSE, hold=own)
+        closing = close_by_id(runtime, self._kind, self._id, None if turn is None else turn._gate)
         if isinstance(closing, BaseException):
             return failed(closing)
-        if own:
-            return settled(True)
+        if closing is True or closing is False:
+            return settled(closing)
         cell: _Cell[bool] = _Cell()
         entry = _CloseWait(cell, closing)
         timeout = self._timeout if self._timeout is not None else runtime.default_request_timeout

@@ -330,7 +330,7 @@ class SendCall(_MessageCall[None]):
                 return Completion(_ADMITTED)
             return failed(NotFoundError(f"{self._kind} {self._target!r} closed"))
         waiting = pool.send(box, rec, _Cell)
-        if waiting is None:
+        if waiting == ADMITTED:
             return Completion(_ADMITTED)
         if waiting == CLOSED:
             return failed(NotFoundError(f"{self._kind} {self._target!r} closed"))

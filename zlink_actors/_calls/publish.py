@@ -62,10 +62,8 @@ class PublishCall(Call[None]):
         early = self._refused(check_token(cancel))
         if early is not None:
             return early
-        engine = runtime.engine
-        with engine.lock:  # the target snapshot, taken when the operation starts
-            ids = engine.subscribers.get((self._channel, self._topic), ())
-            targets = [engine.spots[i] for i in ids if i in engine.spots]
+        # The target snapshot, taken when the operation starts.
+        targets = runtime.engine.subscribed(self._channel, self._topic)
         if runtime.fenced:
             targets = []  # the owner lease lapsed: this Host's Spots admit nothing new
         objects = None if self._here else runtime.objects

@@ -16,7 +16,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final, Protocol
+from typing import Final, Protocol, cast, overload
 
 from .clock import SystemClock, TimerService
 from .completion import CellLock, Notify, _Cell, _notify
@@ -288,8 +288,34 @@ class AppPool:
             self._parked -= 1
             self._note_quiet()
 
-    def enqueue(self, box: Mailbox, rec: Record, *, lifecycle: bool = False) -> int:
-        """Admit a bounded application (or lifecycle) record; FULL or CLOSED otherwise."""
+    @overload
+    def enqueue(
+        self, box: Mailbox, rec: Record, wait: None = None, *, lifecycle: bool = False
+    ) -> int: ...
+
+    @overload
+    def enqueue(
+        self, box: Mailbox, rec: Message, wait: Callable[[CellLock], _Cell[None]]
+    ) -> _Cell[None] | int: ...
+
+    def enqueue(
+        self,
+        box: Mailbox,
+        rec: Record,
+        wait: Callable[[CellLock], _Cell[None]] | None = None,
+        *,
+        lifecycle: bool = False,
+    ) -> _Cell[None] | int:
+        """Admit a bounded application (or lifecycle) record: ADMITTED, else FULL or
+        CLOSED. The one admission body: `send(box, rec, wait)` is this method.
+
+        With `wait` (a one-way send), a record the full application lane cannot take
+        waits FIFO behind the target's other waiters instead of being FULL: the result
+        is then the caller's new result cell, made by `wait(gate lock)` under that lock,
+        which the cell then shares (it gets `None` once a reservation frees a slot); or
+        SEALED (shutdown began: a send may no longer start waiting, since the shutdown
+        sweep of waiters may have passed).
+        """
         # `lock_box`'s uncontended case first, without its frame (every request and
         # message admitted comes here); anything else takes `lock_box`.
         gate = box.gate
@@ -310,7 +336,9 @@ class AppPool:
                 if box.closing:
                     return CLOSED
                 if box.app_reserved >= self.lane_items or box.waiters:
-                    return FULL
+                    if wait is None:
+                        return FULL
+                    return self._wait(gate, box, rec, wait)
                 box.app_reserved += 1
                 rec.reserved = True
                 if gate.state == IDLE and not box.claimed:
@@ -323,41 +351,28 @@ class AppPool:
             self.push(gate)
         return ADMITTED
 
-    def send(
-        self, box: Mailbox, rec: Message, make_cell: Callable[[CellLock], _Cell[None]]
-    ) -> _Cell[None] | int | None:
-        """Admit a one-way record, or park it FIFO behind the target's other waiters.
+    #: `send(box, rec, make_cell)`: admit a one-way record (ADMITTED), or park it FIFO
+    #: behind the target's other waiters (the caller's new result cell); CLOSED; SEALED.
+    #: The same method as `enqueue`, not a wrapper: no frame more on every one-way.
+    send = enqueue
 
-        Returns None when admitted now; when parked, the caller's new result cell (made by
-        `make_cell(gate lock)` under that lock, which the cell then shares; it gets `None`
-        once a reservation frees a slot); CLOSED; or SEALED (shutdown began: a send may no
-        longer start waiting, since the shutdown sweep of waiters may have passed).
-        """
-        gate = lock_box(box)
-        started = False
-        try:
-            if box.closed or box.closing:
-                return CLOSED
-            if box.app_reserved >= self.lane_items or box.waiters:
-                if self.sealed:
-                    return SEALED
-                waiters = box.waiters
-                if waiters is None:
-                    box.waiters = waiters = deque()
-                cell = make_cell(gate.lock)
-                waiters.append((rec, cell))
-                return cell
-            box.app_reserved += 1
-            rec.reserved = True
-            if gate.state == IDLE and not box.claimed:
-                started = True
-                self._start_idle(gate, box, rec)
-            push = not started and box.push(rec, False)
-        finally:
-            gate.lock.release()
-        if push:
-            self.push(gate)
-        return None
+    def _wait(
+        self,
+        gate: Gate[Mailbox],
+        box: Mailbox,
+        rec: Record,
+        make_cell: Callable[[CellLock], _Cell[None]],
+    ) -> _Cell[None] | int:
+        """Park a one-way record FIFO behind `box`'s other waiters (`enqueue` with
+        `wait`, the lane full); SEALED once shutdown began. Caller holds `gate.lock`."""
+        if self.sealed:
+            return SEALED
+        waiters = box.waiters
+        if waiters is None:
+            box.waiters = waiters = deque()
+        cell = make_cell(gate.lock)
+        waiters.append((cast(Message, rec), cell))
+        return cell
 
     def force(
         self, box: Mailbox, rec: Record, *, reserve: bool = False, lifecycle: bool = False

@@ -93,6 +93,10 @@ class Runtime:
         self._stopped = threading.Event()
         self._result: ShutdownResult | None = None
 
+    def serving(self) -> bool:
+        """The Host admits new work (SERVING): not yet, or no longer, otherwise."""
+        return self.state is HostState.SERVING
+
     @property
     def fenced(self) -> bool:
         """The owner lease's admission deadline has passed: the Spots and Actors this

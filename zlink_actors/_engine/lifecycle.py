@@ -23,10 +23,12 @@ from typing import Any, Protocol, cast
 from .._core.completion import Completion, _Cell
 from .._core.errors import (
     CapacityExceededError,
+    NotFoundError,
     UnavailableError,
     UnavailableReason,
     internal_failure,
 )
+from .._core.gate import Gate
 from .._core.mailbox import Mailbox
 from .._core.pool import ADMITTED
 from .._core.record import K_CALL, K_REQUEST, K_RESUME, Job, Message, Record, Resume
@@ -48,6 +50,7 @@ from .remote import started
 __all__ = [
     "Closing",
     "close_activation",
+    "close_by_id",
     "create_now",
     "drop_record",
     "has_hooks",
@@ -235,6 +238,32 @@ def request_close(
         closing.held = True
     else:
         closing.callers += 1
+    return closing
+
+
+def close_by_id(
+    runtime: Runtime, kind: ObjectKind, obj_id: str, turn_gate: Gate[Mailbox] | None
+) -> Closing | BaseException | bool:
+    """An explicit close of (`kind`, `obj_id`), asked by a caller whose turn holds
+    `turn_gate` (None: not from a turn), decided under the engine lock.
+
+    Returns the `Closing` to wait for; True when the caller's turn holds the object's
+    gate (the close is held, and runs once that turn ends); False for a User Spot that
+    still has members (nothing is closed); or the error that refused it
+    (`NotFoundError`: no such live object, or the Entry Spot).
+    """
+    engine = runtime.engine
+    with engine.lock:
+        act = engine.tables[kind].get(obj_id)
+        if act is None or act.closed or act is engine.entry:
+            return NotFoundError(f"no {kind} {obj_id!r} to close")
+        if act.members:
+            return False
+        # Inside the object's own turn the close cannot run before this turn ends.
+        own = turn_gate is act.box.gate
+        closing = request_close(runtime, act, CloseReason.EXPLICIT_CLOSE, hold=own)
+    if own and not isinstance(closing, BaseException):
+        return True
     return closing
 
 

@@ -7,9 +7,11 @@ guards them (the engine lock); running records is the record runner's (`runner.p
 
 from __future__ import annotations
 
+import enum
 import inspect
 import threading
 import uuid
+from collections.abc import Callable
 from contextvars import Context
 from typing import Final, Protocol
 
@@ -32,7 +34,19 @@ from .objects import (
     SpotRef,
 )
 
-__all__ = ["Activation", "Attempt", "Engine", "ObjectTimers", "TypeInfo"]
+__all__ = [
+    "CLOSING",
+    "EXISTING",
+    "JOIN",
+    "OWN",
+    "SEALED",
+    "Activation",
+    "Attempt",
+    "Claim",
+    "Engine",
+    "ObjectTimers",
+    "TypeInfo",
+]
 
 SPOT: Final = ObjectKind.SPOT
 ACTOR: Final = ObjectKind.ACTOR
@@ -204,6 +218,30 @@ class Attempt(_Cell[object]):
         return (self.kind, self.obj_id)
 
 
+class Claim(enum.Enum):
+    """What a create finds for its (kind, id) (`Engine.claim`)."""
+
+    #: A live object holds the id: the `Activation` comes with it.
+    EXISTING = "existing"
+    #: A live object holds the id and its close is in progress.
+    CLOSING = "closing"
+    #: Another caller's creation attempt is in progress: join it (the `Attempt`).
+    JOIN = "join"
+    #: The id was free: this caller owns the new attempt (the `Attempt`), now in
+    #: `Engine.creating`, and must end it (Ready or aborted).
+    OWN = "own"
+    #: The id was free but the Host no longer serves: no attempt may start.
+    SEALED = "sealed"
+
+
+# Read as module constants on the create path (a global read, not an Enum attribute).
+EXISTING: Final = Claim.EXISTING
+CLOSING: Final = Claim.CLOSING
+JOIN: Final = Claim.JOIN
+OWN: Final = Claim.OWN
+SEALED: Final = Claim.SEALED
+
+
 class Engine:
     """The registry of types, live objects and creations in progress of one Host."""
 
@@ -343,6 +381,37 @@ class Engine:
             ACTOR, actor_id, info, instance, spot=self.entry, generation=generation
         )
 
+    def claim(
+        self,
+        kind: ObjectKind,
+        obj_id: str,
+        info: TypeInfo,
+        cell_lock: threading.RLock,
+        serving: Callable[[], bool],
+        generation: int = 0,
+    ) -> tuple[Claim, Activation | Attempt | None]:
+        """Decide, under the engine lock, what a create of (`kind`, `obj_id`) finds:
+        `EXISTING` or `CLOSING` with the live `Activation`; `JOIN` with the attempt in
+        progress; `OWN` with a new `Attempt` for `info` (its result cell on `cell_lock`,
+        its object generation `generation`, 0 for the Host's own counter), registered in
+        `creating`; or `SEALED` (with None) when the id was free and `serving()` is false:
+        shutdown may already have waited for the attempts in progress, so none may start.
+
+        Only the decision is made here; the caller builds results after the lock.
+        """
+        key = (kind, obj_id)
+        with self.lock:
+            act = self.tables[kind].get(obj_id)
+            if act is not None and not act.closed:
+                return (EXISTING if act.closing is None else CLOSING), act
+            attempt = self.creating.get(key)
+            if attempt is not None:
+                return JOIN, attempt
+            if not serving():
+                return SEALED, None
+            attempt = self.creating[key] = Attempt(kind, obj_id, info, cell_lock, generation)
+            return OWN, attempt
+
     def make_ready(self, act: Activation, attempt_key: tuple[ObjectKind, str] | None) -> None:
         """Register `act` (it becomes reachable) and apply its subscriptions."""
         with self.lock:
@@ -383,6 +452,23 @@ class Engine:
                     if not ids:
                         del self.subscribers[key]
             return act.spot.drop_member(act.id) if act.kind is ACTOR else None
+
+    def subscribed(self, channel: str, topic: str) -> list[Activation]:
+        """The Ready Spots subscribed to (`channel`, `topic`) now: a snapshot."""
+        with self.lock:
+            ids = self.subscribers.get((channel, topic), ())
+            return [self.spots[i] for i in ids if i in self.spots]
+
+    def member_refs(self, spot: Activation) -> tuple[ActorRef, ...]:
+        """`spot`'s members in join order: a consistent snapshot (members change under
+        the engine lock, on the threads of the Actors moving), kept in
+        `spot.member_refs` until they change again."""
+        with self.lock:
+            refs = spot.member_refs
+            if refs is None:
+                members = spot.members
+                spot.member_refs = refs = () if members is None else tuple(members.values())
+            return refs
 
     def all_activations(self) -> list[Activation]:
         with self.lock:

@@ -14,16 +14,14 @@ import gzip
 import json
 import socket
 import threading
-import time
 from collections import Counter
-from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
 
-__all__ = ["WAIT", "LocalService", "closed_port", "wait_until"]
+from zlink_actors.testing import WAIT
 
-WAIT = 5.0
+__all__ = ["LocalService", "closed_port"]
 
 
 class LocalService:
@@ -272,18 +270,6 @@ class LocalService:
             self._raw_writers.discard(writer)
             self._raw_tasks.discard(task)
             writer.close()
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = WAIT) -> bool:
-    """Poll `predicate` until it holds or `timeout` passes (for states only a server
-    loop sees, like a peer's connection closing); the caller asserts the result."""
-    end = time.monotonic() + timeout
-    tick = threading.Event()
-    while not predicate():
-        if time.monotonic() > end:
-            return False
-        tick.wait(0.005)
-    return True
 
 
 def closed_port() -> int:

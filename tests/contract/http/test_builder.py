@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from zlink_actors import Host, InvalidOperationError, ProtocolError
+from zlink_actors.testing import WAIT
 
-from ._server import WAIT, LocalService
+from ._server import LocalService
 
 
 def _echo(resp: Any) -> dict[str, Any]:

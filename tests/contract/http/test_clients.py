@@ -24,8 +24,9 @@ from zlink_actors import (
 )
 from zlink_actors.http import LoopScheduler
 from zlink_actors.http.hosted import HttpClients
+from zlink_actors.testing import WAIT, wait_until
 
-from ._server import WAIT, LocalService, wait_until
+from ._server import LocalService
 
 
 class Ask(msgspec.Struct, frozen=True):

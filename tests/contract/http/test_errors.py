@@ -26,8 +26,9 @@ from zlink_actors import (
     UnavailableReason,
     handler,
 )
+from zlink_actors.testing import WAIT, wait_until
 
-from ._server import WAIT, LocalService, closed_port, wait_until
+from ._server import LocalService, closed_port
 
 
 class Forecast(msgspec.Struct, frozen=True):

@@ -24,8 +24,9 @@ from zlink_actors import (
 from zlink_actors._core.completion import _Cell
 from zlink_actors.http import LoopScheduler
 from zlink_actors.http.exchange import WriteWatch
+from zlink_actors.testing import WAIT, wait_until
 
-from ._server import WAIT, LocalService, wait_until
+from ._server import LocalService
 
 T = TypeVar("T")
 HTTP = Path(__file__).resolve().parents[3] / "zlink_actors" / "http"

@@ -28,8 +28,9 @@ from zlink_actors import (
     UnavailableError,
     handler,
 )
+from zlink_actors.testing import WAIT, wait_until
 
-from ._server import WAIT, LocalService, closed_port, wait_until
+from ._server import LocalService, closed_port
 
 NEGATIVE_WAIT = 0.2
 

@@ -319,3 +319,51 @@ def test_records_behind_a_turn_that_suspends_keep_their_place_in_the_lane(
 
     assert wait_until(lambda: len(ran) == 4)
     assert ran == ["awaits", "second", "third", "later"]
+
+
+def test_enqueue_and_send_admit_by_one_body_and_differ_only_when_the_lane_is_full(
+    pools: list[AppPool],
+) -> None:
+    # One admission body: `send` is `enqueue` with a cell maker, so each refusal and
+    # each admission is the same for both; a full lane is FULL to a request and a wait
+    # (FIFO) to a one-way send, and neither enqueue nor send jumps a waiting send.
+    assert AppPool.send is AppPool.enqueue
+    log = Log(3)
+    pool = make_pool(pools, log, lane_items=2)
+    box = Mailbox(None, Gate())
+    cells: list[_Cell[None]] = []
+
+    def make_cell(lock: object) -> _Cell[None]:
+        cells.append(_Cell(lock))
+        return cells[-1]
+
+    assert pool.send(box, Rec("s1"), make_cell) == ADMITTED
+    assert pool.enqueue(box, Rec("e1")) == ADMITTED
+    assert pool.enqueue(box, Rec("e2")) == FULL
+    waiting = pool.send(box, Rec("s2"), make_cell)
+    assert waiting is cells[0]
+    assert pool.enqueue(box, Rec("e3")) == FULL  # behind a waiting send: FULL, no jump
+    assert box.app_reserved == 2
+
+    pool.mark_closing(box)
+    assert pool.enqueue(box, Rec("e4")) == _pool.CLOSED
+    assert pool.send(box, Rec("s3"), make_cell) == _pool.CLOSED
+    pool.unmark_closing(box, None)()  # a withdrawn close: the lane admits again
+
+    pool.begin()
+    assert log.done.wait(WAIT)
+    assert log.order == ["s1", "e1", "s2"]
+    assert wait_until(waiting.done)
+    assert len(cells) == 1
+
+    # Shutdown sealed the pool (this one never starts): room still admits, no new wait.
+    sealed = make_pool(pools, Log(0), lane_items=1)
+    other = Mailbox(None, Gate())
+    sealed.seal()
+    assert sealed.send(other, Rec("s4"), make_cell) == ADMITTED
+    assert sealed.send(other, Rec("s5"), make_cell) == _pool.SEALED
+    assert sealed.enqueue(other, Rec("e4")) == FULL
+    assert [label(rec) for rec in sealed.close_box(other)] == ["s4"]
+    assert sealed.enqueue(other, Rec("e5")) == _pool.CLOSED
+    assert sealed.send(other, Rec("s6"), make_cell) == _pool.CLOSED
+    assert len(cells) == 1
