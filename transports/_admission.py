@@ -1,4 +1,5 @@
-"""`Admission`: the `admitted` future of a parked message, small enough to park 100,000.
+"""`Admission`: the `admitted` future of a parked message, small enough to park 100,000;
+and `Parked`, a parked message that is its own `Admission` (one object, not two).
 
 A `concurrent.futures.Future` makes a `threading.Condition` (an RLock, a deque, bound
 methods) and two lists when it is made: about 1.6 KiB, more than the rest of a parked
@@ -22,11 +23,13 @@ admission finished (and is told) or after (and sees it done), never both.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, InvalidStateError
 from concurrent.futures._base import FINISHED, LOGGER, RUNNING, _Waiter
 
-__all__ = ["Admission"]
+from ._wire import Kind
+
+__all__ = ["Admission", "Parked"]
 
 #: Guards the state of every `Admission`; a leaf lock: held for a few instructions, never
 #: while taking another lock or calling out.
@@ -179,3 +182,37 @@ class Admission(Future[None]):
         with cond:  # it finishes under `cond` once `cond` exists: no wake-up is missed
             if not cond.wait_for(self.done, timeout):
                 raise TimeoutError()
+
+
+class Parked(Admission):
+    """Frames waiting for credit, and itself the future that tells when they are admitted
+    (`SubmitResult.admitted`, an `Admission`): a parked message costs its sender what its
+    frames hold and about 120 bytes (docs/transports.md, "What each submit result
+    promises")."""
+
+    # `_callbacks` shadows `Admission`'s class default with a slot of its own, set in
+    # `__init__`: the one callback a parked message gets then needs no instance dict.
+    __slots__ = ("_callbacks", "charge", "frames", "kind", "refresh", "route_id")
+
+    def __init__(
+        self,
+        kind: Kind,
+        route_id: int,
+        frames: Sequence[bytes],
+        charge: int,
+        refresh: Callable[[], Sequence[bytes]] | None = None,
+    ) -> None:
+        self._callbacks = None
+        self.kind = kind
+        self.route_id = route_id
+        self.frames = frames
+        self.charge = charge
+        #: Called (under the lock) when the frames are admitted after waiting: the
+        #: frames to send instead, of the same size (a request's envelope with its
+        #: budget left).
+        self.refresh = refresh
+
+    @property
+    def future(self) -> Future[None]:
+        """The `admitted` future: the record itself."""
+        return self

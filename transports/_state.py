@@ -21,7 +21,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._admission import Admission
+from ._admission import Parked
 from ._clock import ClockOffset
 from ._errors import Closed, InvalidRelease, PayloadTooLarge, PeerLost, UnknownPeer
 from ._types import FlowState, PeerStatistics, SubmitResult, SubmitStatus, TransportConfig
@@ -49,40 +49,6 @@ PINGS_KEPT = 8
 #: charge),
 #: "comp" (peer, kind, route_id, frames), "flow" (), "call" (function, future).
 Command = tuple[Any, ...]
-
-
-class Parked(Admission):
-    """Frames waiting for credit, and itself the future that tells when they are admitted
-    (`SubmitResult.admitted`, an `Admission`): a parked message costs its sender what its
-    frames hold and about 120 bytes (docs/transports.md, "What each submit result
-    promises")."""
-
-    # `_callbacks` shadows `Admission`'s class default with a slot of its own, set in
-    # `__init__`: the one callback a parked message gets then needs no instance dict.
-    __slots__ = ("_callbacks", "charge", "frames", "kind", "refresh", "route_id")
-
-    def __init__(
-        self,
-        kind: Kind,
-        route_id: int,
-        frames: Sequence[bytes],
-        charge: int,
-        refresh: Callable[[], Sequence[bytes]] | None = None,
-    ) -> None:
-        self._callbacks = None
-        self.kind = kind
-        self.route_id = route_id
-        self.frames = frames
-        self.charge = charge
-        #: Called (under the lock) when the frames are admitted after waiting: the
-        #: frames to send instead, of the same size (a request's envelope with its
-        #: budget left).
-        self.refresh = refresh
-
-    @property
-    def future(self) -> Future[None]:
-        """The `admitted` future: the record itself."""
-        return self
 
 
 @dataclass

@@ -13,8 +13,7 @@ from typing import cast
 import pytest
 
 import transports as t
-from transports._admission import Admission
-from transports._state import Parked
+from transports._admission import Admission, Parked
 from transports._wire import Kind
 
 from .helpers import WAIT
