@@ -597,7 +597,7 @@ class IoThread(threading.Thread):
             _raw_send(sock, body, _LAST)
         except zmq.ZMQError as exc:
             if exc.errno == errno.EHOSTUNREACH:
-                self.lose(peer, "no route to the peer (ROUTER_MANDATORY)")
+                self._lose_closed(peer, "no route to the peer (ROUTER_MANDATORY)")
             elif exc.errno == errno.EAGAIN:
                 self.lose(peer, "the libzmq HWM backstop was reached")
             else:
@@ -796,7 +796,7 @@ class IoThread(threading.Thread):
                 if monitor is self.monitors[0]:
                     self._events.append(PeerEvent(peer, PeerEventKind.CONNECTED))
             elif event["event"] == zmq.EVENT_DISCONNECTED:
-                self.lose(peer, f"disconnected from {address}")
+                self._lose_closed(peer, f"disconnected from {address}")
         self._others_left.append(monitor)  # more may wait, with no signal left: next wake
 
     # -- receiving --------------------------------------------------------------------
@@ -958,6 +958,23 @@ class IoThread(threading.Thread):
             self.lose(peer, reason, silent=silent)
         for peer, seq in pings:
             self._send_comp(peer, Kind.PING, seq, ())
+
+    def _lose_closed(self, peer: bytes, reason: str) -> None:
+        """A connection of `peer` closed (its monitor said so, or a send found no route):
+        its process ended, or libzmq's own ZMTP heartbeat gave up on a peer that stopped
+        answering, a moment before our heartbeat would have (both wait
+        `heartbeat_timeout`). The second is silence (`PeerEvent.silent`): told so when
+        nothing was heard from the peer for more than half way from `heartbeat_interval`
+        to `heartbeat_timeout` (a live peer is heard from every interval; one whose
+        process ended is closed by its kernel at once, while it was still heard from)."""
+        core = self.core
+        config = core.config
+        with core.lock:
+            state = core.peers.get(peer)
+            heard = None if state is None or not state.ready else state.deadline
+        quiet = 0.0 if heard is None else time.monotonic() - (heard - config.heartbeat_timeout)
+        limit = (config.heartbeat_interval + config.heartbeat_timeout) / 2
+        self.lose(peer, reason, silent=quiet > limit)
 
     def lose(self, peer: bytes, reason: str, *, silent: bool = False) -> None:
         """Forget the peer, fail its parked futures with PeerLost, report LOST (`silent`:

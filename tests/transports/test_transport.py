@@ -9,6 +9,7 @@ import logging
 import pathlib
 import struct
 import threading
+import time
 
 import pytest
 import zmq
@@ -366,3 +367,27 @@ def test_a_side_that_paused_before_it_dials_keeps_the_peer_and_tells_it(
         assert wait_until(lambda: b.peer_statistics(b"A").paused_by_peer)
         assert t.PeerEventKind.LOST not in a_owner.event_kinds(b"B")
         assert a.peers() == (b"B",)
+
+
+@pytest.mark.parametrize("quiet", [True, False], ids=["quiet", "heard-from"])
+def test_a_connection_closed_after_the_peer_went_quiet_is_a_silent_loss(
+    quiet: bool, tmp_path: pathlib.Path
+) -> None:
+    """libzmq's own ZMTP heartbeat closes the connection of a peer that stopped
+    answering, as ours would have a moment later (both wait `heartbeat_timeout`): that
+    loss is silence (the peer may be frozen and come back), not a peer whose process
+    ended. Here B's connection closes while A has not heard from it for most of the
+    timeout (set on A's state: nothing else is sent meanwhile, the heartbeats are slow),
+    or while A heard from it just now (a process that ended: not silent)."""
+    slow = t.TransportConfig(heartbeat_interval=2.0, heartbeat_timeout=4.0)
+    with pair("tcp", tmp_path, a_config=slow, b_config=slow) as (a, a_owner, b, _):
+        if quiet:
+            core = a._core
+            with core.lock:  # last heard from 3.5 s ago: past half way from 2 s to 4 s
+                core.peers[b"B"].deadline = time.monotonic() + 0.5
+        b.close()
+        assert a_owner.wait(lambda: t.PeerEventKind.LOST in a_owner.event_kinds(b"B"))
+        lost = [e for e in a_owner.events if e.kind is t.PeerEventKind.LOST]
+        assert len(lost) == 1, lost
+        assert "disconnected" in lost[0].reason
+        assert lost[0].silent is quiet

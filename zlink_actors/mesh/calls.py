@@ -44,6 +44,7 @@ from .state import (
     _NODE,
     _refuse_cancel,
     _Route,
+    log,
     settle_wait,
 )
 
@@ -360,6 +361,14 @@ class Calls(Handshake):
                 return False
             sent = self._submit_held(peer)
         self._settle_sent(sent, peer)
+        again = self._resend(peer, conn)
+        if again:
+            log.info(
+                "mesh %s: peer %s resumed: %d request(s) in flight to it sent again",
+                self.routing_id,
+                peer.routing_id,
+                again,
+            )
         return True
 
     def _submit_held(
@@ -556,20 +565,43 @@ class Calls(Handshake):
             route.target,
             self.config.name,
         )
+        # Its number among our requests to this lifecycle of the peer (`Envelope.seq`):
+        # the receiver runs a request sent again after a pause only if this one never
+        # reached it. Taken atomically; two callers' may cross on the way (it copes).
+        seq = next(peer.req_numbers)
         try:
             wire_due = due if self._real_time else 0.0
             frames = [
-                wire.encode_request(fields, timeout, metadata, type_name, intent, wire_due),
+                wire.encode_request(fields, timeout, metadata, type_name, intent, wire_due, seq),
                 data,
             ]
         except ProtocolError as exc:  # metadata msgspec cannot encode: nothing is sent
             pending.finish(route_id, exc=exc)
             return
-        # What a parked request sends once admitted (`_Outgoing.refresh`).
-        out.resend = (fields, due, metadata, type_name, intent, data)
+        # What a parked request sends once admitted, or on resume (`_Outgoing.refresh`).
+        out.resend = (fields, due, metadata, type_name, intent, data, seq)
+        self._submit_request(out, peer.conn, frames)
+
+    def _submit_request(self, out: _Outgoing, conn: bytes, frames: list[bytes]) -> None:
+        """Hand request `out`'s `frames` to the transport on connection `conn`; every
+        failure ends it (a silent peer's loss while it is parked keeps it pending, for
+        the resume: `_lost_while_parked`)."""
+        peer = out.peer
+        route_id = out.route_id
+        pending = self.runtime.pending
+        transport = self._transport
+        if transport is None:
+            pending.finish(route_id, exc=shutting_down())
+            return
         try:
-            result = transport.submit_request(peer.conn, route_id, frames, refresh=out.refresh)
+            result = transport.submit_request(conn, route_id, frames, refresh=out.refresh)
         except t.UnknownPeer:
+            if peer.state is _READY and peer.conn != conn:
+                # It resumed on another connection meanwhile, and this was not sent.
+                self._submit_request(out, peer.conn, frames)
+                return
+            if self._lost_while_parked(out, None):
+                return  # lost meanwhile, silent: it goes again on resume
             pending.finish(
                 route_id,
                 exc=UnavailableError(
@@ -593,7 +625,7 @@ class Calls(Handshake):
 
             def admitted(done: Future[None]) -> None:
                 exc = _submit_failure(done, peer)
-                if exc is not None:
+                if exc is not None and not self._lost_while_parked(out, done):
                     pending.finish(route_id, exc=exc)
 
             parked.add_done_callback(admitted)
@@ -601,6 +633,52 @@ class Calls(Handshake):
                 self._parked[route_id] = parked
             if route_id not in pending:  # it ended while we parked it
                 self._withdraw(peer, route_id)
+
+    def _lost_while_parked(self, out: _Outgoing, done: Future[None] | None) -> bool:
+        """True when request `out` stays pending although the transport gave it back
+        (its admission `done` failed, or None: its connection was unknown): its peer went
+        silent, may resume, and is sent it again then (`_resend`)."""
+        peer = out.peer
+        if not peer.resends or peer.expired:
+            return False
+        if done is None:
+            # The loss is (or will be) handled by `_conn_lost`, which decides for every
+            # request in flight: unless it was found closed, not silent.
+            return not (
+                peer.state is PeerState.LOST and peer.lost_reason is UnavailableReason.PEER_LOST
+            )
+        exc = done.exception()
+        if not (isinstance(exc, t.PeerLost) and exc.silent):
+            return False
+        with self._lock:
+            self._parked.pop(out.route_id, None)
+        return True
+
+    def _resend(self, peer: Peer, conn: bytes) -> int:
+        """`peer` resumed on `conn`: send it again (`REQUEST_AGAIN`), oldest first, each
+        request of ours still pending for it, with the budget it has left; it runs one
+        only if the first never reached it (docs/mesh.md "Requests across a pause").
+        Returns how many went."""
+        with self._lock:
+            outs = [self._calls.get(route) for route in peer.inflight]
+        again = sorted(
+            (out for out in outs if out is not None and out.resend is not None),
+            key=lambda out: out.resend[6] if out.resend is not None else 0,
+        )
+        for out in again:
+            resend = out.resend
+            assert resend is not None
+            if out.route_id not in self.runtime.pending._entries:
+                continue  # it ended meanwhile
+            fields = (wire.REQUEST_AGAIN, *resend[0][1:])
+            out.resend = (fields, *resend[1:])
+            try:
+                frames = out.refresh()
+            except ProtocolError as exc:  # (it encoded the first time)
+                self.runtime.pending.finish(out.route_id, exc=exc)
+                continue
+            self._submit_request(out, conn, frames)
+        return len(again)
 
     def _withdraw(self, peer: Peer, route_id: int) -> bool:
         """Take a request that ended (timeout, cancellation) back from the transport if
@@ -770,9 +848,10 @@ class _Outgoing(CellEntry):
         self.timer: TimerHandle | None = None
         self.registration: CancellationRegistration | None = None
         self.waiter: _thread.LockType | None = None
-        #: (the envelope's leading fields, due, metadata, type name, intent, payload).
+        #: (the envelope's leading fields, due, metadata, type name, intent, payload,
+        #: its request number).
         self.resend: (
-            tuple[_Head, float, dict[str, object] | None, str, str | None, bytes] | None
+            tuple[_Head, float, dict[str, object] | None, str, str | None, bytes, int] | None
         ) = None
         self.table = table
         self.route_id = route = next_route_id()
@@ -824,11 +903,14 @@ class _Outgoing(CellEntry):
         # Parked, then admitted: the budget it has left now travels (never 0, which
         # the receiver reads as "already late"; a request that ended was withdrawn).
         assert self.resend is not None
-        fields, due, metadata, type_name, intent, data = self.resend
+        fields, due, metadata, type_name, intent, data, seq = self.resend
         node = self.node
         budget = max(due - node._now(), 1e-6)
         wire_due = due if node._real_time else 0.0
-        return [wire.encode_request(fields, budget, metadata, type_name, intent, wire_due), data]
+        return [
+            wire.encode_request(fields, budget, metadata, type_name, intent, wire_due, seq),
+            data,
+        ]
 
 
 def _submit_failure(done: Future[None], peer: Peer) -> BaseException | None:

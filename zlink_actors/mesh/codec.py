@@ -52,6 +52,7 @@ __all__ = [
     "REJECT",
     "REPLY",
     "REQUEST",
+    "REQUEST_AGAIN",
     "SEND",
     "TARGET_KINDS",
     "UPDATE",
@@ -98,6 +99,12 @@ FIN: Final = 15
 #: acknowledged were never handled (it held them while its owner lease was fenced, and
 #: their target was not its own once it admitted again); the sender counts them lost.
 DROPPED: Final = 16
+#: A request sent again to a peer that came back with the same lifecycle after it was
+#: found silent (docs/mesh.md "Requests across a pause"): the same `route` and request
+#: number (`seq`) as the first time; the receiver runs it only if the first one never
+#: reached it, else it answers from what it knows (running: the reply goes on this
+#: connection; a reply kept for it; else an `UnavailableError` that says it may have run).
+REQUEST_AGAIN: Final = 17
 #: Every command an envelope may carry.
 COMMANDS: Final = frozenset(
     {
@@ -117,6 +124,7 @@ COMMANDS: Final = frozenset(
         ACK,
         FIN,
         DROPPED,
+        REQUEST_AGAIN,
     }
 )
 #: The target kind of the global objects' own requests between nodes (create, close,
@@ -163,6 +171,11 @@ class Envelope(msgspec.Struct, array_like=True, frozen=True):
     #: receiver reads it through its heartbeat's bound on the caller's clock offset
     #: (docs/mesh.md "Deadlines across nodes").
     due: float = 0.0
+    #: A request's number among its caller lifecycle's requests to this receiver
+    #: lifecycle (1, 2, ... in the order they were sent; 0 = none: another command, an
+    #: older peer). The receiver remembers which it received, so a request sent again
+    #: after a pause (`REQUEST_AGAIN`) never runs twice.
+    seq: int = 0
 
     def __post_init__(self) -> None:
         # On decode msgspec has checked the types and turns these into ValidationError.
@@ -180,6 +193,8 @@ class Envelope(msgspec.Struct, array_like=True, frozen=True):
             raise ValueError(f"due must be a finite time >= 0, got {self.due!r}")
         if self.error_kind < _NO_ERROR:
             raise ValueError(f"error_kind must be -1 or an ErrorKind, got {self.error_kind}")
+        if not 0 <= self.seq <= _MAX_ROUTE:
+            raise ValueError(f"a request number is 0..2**64-1, got {self.seq!r}")
 
 
 _ENVELOPE_DECODER: Final = msgspec.msgpack.Decoder(Envelope)
@@ -201,6 +216,7 @@ def encode_fields(
     intent: str | None = None,
     reason: str = "",
     due: float = 0.0,
+    seq: int = 0,
 ) -> bytes:
     """The bytes `encode_envelope(Envelope(...))` gives for these fields (an array-like
     Struct is a MessagePack array), without making and checking an `Envelope`: for the
@@ -211,7 +227,7 @@ def encode_fields(
     """
     fields = (command, op, route, target_kind, target, mesh, deadline, metadata, type_name)
     try:
-        return _ENCODER.encode((*fields, error_kind, error, intent, reason, due))
+        return _ENCODER.encode((*fields, error_kind, error, intent, reason, due, seq))
     except Exception as exc:  # TypeError, OverflowError, RecursionError from msgspec
         raise ProtocolError(f"the envelope cannot be encoded: {_why(exc)}") from None
 
@@ -281,10 +297,11 @@ def encode_request(
     type_name: str,
     intent: str | None,
     due: float,
+    seq: int = 0,
 ) -> bytes:
     """A request's envelope from its leading fields (command, op, route, target kind,
     target, mesh): `encode_envelope(Envelope(*head, deadline, metadata, type_name,
-    intent=intent, due=due))` (its `reason` is ""), without making and checking the
+    intent=intent, due=due, seq=seq))` (its `reason` is ""), without making and checking the
     `Envelope` (every request sent; its `except` is `encode_fields`').
 
     Raises:
@@ -292,7 +309,7 @@ def encode_request(
     """
     try:
         return _ENCODER.encode(
-            (*head, deadline, metadata, type_name, _NO_ERROR, "", intent, "", due)
+            (*head, deadline, metadata, type_name, _NO_ERROR, "", intent, "", due, seq)
         )
     except Exception as exc:  # TypeError, OverflowError, RecursionError from msgspec
         raise ProtocolError(f"the envelope cannot be encoded: {_why(exc)}") from None

@@ -300,6 +300,9 @@ class Handshake(NodeState):
                 # not have expired us, and drops what is not above the last it saw).
                 peer.out_seq = replaced.out_seq
                 peer.in_seq = peer.acked_in = replaced.in_seq
+                peer.req_numbers = replaced.req_numbers
+                peer.req_in = replaced.req_in
+                peer.req_missing = replaced.req_missing
             self._update_locked(peer, hello)
             self._peers.add(peer)
             self._changed.notify_all()
@@ -388,7 +391,13 @@ class Handshake(NodeState):
             if transport is not None:
                 with contextlib.suppress(t.TransportError):
                     transport.disconnect(other)
-        self._fail_inflight(peer, f"lost: {reason}", peer.lost_reason)
+        if not (silent and peer.resends):
+            # Its connection closed (its process ended: within milliseconds), or an
+            # older peer: what it had not answered fails now. One that went silent may
+            # come back with the same lifecycle: our requests to it stay pending within
+            # their own deadlines, and go again on resume (`Calls._resume`); they end
+            # `PEER_LOST` if it is gone for good (`_expire`).
+            self._fail_inflight(peer, f"lost: {reason}", peer.lost_reason)
         self._wake_peer_waiters()
 
     def _receive_hello(self, rec: t.Inbound, env: Envelope) -> None:

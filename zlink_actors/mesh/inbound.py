@@ -26,6 +26,7 @@ from .._core.errors import (
     UnavailableReason,
     ZlinkError,
 )
+from .._core.pending import Request
 from .._engine.objects import ObjectKind
 from .._engine.remote import RemoteMetadata
 from . import codec as wire
@@ -55,6 +56,10 @@ _ACK_EVERY: Final = 256
 _FENCED: Final = UnavailableReason.FENCED
 #: The reply-route id a held one-way's record carries (`_hold`): a one-way's is 0.
 _HELD: Final = -1
+#: The most request numbers of one peer remembered as missing (`Inbound._first_time`).
+_MISSING_MAX: Final = 4096
+#: The most replies kept for one peer's requests sent again (`Inbound._answer_served`).
+_KEPT_MAX: Final = 4096
 
 
 class Inbound(Calls):
@@ -153,18 +158,32 @@ class Inbound(Calls):
                 return  # behind those held while the lease was fenced
             self._receive_send(rec, env, peer)
         elif command == wire.REQUEST and rec.kind is _REQUEST:
+            seq = env.seq
+            if seq:
+                # Its request number (`Envelope.seq`): the next one, the common case.
+                if seq == peer.req_in + 1:
+                    peer.req_in = seq
+                elif not self._first_time(peer, seq):
+                    # Already here once: sent again on resume and that copy came first,
+                    # this one read late from the old connection. Not run twice.
+                    self._release(rec)
+                    with self._lock:
+                        self.late_records += 1
+                    return
             if env.target_kind == _NODE_KIND and env.intent is None:
                 # A node call, the common request: past the global objects' override
                 # (`objects.py`), which hands such a request on unchanged (a frame less).
                 Inbound._receive_request(self, rec, env, peer)
             else:
                 self._receive_request(rec, env, peer)
+        elif command == wire.REQUEST_AGAIN and rec.kind is _REQUEST:
+            self._receive_again(rec, env, peer)
         elif command == wire.CANCEL:
             self._release(rec)
             with self._lock:
                 serving = self._serving.get((peer.routing_id, env.route))
             if serving is not None:
-                serving.cancel()
+                serving.request.cancel()
         elif command == wire.UPDATE:
             self._release(rec)
             self._receive_update(peer, rec)
@@ -183,6 +202,64 @@ class Inbound(Calls):
             self._acked(peer, env.route)
         else:
             self._bad(rec, f"an unknown command {command}")
+
+    @staticmethod
+    def _first_time(peer: Peer, seq: int) -> bool:
+        """Request number `seq` of `peer` reaches us (on the I/O thread, out of order):
+        True the first time, False if it (or its earlier copy) came before. A number
+        skipped is remembered as missing until it comes (two callers' requests may
+        cross on the way; one that ended before it was sent never comes), at most
+        `_MISSING_MAX`: the oldest then counts as received (never run twice; if it
+        comes after all, it is answered as one that may have run)."""
+        top = peer.req_in
+        missing = peer.req_missing
+        if seq > top:
+            if seq - top > _MISSING_MAX:
+                missing.clear()
+                top = seq - _MISSING_MAX
+            for skipped in range(top + 1, seq):  # above every number in it: in order
+                missing[skipped] = None
+            while len(missing) > _MISSING_MAX:
+                missing.popitem(last=False)  # the oldest
+            peer.req_in = seq
+            return True
+        if seq in missing:
+            del missing[seq]
+            return True
+        return False
+
+    def _receive_again(self, rec: t.Inbound, env: Envelope, peer: Peer) -> None:
+        """A request `peer` sends again after it found us silent and we resumed
+        (`REQUEST_AGAIN`): run only if its first copy never reached us; else answered
+        on this connection from what we know (docs/mesh.md "Requests across a pause")."""
+        seq = env.seq
+        if not seq or self._first_time(peer, seq):
+            self._receive_request(rec, env, peer)
+            return
+        self._release(rec)
+        route = rec.route_id
+        served = self._serving.get((peer.routing_id, route))
+        if served is not None:  # queued or running: its reply goes on this connection
+            served.conn = rec.peer
+            return
+        with self._lock:
+            kept = peer.kept_replies.pop(route, None)
+        if kept is not None:
+            self._reply_frames(rec.peer, route, kept[1])
+            return
+        # It reached us and was answered on the old connection, and the answer was not
+        # kept (sent early, on a connection that seemed alive: a partition). Rare.
+        with self._lock:
+            self.replies_lost += 1
+        self._reply_error(
+            rec.peer,
+            route,
+            UnavailableError(
+                f"the request reached node {self.routing_id!r} before the connection was "
+                "lost and was answered there; the answer was lost: it may have run",
+                reason=UnavailableReason.PEER_PAUSED,
+            ),
+        )
 
     def _caller_due(self, rec: t.Inbound, env: Envelope, peer: Peer, now: float) -> float:
         """When the caller's deadline of request `env` (record `rec` from `peer`) passes,
@@ -627,6 +704,11 @@ class Inbound(Calls):
         served.key = key
         served.meta = meta
         served.sent = False
+        served.peer = peer
+        served.due = due
+        # Answered later than this (the caller sent it `env.deadline` before `due`),
+        # its reply is kept for a resend: the caller may have found us silent.
+        served.keep_after = due - env.deadline + self._keep_after
         # The timer on a 10 ms grid, rounded up: requests with about the same budget
         # share one timer FIFO (no timer entry of their own); `due` itself is when the
         # handler no longer starts (`deliver_request`).
@@ -648,32 +730,62 @@ class Inbound(Calls):
         # lock (one per request saved): single dict operations are atomic, and the
         # settling thread sets `sent` before it removes the entry, so whichever order the
         # two threads run in, an entry of a settled request does not stay.
-        self._serving[key] = queued
+        served.request = queued
+        self._serving[key] = served
         if served.sent:  # it settled meanwhile: nothing is left to cancel
             self._serving.pop(key, None)
 
-    def _served(
-        self,
-        conn: bytes,
-        key: tuple[str, int],
-        meta: RemoteMetadata,
-        value: object,
-        exc: BaseException | None,
-    ) -> None:
-        """Answer a request we served (on the thread that settled it)."""
+    def _served(self, served: _Served, value: object, exc: BaseException | None) -> None:
+        """Answer a request we served (on the thread that settled it): an error, or one
+        answered late (`_answer_served`)."""
+        meta = served.meta
         never_ran = meta._on_start is not None
         meta.started()
-        self._serving.pop(key, None)  # no lock: see the end of `_receive_request`
-        route = key[1]
-        if exc is not None:
-            if never_ran and isinstance(exc, CapacityExceededError):
-                exc = UnavailableError(
-                    f"the target's queue on node {self.routing_id!r} is full",
-                    reason=UnavailableReason.QUEUE_FULL,
-                )
-            self._reply_error(conn, route, exc)
-            return
-        self._reply_value(conn, route, value)
+        self._serving.pop(served.key, None)  # no lock: see the end of `_receive_request`
+        if exc is None:
+            try:
+                type_name, data = self.codec.encode_payload(value)
+            except ProtocolError as error:
+                exc = error
+            else:
+                envelope = wire.encode_fields(wire.REPLY, type_name=type_name)
+                self._answer_served(served, [envelope, data])
+                return
+        if never_ran and isinstance(exc, CapacityExceededError):
+            exc = UnavailableError(
+                f"the target's queue on node {self.routing_id!r} is full",
+                reason=UnavailableReason.QUEUE_FULL,
+            )
+        self._answer_served(served, self._error_frames(exc))
+
+    def _answer_served(self, served: _Served, frames: list[bytes]) -> None:
+        """Send a served request's reply. One answered late (its caller may have found us
+        silent meanwhile) or whose connection is gone is kept too, until its caller's
+        deadline, for the caller to ask again when it resumes (`_receive_again`); one
+        whose connection is gone goes on the peer's connection now, if it resumed."""
+        conn = served.conn
+        route = served.key[1]
+        gone = conn not in self._peers.by_conn
+        if gone or self._now() > served.keep_after:
+            peer = served.peer
+            with self._lock:
+                kept = peer.kept_replies
+                if not peer.expired:
+                    if len(kept) >= _KEPT_MAX:
+                        del kept[next(iter(kept))]  # the oldest
+                    kept[route] = (served.due, frames)
+                if gone and peer.state is not PeerState.LOST:
+                    conn = peer.conn
+        self._reply_frames(conn, route, frames)
+
+    def _forget_kept_replies(self, now: float) -> None:
+        """Drop the kept replies whose callers' deadlines have passed (`node._tick`)."""
+        with self._lock:
+            for peer in self._peers.by_rid.values():
+                kept = peer.kept_replies
+                if kept:
+                    for route in [r for r, (due, _) in kept.items() if due <= now]:
+                        del kept[route]
 
     def _reply_value(self, conn: bytes, route: int, value: object) -> None:
         """Answer request `route` with `value` (`ProtocolError` if it cannot cross)."""
@@ -768,21 +880,34 @@ class _Served:
     No `__init__`: its one maker, `_receive_request`, fills the slots (a frame less per
     request on the transport's I/O thread, the thread that saturates first)."""
 
-    __slots__ = ("conn", "key", "meta", "node", "sent")
+    __slots__ = ("conn", "due", "keep_after", "key", "meta", "node", "peer", "request", "sent")
 
     node: Inbound
+    #: The connection its reply goes on (a request sent again moves it: `_receive_again`).
     conn: bytes
     key: tuple[str, int]
     meta: RemoteMetadata
     #: The answer went (or is going) out: later calls do nothing.
     sent: bool
+    #: Its caller, and the caller's deadline on the Host clock.
+    peer: Peer
+    due: float
+    #: Answered after this (Host clock), its reply is kept too (`Inbound._answer_served`).
+    keep_after: float
+    #: The local request (a CANCEL cancels it).
+    request: Request
 
     def __call__(self, value: object, exc: BaseException | None) -> None:
         if self.sent:
             return
         self.sent = True
         node = self.node
-        if exc is None and self.meta._on_start is None:
+        if (
+            exc is None
+            and self.meta._on_start is None
+            and self.conn in node._peers.by_conn
+            and node._now() <= self.keep_after
+        ):
             # The common answer, a value from a handler that ran: `_served` and
             # `_reply_value` in one frame (this runs for every request served).
             key = self.key
@@ -801,4 +926,4 @@ class _Served:
                 )
             node._reply_frames(self.conn, key[1], [envelope, data])
             return
-        node._served(self.conn, self.key, self.meta, value, exc)
+        node._served(self, value, exc)

@@ -167,6 +167,15 @@ class MeshNode(GlobalObjects):
                 return
             self._draining = True
             peers = [p for p in self._peers.by_rid.values() if p.state is not PeerState.LOST]
+            silent = [p for p in self._peers.by_rid.values() if p.state is PeerState.LOST]
+        # Our requests waiting for a silent peer to resume end now: the drain does not
+        # wait for them (docs/mesh.md "Requests across a pause").
+        for peer in silent:
+            with self._lock:
+                routes = list(peer.inflight)
+                peer.inflight.clear()
+            for route in routes:
+                self.runtime.pending.finish(route, exc=shutting_down("the peer answered"))
         update = self._hello_bytes()
         for peer in peers:  # a notice: it must not wait behind credit or a PAUSED peer
             self._notify_quietly(peer.conn, wire.encode_fields(wire.UPDATE), update)
@@ -379,6 +388,7 @@ class MeshNode(GlobalObjects):
                 duplicate_messages=self.duplicate_messages,
                 held_while_fenced=self.held_while_fenced,
                 forwarded_messages=self.forwarded_messages,
+                replies_lost=self.replies_lost,
             )
 
     def _tick(self) -> None:
@@ -399,6 +409,8 @@ class MeshNode(GlobalObjects):
                 elif peer.lost_at and not peer.expired and now - peer.lost_at > expiry:
                     self._expire(peer, f"silent past peer_expiry ({expiry:g} s)")
             self._close_told(now)
+            if any(peer.kept_replies for peer in peers):
+                self._forget_kept_replies(self._now())
 
     def _keep_peers(self) -> None:
         """Every liveness interval, dial again each `peers=` endpoint no live peer and

@@ -10,9 +10,10 @@ runs under the node's lock; nothing touches the transport.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -110,6 +111,23 @@ class Peer:
     fin_sent: bool = False
     #: It told us (FIN) its last one-way to us, learning of our drain (None: not yet).
     fin_seq: int | None = None
+    # -- requests across a pause (docs/mesh.md "Requests across a pause") --
+    #: It said (HELLO) that it numbers requests and answers `REQUEST_AGAIN`: our requests
+    #: in flight to it stay pending when it goes silent, and go again if it resumes.
+    resends: bool = False
+    #: The numbers of our requests to this lifecycle of it (`Envelope.seq`).
+    req_numbers: Iterator[int] = field(default_factory=lambda: itertools.count(1), repr=False)
+    #: The highest number of its requests that reached this node (I/O thread only), and
+    #: the numbers below it that have not (yet: two callers' requests may cross), oldest
+    #: first, at most `inbound._MISSING_MAX` (past that the oldest is forgotten: taken
+    #: as received, so a request sent again is never run twice, at worst answered as
+    #: one that may have run).
+    req_in: int = 0
+    req_missing: OrderedDict[int, None] = field(default_factory=OrderedDict, repr=False)
+    #: Replies to its requests that may not have reached it (sent late, or while its
+    #: connection was gone), by route id: (until when its caller may still ask again, on
+    #: our clock; the reply's frames). Answered from here if it sends the request again.
+    kept_replies: dict[int, tuple[float, list[bytes]]] = field(default_factory=dict, repr=False)
 
     def info(self) -> PeerInfo:
         return PeerInfo(

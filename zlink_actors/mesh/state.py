@@ -36,7 +36,6 @@ from .._core.errors import (
     UnavailableError,
     UnavailableReason,
 )
-from .._core.pending import Request
 from .._engine.kernel import Runtime
 from .._engine.objects import ObjectKind
 from .._engine.remote import node_key
@@ -158,6 +157,10 @@ class _Hello(msgspec.Struct, array_like=True, frozen=True):
     #: Its `time.monotonic()` as it made this hello (0.0: an older peer). In an ADMIT,
     #: read after the HELLO came: the dialling node's first sample of its clock offset.
     clock: float = 0.0
+    #: It numbers its requests and answers `REQUEST_AGAIN` (False: an older peer): a
+    #: request to it stays pending while it is silent (docs/mesh.md "Requests across a
+    #: pause").
+    resends: bool = False
 
 
 _encode_hello = msgspec.msgpack.Encoder().encode
@@ -221,6 +224,11 @@ class MeshStatistics:
         forwarded_messages: one-ways from peers that reached this node on a stale route
             (it does not hold their target) and went on to the owner the Location Store
             names (one that fails there is lost, counted by its sender).
+        replies_lost: requests a peer sent again after it found this node silent and it
+            resumed (`REQUEST_AGAIN`) whose first copy had reached this node and been
+            answered on the old connection, the answer not kept: answered
+            `UnavailableError` (`peer_paused`: it may have run). Rare: an answer sent
+            early in a partition (docs/mesh.md "Requests across a pause").
         unavailable: requests from peers this node answered with `UnavailableError`,
             by `UnavailableReason` value (`"queue_full"`, `"not_owner"`, ...; a reason
             never given is absent; an unspecified one is not counted).
@@ -259,6 +267,7 @@ class MeshStatistics:
     full_targets: int = 0
     unpermitted_records: int = 0
     target_waits: int = 0
+    replies_lost: int = 0
 
 
 @dataclass(slots=True)
@@ -341,8 +350,9 @@ class NodeState:
         self._routes: dict[object, object] = {}
         #: Those of them still parked for credit: route id -> their `admitted` future.
         self._parked: dict[int, Future[None]] = {}
-        #: Requests we serve: (sender routing id, route id) -> the local request.
-        self._serving: dict[tuple[str, int], Request] = {}
+        #: Requests we serve: (sender routing id, route id) -> its answer
+        #: (`inbound._Served`: the local request, the connection its reply goes on).
+        self._serving: dict[tuple[str, int], Any] = {}
         #: The envelope of a value's reply, by the value's type name (`inbound._Served`).
         self._reply_heads: dict[str, bytes] = {}
         #: While `_on_receive` runs (on the transport's I/O thread, the only caller of
@@ -391,8 +401,15 @@ class NodeState:
         self.late_replies = 0
         #: One-ways a peer sent again after a pause that had reached us already.
         self.duplicate_messages = 0
-        #: Records read from the old connection of a peer found silent (it resends).
+        #: Records read from the old connection of a peer found silent (it resends), and
+        #: requests that reached us twice (sent again on resume): dropped unhandled.
         self.late_records = 0
+        #: Requests a peer sent again after a pause whose first copy we had answered and
+        #: whose answer was not kept: answered `UnavailableError` (they may have run).
+        self.replies_lost = 0
+        #: A served request answered more than this long after its caller sent it has
+        #: its reply kept for a resend (`inbound.Inbound._answer_served`).
+        self._keep_after = config.liveness_interval
         #: One-ways admitted here for a peer that then went for good before it received
         #: them (`MeshStatistics.dropped_after_admission`), and by routing id.
         self.dropped_after_admission = 0
@@ -486,6 +503,7 @@ class NodeState:
                 self.config.placement_weight,
                 fenced,
                 time.monotonic(),
+                True,
             )
         )
 
@@ -508,6 +526,7 @@ class NodeState:
         peer.max_message_size = hello.max_message_size
         peer.placement_weight = 100 if hello.placement_weight < 0 else hello.placement_weight
         peer.fenced = hello.fenced
+        peer.resends = hello.resends
         if peer.state is not PeerState.LOST:
             peer.state = PeerState.DRAINING if hello.draining else PeerState.READY
 
@@ -542,11 +561,15 @@ class NodeState:
             peer.expired = True
             kept = list(peer.unacked)  # one C-level copy: an ACK may pop meanwhile
             peer.unacked.clear()
+            peer.kept_replies = {}  # it never asks again
             lost = sum(
                 1
                 for _, _, admitted in kept
                 if admitted is None or (admitted.done() and admitted.exception() is None)
             )
+        # Our requests still pending for it (it went silent, they waited for a resume)
+        # end now: it will not answer them.
+        self._fail_inflight(peer, why, UnavailableReason.PEER_LOST)
         # Held back for a full target of it: never sent, never completed; they fail (not
         # counted lost: their callers see why). Expired, it gets no more (`Calls._send`).
         self._fail_target_waits(
@@ -694,6 +717,11 @@ class NodeState:
         self._bad_log.tick()
 
     def _reply_error(self, conn: bytes, route: int, exc: BaseException) -> None:
+        self._reply_frames(conn, route, self._error_frames(exc))
+
+    def _error_frames(self, exc: BaseException) -> list[bytes]:
+        """The frames of a reply that says `exc` (an `UnavailableError` is counted by
+        its reason in `MeshStatistics.unavailable`)."""
         kind, message = self.codec.encode_error(exc)
         if len(message) > _ERROR_TEXT:  # an error message never outgrows a reply
             message = message[:_ERROR_TEXT] + " [...]"
@@ -701,11 +729,7 @@ class NodeState:
         if reason:
             with self._lock:
                 self.unavailable[reason] = self.unavailable.get(reason, 0) + 1
-        self._reply_frames(
-            conn,
-            route,
-            [wire.encode_fields(wire.REPLY, error_kind=kind, error=message, reason=reason)],
-        )
+        return [wire.encode_fields(wire.REPLY, error_kind=kind, error=message, reason=reason)]
 
     def _reply_frames(self, conn: bytes, route: int, frames: list[bytes]) -> None:
         transport = self._transport

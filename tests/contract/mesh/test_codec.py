@@ -44,6 +44,7 @@ from zlink_actors.mesh.codec import (
     REJECT,
     REPLY,
     REQUEST,
+    REQUEST_AGAIN,
     SEND,
     TARGET_KINDS,
     UPDATE,
@@ -128,8 +129,8 @@ def msgpack(value: object) -> bytes:
 def test_the_commands_are_the_pinned_numbers() -> None:
     assert tuple(range(1, 10)) == (SEND, REQUEST, REPLY, CANCEL, HELLO, ADMIT, REJECT, UPDATE, BYE)
     assert (FULL, OPEN, WAITING, HELD) == (10, 11, 12, 13)
-    assert (ACK, FIN, DROPPED) == (14, 15, 16)
-    assert frozenset(range(1, 17)) == COMMANDS
+    assert (ACK, FIN, DROPPED, REQUEST_AGAIN) == (14, 15, 16, 17)
+    assert frozenset(range(1, 18)) == COMMANDS
 
 
 def test_an_envelope_with_every_field_set_round_trips() -> None:
@@ -183,7 +184,8 @@ def test_the_reason_is_the_field_after_intent_and_an_older_peers_reply_has_none(
     unavailable = int(ErrorKind.UNAVAILABLE)
     data = encode_fields(REPLY, error_kind=unavailable, error="full", reason="queue_full")
     fields = msgspec.msgpack.decode(data)
-    assert fields[9:] == [unavailable, "full", None, "queue_full", 0.0]  # error_kind .. due
+    # error_kind .. seq
+    assert fields[9:] == [unavailable, "full", None, "queue_full", 0.0, 0]
     assert decode_envelope(data).reason == "queue_full"
     # An older peer's reply stops after `intent` (or after `error`): no reason.
     for older in (fields[:12], fields[:11]):
@@ -203,10 +205,27 @@ def test_a_request_carries_its_callers_deadline_last_and_an_older_peers_has_none
     data = encode_request(head, 0.25, None, "Ping", None, 12345.678)
     env = decode_envelope(data)
     assert (env.deadline, env.due, env.type_name, env.intent) == (0.25, 12345.678, "Ping", None)
-    assert msgspec.msgpack.decode(data)[12:] == ["", 12345.678]  # no reason, then due
+    # no reason, then due, then its request number (none given: 0)
+    assert msgspec.msgpack.decode(data)[12:] == ["", 12345.678, 0]
     older = [*head, 0.25, None, "Ping", -1, "", None, ""]
     for fields in (older, older[:-1], older[:-2]):
         assert decode_envelope(msgpack(fields)).due == 0.0
+
+
+def test_a_request_carries_its_number_after_its_deadline_and_an_older_peers_has_none() -> None:
+    """Field 14, `seq` (docs/mesh.md "Requests across a pause"): the request's number
+    among its caller's requests to this receiver, also on a `REQUEST_AGAIN`; a request
+    of a peer that predates it decodes with 0 (never taken as sent again)."""
+    for command in (REQUEST, REQUEST_AGAIN):
+        head = (command, bytes(16), 7, "node", "node-b", "game")
+        data = encode_request(head, 0.25, None, "Ping", None, 12345.678, 42)
+        env = decode_envelope(data)
+        assert (env.command, env.route, env.due, env.seq) == (command, 7, 12345.678, 42)
+        assert msgspec.msgpack.decode(data)[14] == 42
+    older = [REQUEST, bytes(16), 7, "node", "node-b", "game", 0.25, None, "Ping"]
+    assert decode_envelope(msgpack([*older, -1, "", None, "", 1.0])).seq == 0
+    with pytest.raises(ProtocolError):
+        decode_envelope(msgpack([*older, -1, "", None, "", 1.0, -1]))
 
 
 @pytest.mark.parametrize(
@@ -244,7 +263,7 @@ def test_a_malformed_envelope_is_a_protocol_error(data: bytes, why: str) -> None
     ("fields", "match"),
     [
         ([0], "unknown command"),
-        ([17], "unknown command"),
+        ([18], "unknown command"),
         ([REQUEST, b"\x01" * 15], "OperationId"),
         ([REQUEST, b"\x01" * 17], "OperationId"),
         ([REQUEST, b"", -1], "ReplyRouteId"),
@@ -912,9 +931,9 @@ def test_a_send_envelope_leaves_off_its_default_tail_and_decodes_the_same(
     assert type(env.deadline) is float
     assert env.deadline == 0.0
     assert route_of(data) == route
-    # due (9 bytes), reason and, without an intent, error_kind, error and intent are
-    # left off; the deadline 0.0 is the 1-byte int 0, not a 9-byte float
-    assert len(full) - len(data) == (13 + 8 if intent is None else 10 + 8)
+    # seq (1 byte), due (9 bytes), reason and, without an intent, error_kind, error and
+    # intent are left off; the deadline 0.0 is the 1-byte int 0, not a 9-byte float
+    assert len(full) - len(data) == (14 + 8 if intent is None else 11 + 8)
 
 
 class Loose(msgspec.Struct):

@@ -13,6 +13,7 @@ __all__ = [
     "Echoed",
     "HowMany",
     "Job",
+    "JobLog",
     "Load",
     "Nap",
     "Napped",
@@ -94,6 +95,10 @@ class SeqLog(msgspec.Struct, frozen=True):
     """The numbers of the `Seq` messages this node's channel handler ran, in order."""
 
 
+class JobLog(msgspec.Struct, frozen=True):
+    """The numbers of the `Job` requests this node's channel handler ran, in order."""
+
+
 class HowMany(msgspec.Struct, frozen=True):
     """How many messages this node's channel handler has handled."""
 
@@ -133,6 +138,7 @@ ALL_TYPES: tuple[type, ...] = (
     Load,
     Seq,
     SeqLog,
+    JobLog,
     HowMany,
     Count,
     SetWeight,

@@ -47,6 +47,7 @@ from .messages import (
     Echoed,
     HowMany,
     Job,
+    JobLog,
     Load,
     Nap,
     Napped,
@@ -69,6 +70,8 @@ _handled = 0
 _napping = 0
 #: The numbers of the `Seq` one-ways the channel handler ran, in the order it ran them.
 _seqs: list[int] = []
+#: The numbers of the `Job` requests the channel handler ran, in the order it ran them.
+_jobs: list[int] = []
 _host: list[z.Host] = []
 
 
@@ -141,6 +144,11 @@ class Control(z.NodeHandler):
             return list(_seqs)
 
     @z.handler
+    def job_log(self, ctx: z.NodeContext, msg: JobLog) -> list[int]:
+        with _count_lock:
+            return list(_jobs)
+
+    @z.handler
     def set_weight(self, ctx: z.NodeContext, msg: SetWeight) -> int:
         _host[0].set_channel_weight(msg.channel, msg.weight)
         return msg.weight
@@ -173,6 +181,8 @@ class Worker(z.ChannelHandler):
     @z.handler
     def job(self, ctx: z.ChannelContext, msg: Job) -> Done:
         _count()
+        with _count_lock:
+            _jobs.append(msg.n)
         return Done(msg.n, _rid(ctx))
 
     @z.handler

@@ -228,11 +228,13 @@ def test_a_lost_peer_ends_requests_in_flight_and_waiting_sends_once_and_the_surv
     why = (
         z.UnavailableReason.PEER_LOST if sig is signal.SIGKILL else z.UnavailableReason.PEER_PAUSED
     )
-    # Its requests in flight end at once. The sends held back here for its full channel
+    # Killed, its requests in flight end at once; frozen, they wait for it within their
+    # deadline (it may resume: docs/mesh.md "Requests across a pause") and end
+    # PEER_LOST at `peer_expiry`. The sends held back here for its full channel
     # stay while it may come back with the same lifecycle and resume (a lost
     # connection does not tell a killed process from a frozen one), and end PEER_LOST
     # (never sent) at `peer_expiry`; those still parked for credit end at once.
-    prompt = requests
+    prompt = requests if sig is signal.SIGKILL else []
     for call in prompt:
         exc = call.exception(bound + WAIT)
         assert isinstance(exc, z.UnavailableError), call
@@ -240,7 +242,9 @@ def test_a_lost_peer_ends_requests_in_flight_and_waiting_sends_once_and_the_surv
     for call in prompt:
         assert wait_until(lambda call=call: len(ends.of(call)) >= 1)
         assert ends.of(call)[0] - killed < bound, ends.of(call)[0] - killed
-    assert _peer_state(host, a.routing_id) is z.PeerState.LOST
+    assert wait_until(lambda: _peer_state(host, a.routing_id) is z.PeerState.LOST, bound + WAIT)
+    if sig is signal.SIGSTOP:
+        assert not any(call.done() for call in requests)
     held = [call for call in waiting if not call.done()]
     assert held  # held back for the full channel: not failed while A may resume
     for call in waiting:
@@ -251,6 +255,11 @@ def test_a_lost_peer_ends_requests_in_flight_and_waiting_sends_once_and_the_surv
         if late:
             assert wait_until(lambda call=call: len(ends.of(call)) >= 1)
             assert ends.of(call)[0] - killed > EXPIRY, ends.of(call)[0] - killed
+    for call in requests if sig is signal.SIGSTOP else []:
+        exc = call.exception(EXPIRY + bound + WAIT)
+        assert isinstance(exc, z.UnavailableError), call
+        assert exc.reason is z.UnavailableReason.PEER_LOST, (call, exc)
+        assert ends.of(call)[0] - killed > EXPIRY, ends.of(call)[0] - killed
     why = z.UnavailableReason.PEER_LOST  # expired: it never resumes now
 
     # The next 20 requests to the channel all go to B and succeed; nothing of what A
