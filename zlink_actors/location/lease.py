@@ -139,6 +139,11 @@ class OwnerLease:
         #: its generation counter (a Redis restarted without persistence), so a lost
         #: run's generation is never issued again and stays fenced for good.
         self.last_generation = 0
+        #: The last `acquire` found the owner's generation counter below
+        #: `last_generation` (or gone): the store lost its data since (a restart without
+        #: persistence), so a record missing there may have been lost with it rather
+        #: than deleted.
+        self.counter_lost = False
 
     def admitting(self) -> bool:
         """Whether the admission deadline of the current grant is still ahead."""
@@ -187,6 +192,7 @@ class OwnerLease:
                 self.grant = LeaseGrant(
                     self.owner, generation, done.versions[self._key], self._deadline(sent_at, done)
                 )
+                self.counter_lost = current < self.last_generation
                 self.last_generation = generation
                 return self.grant
             live = await self.store.read(self._key)

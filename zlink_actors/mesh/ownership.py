@@ -173,6 +173,9 @@ class Ownership(Routing):
         acquired = lease.grant is not None
         #: The records of the objects still held are claimed again before admitting.
         reclaim = False
+        #: The store lost its data since the lease was lost (`OwnerLease.counter_lost`):
+        #: a record missing there may be claimed again; otherwise it was deleted.
+        wiped = False
         detail = ""
         next_purge = time.monotonic() + self.config.route_cache_max_age
         while not stop():
@@ -196,12 +199,14 @@ class Ownership(Routing):
                     else:
                         await lease.acquire()  # a new generation, above the lost one
                         reclaim = True
+                        wiped = lease.counter_lost
                         next_renewal = time.monotonic() + config.renew_interval
                 elif now >= next_renewal:
                     await lease.renew()
                     next_renewal = time.monotonic() + config.renew_interval
                 if reclaim and lease.admitting():
-                    await self._reclaim_all()
+                    await self._reclaim_all(wiped)
+                    wiped = False
                     reclaim = False
             except Exception as exc:  # the store is down, or the lease was lost
                 detail = f"{type(exc).__name__}: {exc}"
@@ -311,11 +316,13 @@ class Ownership(Routing):
                 target=shut, name=f"zlink-lease-lost-{self.routing_id}", daemon=True
             ).start()
 
-    async def _reclaim_all(self) -> None:
+    async def _reclaim_all(self, wiped: bool) -> None:
         """Claim again, for the lease held now, every object this node still holds whose
-        record is missing or still names it; close the others (`_ownership_lost`).
-        Raises on a store failure: the keeper tries the whole pass again (what was
-        claimed already is found claimed)."""
+        record still names it, or is missing because the store lost its data (`wiped`);
+        close the others (`_ownership_lost`): a record missing from a store that kept
+        its data was deleted (another node took the object over and closed it). Raises
+        on a store failure: the keeper tries the whole pass again (what was claimed
+        already is found claimed)."""
         lease = self.lease
         assert lease is not None
         assert lease.grant is not None
@@ -324,10 +331,12 @@ class Ownership(Routing):
             owned = list(self._owned.items())
         for start in range(0, len(owned), _RECLAIM_BATCH):  # a few store round trips each
             batch = owned[start : start + _RECLAIM_BATCH]
-            await asyncio.gather(*(self._reclaim_one(key, held, fence) for key, held in batch))
+            await asyncio.gather(
+                *(self._reclaim_one(key, held, fence, wiped) for key, held in batch)
+            )
 
     async def _reclaim_one(
-        self, key: tuple[ObjectKind, str], held: AuthorityRecord, fence: OwnerFence
+        self, key: tuple[ObjectKind, str], held: AuthorityRecord, fence: OwnerFence, wiped: bool
     ) -> None:
         authority = self.authority
         assert authority is not None
@@ -341,8 +350,10 @@ class Ownership(Routing):
                 and found.state is AuthorityState.READY
             ):
                 new = found  # claimed by an earlier pass
-            elif found is None or (
-                found.owner.node == self.routing_id and found.generation == held.generation
+            elif (found is None and wiped) or (
+                found is not None
+                and found.owner.node == self.routing_id
+                and found.generation == held.generation
             ):
                 claimed = await authority.reclaim(held, found, fence)
                 if isinstance(claimed, Conflict):
@@ -367,11 +378,12 @@ class Ownership(Routing):
         )
 
     def _ownership_lost(
-        self, key: tuple[ObjectKind, str], held: AuthorityRecord, found: AuthorityRecord
+        self, key: tuple[ObjectKind, str], held: AuthorityRecord, found: AuthorityRecord | None
     ) -> None:
-        """Another node claimed `key` while this node's lease was lost: the object closes
-        here (`on_closing` with `OWNERSHIP_LOST`) and never serves here again; its record
-        (the other node's) is left alone."""
+        """Another node claimed `key` while this node's lease was lost (its record names
+        that node, or was deleted there: `found` None): the object closes here
+        (`on_closing` with `OWNERSHIP_LOST`) and never serves here again; the other
+        node's record is left alone."""
         with self._lock:
             if self._owned.get(key) is not held:
                 return
@@ -380,12 +392,11 @@ class Ownership(Routing):
             self._episode = (self._episode[0], self._episode[1] + 1)
         self._routes.pop(key, None)
         log.warning(
-            "mesh %s: %s %r was claimed by node %r while this node's lease was lost: it "
-            "closes here",
+            "mesh %s: %s %r was claimed by %s while this node's lease was lost: it closes here",
             self.routing_id,
             key[0],
             key[1],
-            found.owner.node,
+            "another node (and closed there)" if found is None else repr(found.owner.node),
         )
         act = self._held(*key)
         if act is not None and act.generation == held.generation:

@@ -31,6 +31,7 @@ from zlink_actors import (
     MeshConfig,
     NodeContext,
     NodeHandler,
+    NotFoundError,
     RedisLocationStore,
     ShutdownReason,
     Spot,
@@ -554,6 +555,46 @@ def test_held_one_ways_of_a_node_that_shuts_down_fenced_are_counted_by_their_sen
         )
         assert mesh_stats(client).dropped_by_peer == {rid: HELD_SENDS}
         assert _notes("kept") == []
+
+
+def test_an_object_taken_over_and_closed_meanwhile_is_closed_not_claimed_again(
+    redis: RedisServer,
+) -> None:
+    """The store kept its data (a lease lost by an outage, not a wipe): a record missing
+    at recovery was deleted, by the node that took the object over and then closed it.
+    The old instance closes here (before: it was claimed again and served its old
+    state, a lifecycle that had ended)."""
+    events = Events()
+    with GlobalMesh(lease=SHORT, store=_store(redis)) as mesh:
+        owner = mesh.add(spots=[Keeper], cuttable=True, on_state_change=events)
+        other = mesh.add(spots=[Keeper])
+        owner.spots.get_or_create("gone", Keeper).submit_sync()
+        fence = OwnerFence(owner.node.routing_id, mesh_stats(owner).lease_generation)
+        mesh.cut(owner)
+        assert wait_until(lambda: StateChangeKind.FENCED in events.kinds(), WAIT)
+
+        async def alive() -> bool:
+            return await Authority(mesh.store).owner_alive(fence)
+
+        assert wait_until(lambda: not asyncio.run(alive()), WAIT + SHORT.ttl)
+        assert other.spots.close("gone").submit_sync() is True  # the take-over...
+        made = other.spots.get_or_create("gone", Keeper).submit_sync()
+        assert made.ref.routing_id == other.node.routing_id
+        assert other.spots.close("gone").submit_sync() is True  # ...closed there
+        assert _record_owner(mesh.store, "gone") is None
+
+        mesh.heal(owner)
+        assert wait_until(lambda: StateChangeKind.RECOVERED in events.kinds(), WAIT)
+        _, recovered = events.first(StateChangeKind.RECOVERED)
+        assert (recovered.reclaimed_objects, recovered.lost_objects) == (0, 1)
+        assert wait_until(
+            lambda: ("gone", owner.node.routing_id, "ownership_lost") in journal().items("closing")
+        )
+        assert _record_owner(mesh.store, "gone") is None  # not written again
+        served = {who for spot, who in journal().items("served") if spot == "gone"}  # type: ignore[misc]
+        with pytest.raises(NotFoundError):
+            _where(other, "gone")
+        assert {who for spot, who in journal().items("served") if spot == "gone"} == served  # type: ignore[misc]
 
 
 def test_on_lease_lost_shutdown_shuts_the_host_down_and_says_why(redis: RedisServer) -> None:
