@@ -153,6 +153,16 @@ def _record_owner(store: RedisLocationStore, spot_id: str) -> OwnerFence | None:
     return asyncio.run(read())
 
 
+def _lease_expires(mesh: GlobalMesh, fence: OwnerFence) -> bool:
+    """Wait (bounded) until the lease `fence` names has expired in the store: from then
+    on another node may take its records over."""
+
+    async def alive() -> bool:
+        return await Authority(mesh.store).owner_alive(fence)
+
+    return wait_until(lambda: not asyncio.run(alive()), WAIT + SHORT.ttl)
+
+
 def test_after_a_redis_restart_without_persistence_every_node_recovers_and_serves(
     redis: RedisServer,
 ) -> None:
@@ -374,10 +384,7 @@ def test_an_object_another_node_claimed_meanwhile_is_closed_with_ownership_lost(
 
         # Once its lease expired in the store (a close before that would still go to the
         # fenced owner, which closes it), the other node takes "taken" over.
-        async def alive() -> bool:
-            return await Authority(mesh.store).owner_alive(fence)
-
-        assert wait_until(lambda: not asyncio.run(alive()), WAIT + SHORT.ttl)
+        assert _lease_expires(mesh, fence)
         assert other.spots.close("taken").submit_sync() is True
         made = other.spots.get_or_create("taken", Keeper).submit_sync()
         assert made.ref.routing_id == other.node.routing_id
@@ -421,6 +428,19 @@ class Gate(NodeHandler):
         journal().note("gate", msg.n)
 
 
+def _gated_owner(mesh: GlobalMesh, events: Events) -> Host:
+    """An owner of `Room`s, cut off from the store when the test says, whose node handler
+    is `Gate` and whose reading one record can pause (`_fenced_with_sends_behind`)."""
+    return mesh.add(
+        spots=[Room],
+        node_handler=Gate,
+        application_lane_items=2,
+        cuttable=True,
+        on_state_change=events,
+        mesh=ONE_PERMIT,
+    )
+
+
 def _fenced_with_sends_behind(
     mesh: GlobalMesh, owner: Host, client: Host, events: Events, spot_id: str
 ) -> list[Completion[None]]:
@@ -460,14 +480,7 @@ def test_one_ways_that_reach_a_fenced_node_are_held_and_handled_in_order_once_it
 ) -> None:
     events = Events()
     with GlobalMesh(lease=SHORT, store=_store(redis)) as mesh:
-        owner = mesh.add(
-            spots=[Room],
-            node_handler=Gate,
-            application_lane_items=2,
-            cuttable=True,
-            on_state_change=events,
-            mesh=ONE_PERMIT,
-        )
+        owner = _gated_owner(mesh, events)
         client = mesh.add()
         owner.spots.get_or_create("kept", Room).submit_sync()
         _fenced_with_sends_behind(mesh, owner, client, events, "kept")
@@ -496,25 +509,15 @@ def test_held_one_ways_whose_target_another_node_claimed_are_counted_by_their_se
 ) -> None:
     events = Events()
     with GlobalMesh(lease=SHORT, store=_store(redis)) as mesh:
-        owner = mesh.add(
-            spots=[Room],
-            node_handler=Gate,
-            application_lane_items=2,
-            cuttable=True,
-            on_state_change=events,
-            mesh=ONE_PERMIT,
-        )
+        owner = _gated_owner(mesh, events)
         other = mesh.add(spots=[Room])
         client = mesh.add()
         owner.spots.get_or_create("taken", Room).submit_sync()
         fence = OwnerFence(owner.node.routing_id, mesh_stats(owner).lease_generation)
         _fenced_with_sends_behind(mesh, owner, client, events, "taken")
 
-        async def alive() -> bool:
-            return await Authority(mesh.store).owner_alive(fence)
-
         # Once the owner's lease expired in the store, the other node takes "taken" over.
-        assert wait_until(lambda: not asyncio.run(alive()), WAIT + SHORT.ttl)
+        assert _lease_expires(mesh, fence)
         assert other.spots.close("taken").submit_sync() is True
         made = other.spots.get_or_create("taken", Room).submit_sync()
         assert made.ref.routing_id == other.node.routing_id
@@ -537,14 +540,7 @@ def test_held_one_ways_of_a_node_that_shuts_down_fenced_are_counted_by_their_sen
 ) -> None:
     events = Events()
     with GlobalMesh(lease=SHORT, store=_store(redis)) as mesh:
-        owner = mesh.add(
-            spots=[Room],
-            node_handler=Gate,
-            application_lane_items=2,
-            cuttable=True,
-            on_state_change=events,
-            mesh=ONE_PERMIT,
-        )
+        owner = _gated_owner(mesh, events)
         client = mesh.add()
         owner.spots.get_or_create("kept", Room).submit_sync()
         _fenced_with_sends_behind(mesh, owner, client, events, "kept")
@@ -573,10 +569,7 @@ def test_an_object_taken_over_and_closed_meanwhile_is_closed_not_claimed_again(
         mesh.cut(owner)
         assert wait_until(lambda: StateChangeKind.FENCED in events.kinds(), WAIT)
 
-        async def alive() -> bool:
-            return await Authority(mesh.store).owner_alive(fence)
-
-        assert wait_until(lambda: not asyncio.run(alive()), WAIT + SHORT.ttl)
+        assert _lease_expires(mesh, fence)
         assert other.spots.close("gone").submit_sync() is True  # the take-over...
         made = other.spots.get_or_create("gone", Keeper).submit_sync()
         assert made.ref.routing_id == other.node.routing_id
