@@ -498,7 +498,9 @@ def test_one_ways_that_reach_a_fenced_node_are_held_and_handled_in_order_once_it
         assert _notes("kept") == [(i, rid) for i in range(HELD_SENDS)]  # once each, in order
         assert mesh_stats(owner).dropped_messages == 0
         assert mesh_stats(client).dropped_after_admission == 0
-        # What arrives afterwards is not held.
+        # What arrives afterwards is not held (sent once the client heard of the
+        # recovery: until then it refuses, as above).
+        assert wait_until(lambda: any(p.routing_id == rid and not p.fenced for p in client.peers()))
         client.send_to_spot("kept", Note(HELD_SENDS)).submit_sync()
         assert wait_until(lambda: len(_notes("kept")) == HELD_SENDS + 1)
         assert mesh_stats(owner).held_while_fenced == HELD_SENDS
