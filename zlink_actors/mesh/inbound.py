@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import math
 import threading
 from collections import deque
@@ -21,7 +22,6 @@ from .._core.errors import (
     DeadlineExceededError,
     NotFoundError,
     ProtocolError,
-    ShuttingDownError,
     UnavailableError,
     UnavailableReason,
     ZlinkError,
@@ -356,7 +356,12 @@ class Inbound(Calls):
             if not self._refused(rec, peer, exc, released=False):
                 self._drop_message(rec, peer, str(exc), decode=isinstance(exc, ProtocolError))
             return
-        meta = RemoteMetadata(env.metadata or {}, peer.routing_id, self._permit(*where))
+        meta = RemoteMetadata(
+            env.metadata or {},
+            peer.routing_id,
+            self._permit(*where),
+            peer.dropped_unrun or self._drop_hook(peer),
+        )
         done = deliver_send(self.runtime, where[0], where[1], payload, meta)
         if done.done():
             self._sent(rec, peer, meta, done)
@@ -482,19 +487,19 @@ class Inbound(Calls):
         exc = done.exception()
         if exc is not None:
             meta.started()
-            if self._refused(rec, peer, exc, released=True):
-                return
-            if not isinstance(exc, ShuttingDownError):
-                with self._lock:
-                    self.dropped_messages += 1
-                self._warn_dropped(
-                    "no handler",
-                    peer.routing_id,
-                    str(exc),
-                    "mesh %s: a message from %s reached no handler: %s",
-                    peer.routing_id,
-                    exc,
-                )
+            if not self._refused(rec, peer, exc, released=True):
+                self._lost_here(peer, f"no handler: {exc}")
+
+    def _drop_hook(self, peer: Peer) -> Callable[[], None]:
+        """What a one-way from `peer` runs when its target drops it unrun (its object
+        closed first, or this Host stopped): it is lost after its sender saw it
+        acknowledged, and the sender is told (`_lost_here`). One per peer lifecycle."""
+        hook = peer.dropped_unrun
+        if hook is None:
+            hook = peer.dropped_unrun = functools.partial(
+                self._lost_here, peer, "its target closed before it ran"
+            )
+        return hook
 
     def _refused(self, rec: t.Inbound, peer: Peer, exc: BaseException, *, released: bool) -> bool:
         """A received one-way that its target refused with `exc` (its credit `released`
@@ -606,9 +611,16 @@ class Inbound(Calls):
             peer.routing_id,
             why,
         )
+        self._tell_dropped(peer, count)
+
+    def _tell_dropped(self, peer: Peer, count: int) -> None:
+        """Tell `peer` that `count` of its one-ways we acknowledged were never handled
+        here (DROPPED: it counts them in `dropped_after_admission`)."""
         self._notify_quietly(peer.conn, wire.encode_fields(wire.DROPPED, route=count), b"")
 
     def _drop_message(self, rec: t.Inbound, peer: Peer, why: str, *, decode: bool) -> None:
+        """A one-way from `peer` that cannot be delivered (`why`): counted, logged and its
+        credit given back; its sender, which saw it acknowledged, is told (DROPPED)."""
         with self._lock:
             if decode:
                 self.decode_errors += 1
@@ -623,6 +635,7 @@ class Inbound(Calls):
             why,
         )
         self._release(rec)
+        self._tell_dropped(peer, 1)
 
     def _receive_request(self, rec: t.Inbound, env: Envelope, peer: Peer) -> None:
         route = rec.route_id
