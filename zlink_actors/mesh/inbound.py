@@ -602,6 +602,7 @@ class Inbound(Calls):
         logged, and their sender told (DROPPED) so it counts them too."""
         with self._lock:
             self.dropped_messages += count
+            peer.dropped_in += count
         self._warn_dropped(
             "lost after acknowledging",
             peer.routing_id,
@@ -611,12 +612,26 @@ class Inbound(Calls):
             peer.routing_id,
             why,
         )
-        self._tell_dropped(peer, count)
+        self._tell_dropped(peer)
 
-    def _tell_dropped(self, peer: Peer, count: int) -> None:
-        """Tell `peer` that `count` of its one-ways we acknowledged were never handled
-        here (DROPPED: it counts them in `dropped_after_admission`)."""
-        self._notify_quietly(peer.conn, wire.encode_fields(wire.DROPPED, route=count), b"")
+    def _tell_dropped(self, peer: Peer) -> None:
+        """Tell `peer` how many of its one-ways we acknowledged were never handled here,
+        in all (DROPPED: it counts what the total adds in `dropped_after_admission`).
+        Not while it is LOST: the ticker tells it once it is back (`_dropped_untold`)."""
+        with self._lock:
+            total = peer.dropped_in
+            if not total or peer.state is PeerState.LOST:
+                return
+            conn = peer.dropped_conn = peer.conn
+            peer.dropped_told = total
+        self._notify_quietly(conn, wire.encode_fields(wire.DROPPED, route=total), b"")
+
+    @staticmethod
+    def _dropped_untold(peer: Peer) -> bool:
+        """Whether `peer` may not have heard our last DROPPED total: it grew since, or it
+        went on a connection that was replaced since (lost with it, perhaps)."""
+        total = peer.dropped_in
+        return total > 0 and (total != peer.dropped_told or peer.dropped_conn != peer.conn)
 
     def _drop_message(self, rec: t.Inbound, peer: Peer, why: str, *, decode: bool) -> None:
         """A one-way from `peer` that cannot be delivered (`why`): counted, logged and its
@@ -626,6 +641,7 @@ class Inbound(Calls):
                 self.decode_errors += 1
             else:
                 self.dropped_messages += 1
+            peer.dropped_in += 1
         self._warn_dropped(
             "dropped message",
             peer.routing_id,
@@ -635,7 +651,7 @@ class Inbound(Calls):
             why,
         )
         self._release(rec)
-        self._tell_dropped(peer, 1)
+        self._tell_dropped(peer)
 
     def _receive_request(self, rec: t.Inbound, env: Envelope, peer: Peer) -> None:
         route = rec.route_id

@@ -600,13 +600,16 @@ class NodeState:
             rid = peer.routing_id
             self._dropped_by_rid[rid] = self._dropped_by_rid.get(rid, 0) + lost
 
-    def _dropped_there(self, peer: Peer, lost: int) -> None:
-        """DROPPED from `peer`: `lost` of our one-ways it had acknowledged were never
-        handled there (their target closed before they ran or refused them, it held them
-        while fenced and their target was gone when it admitted again, or it stopped
-        first): counted and logged as lost."""
-        if lost <= 0:
-            return
+    def _dropped_there(self, peer: Peer, total: int) -> None:
+        """DROPPED from `peer`: `total` of our one-ways it had acknowledged were never
+        handled there, in all (their target closed before they ran or refused them, it
+        held them while fenced and their target was gone when it admitted again, or it
+        stopped first): what the total adds is counted and logged as lost."""
+        with self._lock:
+            lost = total - peer.dropped_seen
+            if lost <= 0:
+                return  # told again (its connection was replaced): counted already
+            peer.dropped_seen = total
         self._count_lost(peer, lost)
         self._warn_dropped(
             "dropped there",

@@ -73,3 +73,35 @@ def test_a_one_way_that_reaches_its_target_as_it_closes_is_counted_by_its_sender
     assert journal().items("note") == []
     assert wait_until(lambda: mesh_stats(client).dropped_after_admission == 1)
     assert mesh_stats(client).dropped_by_peer == {owner.node.routing_id: 1}
+
+
+def _lose_one(owner: Host, client: Host, spot_id: str) -> None:
+    """One one-way from `client` that reaches `spot_id` on `owner` as it closes."""
+    owner.spots.get_or_create(spot_id, Room).submit_sync()
+    client.send_to_spot(spot_id, Hold(spot_id)).submit_sync()
+    assert wait_until(lambda: (spot_id, spot_id) in journal().items("entered"))
+    closing: Completion[bool] = owner.spots.close(spot_id).submit()
+    assert wait_until(lambda: _queued(owner, 1)), owner.statistics().queued_records
+    assert client.send_to_spot(spot_id, Note(0)).submit_sync() is None
+    journal().latch(spot_id).set()
+    assert closing.result(WAIT) is True
+
+
+def test_a_dropped_total_told_again_on_a_new_connection_counts_nothing_twice(
+    mesh: GlobalMesh,
+) -> None:
+    """DROPPED carries a running total: the receiver tells it again when the connection
+    it went on was replaced since (a pause: the notice may have been lost with it), and
+    the sender counts only what a total adds. Before, each notice was added."""
+    owner = mesh.add(spots=[Room])
+    client = mesh.add()
+    _lose_one(owner, client, "a")
+    assert wait_until(lambda: mesh_stats(client).dropped_after_admission == 1)
+    peer = owner._node()._peers.by_rid[client.node.routing_id]  # the owner's view of it
+    peer.dropped_conn = b""  # as if the connection the total went on was replaced since
+    assert wait_until(lambda: peer.dropped_conn == peer.conn)  # the ticker told it again
+    _lose_one(owner, client, "b")  # total 2, on the same connection, after the resend
+    assert wait_until(lambda: mesh_stats(owner).dropped_messages == 2)
+    assert wait_until(lambda: mesh_stats(client).dropped_after_admission >= 2)
+    assert mesh_stats(client).dropped_after_admission == 2
+    assert mesh_stats(client).dropped_by_peer == {owner.node.routing_id: 2}
