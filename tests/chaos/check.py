@@ -17,16 +17,18 @@ The rules (each a key of `Report.violations`):
     an earlier call left in the receiver's queue proves nothing);
   - or the target had not run since its latest creation before the send (never run at
     all, or created again by the driver's take-over after its last turn: `placed`
-    events with `created`, the creation counted from when the driver began it) and the
-    node of that creation did not go down (`node_down`) after the creation began (a
-    node killed just before the send, which the sender still took for live, takes the
-    call with it), or it did and ran a turn of the target first, later than `end` +
-    `ack_slack`, of a call sent after this one. With no placement known before the
-    send, such a loss is a violation too.
+    events with `created`, the creation counted from when the driver began it) and that
+    instance's life did not end: the node of that creation did not go down
+    (`node_down`) after the creation began (a node killed just before the send, which
+    the sender still took for live, takes the call with it) and the driver did not
+    create the target again; or it ended, and before that the node ran a turn of the
+    target, later than `end` + `ack_slack`, of a call sent after this one. With no
+    placement known before the send, such a loss is a violation too.
   Every other loss is allowed: the lifecycle it was sent to died. Allowed losses are
   counted by why: `lost_after_node_died` (the node of the life it was sent to, the one
   with the latest turn before the send, went down after that turn and before another
-  life ran the target; or the node of the new instance went down) and
+  life ran the target; or the node of the new instance went down before the target was
+  created again) and
   `lost_after_life_ended` (the life ended on a node that lived: closed, fenced, taken
   over).
 - `oneway_lost_uncounted`: more allowed losses on nodes that lived
@@ -367,29 +369,46 @@ class _Losses:
                 f"{what}: no instance had run and no placement of it is known",
             )
             return 0
-        # Its node died after the creation began: after the send, or before it while
-        # the sender still took that node for live.
+        # Its life ended: its node died after the creation began (after the send, or
+        # before it while the sender still took that node for live), or the driver
+        # created the target again (a take-over: that instance's life ended first).
         down = _down_after(self.node_down, made.node, made.since)
-        if down is None:
+        again = self._created_after(target, made.since)
+        ended = min((t for t in (down, again) if t is not None), default=None)
+        if ended is None:
             report.broke(
                 "oneway_lost_while_target_lived",
                 f"{what}: sent to an instance on {made.node} that had not run yet; "
-                f"that node did not go down",
+                f"that node did not go down and the target was not created again",
             )
             return 0
         for turn in turns[after:]:
-            if turn.t >= down:
+            if turn.t >= ended:
                 break
             if turn.node == made.node and turn.sent > sent:
                 report.broke(
                     "oneway_lost_while_target_lived",
                     f"{what}: the instance on {made.node} (life {turn.life}) ran {turn.call} "
-                    f"{turn.t - admitted:.3f} s after, before its node went down",
+                    f"{turn.t - admitted:.3f} s after, before its life ended",
                 )
                 return 0
-        self.node_died += 1
-        self._note(what, f"{made.node} went down {down - admitted:+.3f} s from it")
+        if down is not None and down <= ended:
+            self.node_died += 1
+            self._note(what, f"{made.node} went down {down - admitted:+.3f} s from it")
+        else:
+            self._note(
+                what,
+                f"the instance on {made.node} had not run; the target was created again "
+                f"{ended - admitted:+.3f} s from it",
+            )
         return 1
+
+    def _created_after(self, target: str, since: float) -> float | None:
+        """When the driver began the first creation of `target` after `since` (None:
+        it did not)."""
+        return next(
+            (p.since for p in self.placed.get(target, []) if p.created and p.since > since), None
+        )
 
     def _placement(self, target: str, sent: float) -> tuple[_Placed | None, bool]:
         """The driver's latest creation of `target` begun before `sent` and True; else

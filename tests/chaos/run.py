@@ -199,6 +199,7 @@ class _Run:
             mesh_options=_mesh_options(),
             redis={"url": url, "key_prefix": self.prefix},
             log=str(self.dir / f"node{index}-{self.incarnations[index]}.jsonl"),
+            stderr_to=str(self.dir / f"node{index}-{self.incarnations[index]}.log"),
         )
 
     def _up(self, node: NodeProcess) -> None:

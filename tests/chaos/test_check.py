@@ -264,6 +264,23 @@ def test_a_loss_to_a_target_never_run_is_allowed_only_if_its_node_went_down() ->
     assert "(life N1) ran c9" in report.examples["oneway_lost_while_target_lived"][0]
 
 
+def test_a_loss_to_a_target_never_run_and_created_again_elsewhere_is_a_life_that_ended() -> None:
+    """`spot:n` on A had not run when c8 was sent; the driver created it again on B (a
+    take-over), then again on A, whose new instance ran a later call: c8's instance
+    ended with the take-over (it is counted as a loss on a node that lived), and the
+    later turn on A is another life's. Before, the checker held that turn against it."""
+    again = [_placed("spot:n", B, since=3.5), _placed("spot:n", A, since=4.0)]
+    ran = [*_call("c9", 4.2, kind="send", target="spot:n"), *_run("c9", "N2", A, 4.3, "spot:n")]
+    report = check([*_clean(), *_never_run(), *again, *ran, _COUNTED])
+    assert report.ok, report.render()
+    assert report.counts["lost_after_life_ended"] == 1
+    # The same turn before the take-over proves the instance c8 was sent to lived on.
+    early = [*_call("c9", 3.2, kind="send", target="spot:n"), *_run("c9", "N1", A, 3.3, "spot:n")]
+    report = check([*_clean(), *_never_run(), *again, *early, _COUNTED])
+    assert _broken(report.violations) == {"oneway_lost_while_target_lived"}
+    assert "before its life ended" in report.examples["oneway_lost_while_target_lived"][0]
+
+
 def test_a_loss_to_a_target_never_run_nor_placed_is_caught() -> None:
     lost = _call("c8", 3.0, kind="send", target="spot:n")
     report = check([*_clean(), *lost, {"e": "node_down", "node": A, "t": 3.5}, _COUNTED])

@@ -45,7 +45,7 @@ from .objects import (
     configure_spot,
 )
 from .registry import Activation, Attempt
-from .remote import started
+from .remote import dropped
 
 __all__ = [
     "Closing",
@@ -319,7 +319,7 @@ _GLOBAL_KINDS = frozenset({ObjectKind.SPOT, ObjectKind.ACTOR})
 def drop_record(runtime: Runtime, box: Mailbox, rec: Record, exc: BaseException) -> None:
     """End a record that will never run: a request's caller hears `exc`."""
     if rec.kind <= K_REQUEST:
-        started(cast(Message, rec).metadata)  # a remote record's permit goes back
+        dropped(cast(Message, rec).metadata)  # a remote record's permit goes back
     if rec.kind == K_REQUEST:
         rec.drop(exc)  # not a handler failure: the handler never ran
     elif rec.kind == K_RESUME:

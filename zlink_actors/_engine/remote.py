@@ -14,7 +14,8 @@ Host without a mesh gets `LOCAL_ONLY`: nothing is remote.
 
 A record that came from another node carries `RemoteMetadata`: the caller's routing id
 (`ctx.sender`) and a hook the runner calls once when its handler starts, or when it is
-dropped unrun (the mesh's inbound permits are released there).
+dropped unrun (the mesh's inbound permits are released there); a one-way's second hook
+runs when it is dropped unrun (its sender, which saw it complete, is told there).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ __all__ = [
     "LocalOnly",
     "RemoteMetadata",
     "RemoteRoutes",
+    "dropped",
     "node_key",
     "started",
 ]
@@ -212,18 +214,31 @@ class LocalChannels(LocalOnly):
 class RemoteMetadata(dict[str, object]):
     """The metadata of a record received from another node (see the module docstring)."""
 
-    __slots__ = ("_on_start", "sender")
+    __slots__ = ("_on_drop", "_on_start", "sender")
 
     def __init__(
-        self, items: dict[str, object], sender: str, on_start: Callable[[], None] | None
+        self,
+        items: dict[str, object],
+        sender: str,
+        on_start: Callable[[], None] | None,
+        on_drop: Callable[[], None] | None = None,
     ) -> None:
         dict.__init__(self, items)  # not `super()`: one object less on every record
         self.sender = sender
         self._on_start = on_start
+        self._on_drop = on_drop
 
     def started(self) -> None:
         """The record's handler starts, or the record ends unrun; runs the hook once."""
         fn, self._on_start = self._on_start, None
+        if fn is not None:
+            fn()
+
+    def dropped(self) -> None:
+        """The record ends unrun (its object closed first, or the Host stopped): runs
+        `started`'s hook, then, once, the drop hook (a one-way's: its sender is told)."""
+        self.started()
+        fn, self._on_drop = self._on_drop, None
         if fn is not None:
             fn()
 
@@ -232,3 +247,9 @@ def started(metadata: dict[str, object] | None) -> None:
     """Tell a remote record's hook that its handler starts (a no-op for local records)."""
     if type(metadata) is RemoteMetadata:
         metadata.started()
+
+
+def dropped(metadata: dict[str, object] | None) -> None:
+    """Tell a remote record's hooks that it ends unrun (a no-op for local records)."""
+    if type(metadata) is RemoteMetadata:
+        metadata.dropped()

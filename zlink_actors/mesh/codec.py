@@ -95,9 +95,10 @@ ACK: Final = 14
 #: A notice from a peer that learned of our drain: its last one-way to us is sequence
 #: number `route`, and it sends us no more (we handle every one up to it first).
 FIN: Final = 15
-#: A notice from the receiver of one-ways: `route` of this sender's one-ways that it had
-#: acknowledged were never handled (it held them while its owner lease was fenced, and
-#: their target was not its own once it admitted again); the sender counts them lost.
+#: A notice from the receiver of one-ways: `route` of this sender lifecycle's one-ways
+#: that it had acknowledged were never handled there, in all (a running total, so a
+#: notice sent again after a lost connection counts nothing twice); the sender counts
+#: what the total adds as lost.
 DROPPED: Final = 16
 #: A request sent again to a peer that came back with the same lifecycle after it was
 #: found silent (docs/mesh.md "Requests across a pause"): the same `route` and request

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import math
 import threading
 from collections import deque
@@ -21,7 +22,6 @@ from .._core.errors import (
     DeadlineExceededError,
     NotFoundError,
     ProtocolError,
-    ShuttingDownError,
     UnavailableError,
     UnavailableReason,
     ZlinkError,
@@ -356,7 +356,12 @@ class Inbound(Calls):
             if not self._refused(rec, peer, exc, released=False):
                 self._drop_message(rec, peer, str(exc), decode=isinstance(exc, ProtocolError))
             return
-        meta = RemoteMetadata(env.metadata or {}, peer.routing_id, self._permit(*where))
+        meta = RemoteMetadata(
+            env.metadata or {},
+            peer.routing_id,
+            self._permit(*where),
+            peer.dropped_unrun or self._drop_hook(peer),
+        )
         done = deliver_send(self.runtime, where[0], where[1], payload, meta)
         if done.done():
             self._sent(rec, peer, meta, done)
@@ -482,19 +487,19 @@ class Inbound(Calls):
         exc = done.exception()
         if exc is not None:
             meta.started()
-            if self._refused(rec, peer, exc, released=True):
-                return
-            if not isinstance(exc, ShuttingDownError):
-                with self._lock:
-                    self.dropped_messages += 1
-                self._warn_dropped(
-                    "no handler",
-                    peer.routing_id,
-                    str(exc),
-                    "mesh %s: a message from %s reached no handler: %s",
-                    peer.routing_id,
-                    exc,
-                )
+            if not self._refused(rec, peer, exc, released=True):
+                self._lost_here(peer, f"no handler: {exc}")
+
+    def _drop_hook(self, peer: Peer) -> Callable[[], None]:
+        """What a one-way from `peer` runs when its target drops it unrun (its object
+        closed first, or this Host stopped): it is lost after its sender saw it
+        acknowledged, and the sender is told (`_lost_here`). One per peer lifecycle."""
+        hook = peer.dropped_unrun
+        if hook is None:
+            hook = peer.dropped_unrun = functools.partial(
+                self._lost_here, peer, "its target closed before it ran"
+            )
+        return hook
 
     def _refused(self, rec: t.Inbound, peer: Peer, exc: BaseException, *, released: bool) -> bool:
         """A received one-way that its target refused with `exc` (its credit `released`
@@ -597,6 +602,7 @@ class Inbound(Calls):
         logged, and their sender told (DROPPED) so it counts them too."""
         with self._lock:
             self.dropped_messages += count
+            peer.dropped_in += count
         self._warn_dropped(
             "lost after acknowledging",
             peer.routing_id,
@@ -606,14 +612,36 @@ class Inbound(Calls):
             peer.routing_id,
             why,
         )
-        self._notify_quietly(peer.conn, wire.encode_fields(wire.DROPPED, route=count), b"")
+        self._tell_dropped(peer)
+
+    def _tell_dropped(self, peer: Peer) -> None:
+        """Tell `peer` how many of its one-ways we acknowledged were never handled here,
+        in all (DROPPED: it counts what the total adds in `dropped_after_admission`).
+        Not while it is LOST: the ticker tells it once it is back (`_dropped_untold`)."""
+        with self._lock:
+            total = peer.dropped_in
+            if not total or peer.state is PeerState.LOST:
+                return
+            conn = peer.dropped_conn = peer.conn
+            peer.dropped_told = total
+        self._notify_quietly(conn, wire.encode_fields(wire.DROPPED, route=total), b"")
+
+    @staticmethod
+    def _dropped_untold(peer: Peer) -> bool:
+        """Whether `peer` may not have heard our last DROPPED total: it grew since, or it
+        went on a connection that was replaced since (lost with it, perhaps)."""
+        total = peer.dropped_in
+        return total > 0 and (total != peer.dropped_told or peer.dropped_conn != peer.conn)
 
     def _drop_message(self, rec: t.Inbound, peer: Peer, why: str, *, decode: bool) -> None:
+        """A one-way from `peer` that cannot be delivered (`why`): counted, logged and its
+        credit given back; its sender, which saw it acknowledged, is told (DROPPED)."""
         with self._lock:
             if decode:
                 self.decode_errors += 1
             else:
                 self.dropped_messages += 1
+            peer.dropped_in += 1
         self._warn_dropped(
             "dropped message",
             peer.routing_id,
@@ -623,6 +651,7 @@ class Inbound(Calls):
             why,
         )
         self._release(rec)
+        self._tell_dropped(peer)
 
     def _receive_request(self, rec: t.Inbound, env: Envelope, peer: Peer) -> None:
         route = rec.route_id

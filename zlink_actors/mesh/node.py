@@ -406,6 +406,8 @@ class MeshNode(GlobalObjects):
                 if peer.state is PeerState.READY or peer.state is PeerState.DRAINING:
                     if peer.in_seq > peer.acked_in:
                         self._ack(peer)
+                    if self._dropped_untold(peer):
+                        self._tell_dropped(peer)
                 elif peer.lost_at and not peer.expired and now - peer.lost_at > expiry:
                     self._expire(peer, f"silent past peer_expiry ({expiry:g} s)")
             self._close_told(now)

@@ -301,7 +301,12 @@ class GlobalObjects(Ownership):
             else:
                 self._drop_message(rec, peer, str(exc), decode=True)
             return
-        meta = RemoteMetadata(env.metadata or {}, peer.routing_id, self._permit(_SPOT, env.target))
+        meta = RemoteMetadata(
+            env.metadata or {},
+            peer.routing_id,
+            self._permit(_SPOT, env.target),
+            None if request else self._drop_hook(peer),
+        )
         name = env.intent or None
         if not request:
             # Its credit goes back once it was admitted here (or refused), as for a send;

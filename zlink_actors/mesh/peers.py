@@ -14,7 +14,7 @@ import itertools
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Protocol
@@ -78,6 +78,9 @@ class Peer:
     #: The node calls' route to it, and its channels' (made on first use: `Calls.route`).
     node_route: object = field(default=None, repr=False)
     channel_routes: dict[str, object] = field(default_factory=dict, repr=False)
+    #: Run when a one-way of it that we acknowledged is dropped unrun at its target
+    #: (made on first use: `Inbound._drop_hook`); tells it so.
+    dropped_unrun: Callable[[], None] | None = field(default=None, repr=False)
     #: Its targets that told us FULL, by (target kind, target): our one-ways to each
     #: that wait here until it says OPEN, oldest first, as (frames, how to settle it:
     #: `state.settle_wait`); docs/mesh.md "One full target".
@@ -104,6 +107,14 @@ class Peer:
     in_seq: int = 0
     #: The last `in_seq` we acknowledged to it.
     acked_in: int = 0
+    #: Of its one-ways that we acknowledged: how many were never handled here, in all;
+    #: the total we last told it (DROPPED) and on which connection (a total told on a
+    #: connection since replaced is told again: the notice may have been lost with it).
+    dropped_in: int = 0
+    dropped_told: int = 0
+    dropped_conn: bytes = b""
+    #: The DROPPED total it last told us (its notices carry running totals).
+    dropped_seen: int = 0
     #: True once it is gone for good (a new lifecycle, BYE, or silent past
     #: `peer_expiry`): it never resumes, and what it had not acknowledged was counted.
     expired: bool = False

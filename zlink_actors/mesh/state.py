@@ -190,7 +190,10 @@ class MeshStatistics:
             on a peer said FULL.
         frames_in / frames_out: transport frames received / sent.
         decode_errors: received records that could not be decoded (logged, counted).
-        dropped_messages: received one-way messages that reached no handler (logged).
+        dropped_messages: received one-way messages that were acknowledged here and
+            never handled: refused by their target or dropped unrun when it closed,
+            held while fenced for a target claimed elsewhere, on a stale route with no
+            owner to go on to (logged; each one's sender is told: DROPPED).
         late_replies: replies that found their request already finished (dropped).
         lease_admitting: with `location=`, True while this node's owner lease admits
             work (False before it is acquired and once its admission deadline passed).
@@ -212,9 +215,9 @@ class MeshStatistics:
         dropped_after_admission: one-way messages that completed here (admitted for a
             peer) and that were never handled there: the peer went for good before it
             received them (a new lifecycle, BYE, or silent past `peer_expiry`), or it
-            held them while fenced and their target was no longer its own when it
-            admitted again (it says so: a DROPPED notice); each loss is logged (once per
-            lost peer with its count; at most once a second per peer for the others).
+            received them and lost them (its `dropped_messages`: it says so, a DROPPED
+            notice); each loss is logged (once per lost peer with its count; at most
+            once a second per peer for the others).
         dropped_by_peer: the same, by the peer's routing id (kept across its lifecycles).
         duplicate_messages: one-ways a peer sent again after a pause that had reached
             this node already (dropped, not handled twice).
@@ -597,19 +600,23 @@ class NodeState:
             rid = peer.routing_id
             self._dropped_by_rid[rid] = self._dropped_by_rid.get(rid, 0) + lost
 
-    def _dropped_there(self, peer: Peer, lost: int) -> None:
-        """DROPPED from `peer`: `lost` of our one-ways it had acknowledged were never
-        handled there (it held them while fenced, and their target was gone when it
-        admitted again, or it shut down first): counted and logged as lost."""
-        if lost <= 0:
-            return
+    def _dropped_there(self, peer: Peer, total: int) -> None:
+        """DROPPED from `peer`: `total` of our one-ways it had acknowledged were never
+        handled there, in all (their target closed before they ran or refused them, it
+        held them while fenced and their target was gone when it admitted again, or it
+        stopped first): what the total adds is counted and logged as lost."""
+        with self._lock:
+            lost = total - peer.dropped_seen
+            if lost <= 0:
+                return  # told again (its connection was replaced): counted already
+            peer.dropped_seen = total
         self._count_lost(peer, lost)
         self._warn_dropped(
             "dropped there",
             peer.routing_id,
-            "fenced",
+            "told",
             "mesh %s: %d one-way message(s) admitted for %s were never handled there "
-            "(held while its owner lease was fenced)",
+            "(its log says why)",
             lost,
             peer.routing_id,
         )

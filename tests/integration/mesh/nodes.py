@@ -166,15 +166,21 @@ class NodeProcesses:
         self,
         wrap: Sequence[str] = (),
         module: str = "tests.integration.mesh.node_main",
+        stderr_to: str | None = None,
         **config: Any,
     ) -> NodeProcess:
         """Start a node with `config` (node_main's keys, FAST liveness unless given);
         `wrap` is an argv prefix, e.g. `Network.prefix(i)` to run it in a namespace;
         `module` is the `python -m` module to run (another node main, such as the chaos
-        run's, that takes the same JSON argument and prints the same first line)."""
+        run's, that takes the same JSON argument and prints the same first line);
+        `stderr_to`: a file its stderr is written to and kept (else a temporary one)."""
         config = {**FAST, **config}
         env = dict(os.environ, PYTHONPATH=str(ROOT))
-        stderr = tempfile.TemporaryFile("w+")  # noqa: SIM115 - closed with the node
+        stderr = (  # closed with the node
+            tempfile.TemporaryFile("w+")  # noqa: SIM115
+            if stderr_to is None
+            else open(stderr_to, "w+")  # noqa: SIM115
+        )
         proc = subprocess.Popen(
             [*wrap, sys.executable, "-m", module, json.dumps(config)],
             stdin=subprocess.PIPE,
