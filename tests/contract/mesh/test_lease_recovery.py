@@ -164,6 +164,16 @@ def _lease_expires(mesh: GlobalMesh, fence: OwnerFence) -> bool:
     return wait_until(lambda: not asyncio.run(alive()), WAIT + SHORT.ttl)
 
 
+def _taken_over(mesh: GlobalMesh, fence: OwnerFence, other: Host, spot_id: str, cls: type) -> None:
+    """Once the lease `fence` names expired in the store (a close before that would
+    still go to the fenced owner, which closes it), `other` takes `spot_id` over: it
+    closes the old record and creates the Spot (of `cls`) again, there."""
+    assert _lease_expires(mesh, fence)
+    assert other.spots.close(spot_id).submit_sync() is True
+    made = other.spots.get_or_create(spot_id, cls).submit_sync()
+    assert made.ref.routing_id == other.node.routing_id
+
+
 def test_after_a_redis_restart_without_persistence_every_node_recovers_and_serves(
     redis: RedisServer,
 ) -> None:
@@ -383,12 +393,7 @@ def test_an_object_another_node_claimed_meanwhile_is_closed_with_ownership_lost(
         mesh.cut(owner)
         assert wait_until(lambda: StateChangeKind.FENCED in events.kinds(), WAIT)
 
-        # Once its lease expired in the store (a close before that would still go to the
-        # fenced owner, which closes it), the other node takes "taken" over.
-        assert _lease_expires(mesh, fence)
-        assert other.spots.close("taken").submit_sync() is True
-        made = other.spots.get_or_create("taken", Keeper).submit_sync()
-        assert made.ref.routing_id == other.node.routing_id
+        _taken_over(mesh, fence, other, "taken", Keeper)
 
         mesh.heal(owner)
         assert wait_until(lambda: StateChangeKind.RECOVERED in events.kinds(), WAIT)
@@ -519,11 +524,7 @@ def test_held_one_ways_whose_target_another_node_claimed_are_counted_by_their_se
         fence = OwnerFence(owner.node.routing_id, mesh_stats(owner).lease_generation)
         _fenced_with_sends_behind(mesh, owner, client, events, "taken")
 
-        # Once the owner's lease expired in the store, the other node takes "taken" over.
-        assert _lease_expires(mesh, fence)
-        assert other.spots.close("taken").submit_sync() is True
-        made = other.spots.get_or_create("taken", Room).submit_sync()
-        assert made.ref.routing_id == other.node.routing_id
+        _taken_over(mesh, fence, other, "taken", Room)
 
         mesh.heal(owner)
         assert wait_until(lambda: StateChangeKind.RECOVERED in events.kinds(), WAIT)
@@ -576,10 +577,7 @@ def test_a_one_way_that_reaches_an_instance_closing_for_ownership_lost_goes_on_t
         fence = OwnerFence(rid, mesh_stats(owner).lease_generation)
         mesh.cut(owner)
         assert wait_until(lambda: StateChangeKind.FENCED in events.kinds(), WAIT)
-        assert _lease_expires(mesh, fence)
-        assert other.spots.close("moved").submit_sync() is True
-        made = other.spots.get_or_create("moved", Room).submit_sync()
-        assert made.ref.routing_id == other.node.routing_id
+        _taken_over(mesh, fence, other, "moved", Room)
 
         mesh.heal(owner)
         assert wait_until(lambda: mesh_stats(owner).ownership_lost == 1, WAIT)
@@ -612,10 +610,7 @@ def test_an_object_taken_over_and_closed_meanwhile_is_closed_not_claimed_again(
         mesh.cut(owner)
         assert wait_until(lambda: StateChangeKind.FENCED in events.kinds(), WAIT)
 
-        assert _lease_expires(mesh, fence)
-        assert other.spots.close("gone").submit_sync() is True  # the take-over...
-        made = other.spots.get_or_create("gone", Keeper).submit_sync()
-        assert made.ref.routing_id == other.node.routing_id
+        _taken_over(mesh, fence, other, "gone", Keeper)  # the take-over, then...
         assert other.spots.close("gone").submit_sync() is True  # ...closed there
         assert _record_owner(mesh.store, "gone") is None
 
