@@ -10,6 +10,7 @@ import pathlib
 import random
 import sys
 
+from .events import log_lines
 from .run import FAULTS, ChaosConfig, interrupts_as_keyboard, partition_unavailable, run_chaos
 
 
@@ -60,10 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.log_dir is not None:  # the driver's own log lines go there too
         pathlib.Path(args.log_dir).mkdir(parents=True, exist_ok=True)
-        logging.basicConfig(
-            filename=str(pathlib.Path(args.log_dir) / "driver.log"),
-            format="%(asctime)s %(name)s %(levelname)s %(message)s",
-        )
+        log_lines(logging.FileHandler(pathlib.Path(args.log_dir) / "driver.log"))
     else:  # one WARNING per lost peer and dropped record would drown the figures
         logging.getLogger("zlink_actors").setLevel(logging.ERROR)
     try:

@@ -20,13 +20,14 @@ machine):
 from __future__ import annotations
 
 import json
+import logging
 import os
 import pathlib
 import threading
 import time
 from typing import Any
 
-__all__ = ["EventLog", "read_events"]
+__all__ = ["EventLog", "log_lines", "read_events"]
 
 
 class EventLog:
@@ -68,3 +69,22 @@ def read_events(directory: str | os.PathLike[str]) -> tuple[list[dict[str, Any]]
             else:
                 torn += 1
     return events, torn
+
+
+class _EventClock(logging.Filter):
+    """Stamps each log record with the events' clock (`time.monotonic()`)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.t = time.monotonic()
+        return True
+
+
+def log_lines(handler: logging.Handler, level: int = logging.WARNING) -> None:
+    """Send the root logger's records of `level` and above to `handler`, each line
+    starting with the events' clock (`t=...`), so a log line can be placed among the
+    events of every process of the run."""
+    handler.addFilter(_EventClock())
+    handler.setFormatter(logging.Formatter("t=%(t).3f %(name)s %(levelname)s %(message)s"))
+    root = logging.getLogger()
+    root.addHandler(handler)
+    root.setLevel(level)

@@ -13,6 +13,7 @@ while it serves, until stdin closes or SIGTERM, then logs them once more and shu
 from __future__ import annotations
 
 import json
+import logging
 import signal
 import sys
 import threading
@@ -21,7 +22,7 @@ from typing import Any
 
 import zlink_actors as z
 
-from .events import EventLog
+from .events import EventLog, log_lines
 from .model import ALL_TYPES, ChaosControl, Tally, Walker, mesh_figures, set_host, set_log
 
 
@@ -36,6 +37,7 @@ def main() -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     log = EventLog(config["log"])
     set_log(log)
+    log_lines(logging.StreamHandler())  # stderr: the run keeps it next to the events
     store = z.RedisLocationStore(config["redis"]["url"], key_prefix=config["redis"]["key_prefix"])
     host = z.Host(
         spots=[Tally],

@@ -327,7 +327,7 @@ def test_receivers_drops_and_the_lease_figures_are_summed_over_each_process_s_la
 
 def test_requests_that_ended_unavailable_and_ran_are_counted_by_reason() -> None:
     def unavailable(call: str, reason: str | None, ran: bool) -> list[dict[str, Any]]:
-        events = [
+        events: list[dict[str, Any]] = [
             {"e": "call", "id": call, "kind": "request", "target": "spot:s", "t": 4.0},
             {"e": "end", "id": call, "outcome": "UnavailableError", "reason": reason, "t": 4.5},
         ]

@@ -547,7 +547,11 @@ class Routing(Inbound):
                         "messages",
                         reason=UnavailableReason.FENCED,
                     )
-                if env.intent is None and self._held(kind, target) is None:
+                # An instance still closing here whose record names another node now
+                # (`OWNERSHIP_LOST`) is not the owner: a one-way goes on to the new one.
+                if env.intent is None and (
+                    self._held(kind, target) is None or (kind, target) not in self._owned
+                ):
                     return UnavailableError(
                         f"node {self.routing_id!r} is not the owner of {kind} {target!r}",
                         reason=UnavailableReason.NOT_OWNER,
