@@ -15,7 +15,7 @@ import uuid
 from typing import Any, Final, Self
 
 from .._core.cancellation import CancellationToken
-from .._core.completion import Completion, _Cell, failed, settled
+from .._core.completion import Cell, Completion, failed, settled
 from .._core.errors import (
     AlreadyExistsError,
     CancelledError,
@@ -199,7 +199,7 @@ class CreateCall(YieldableCall[Any]):
         """This caller's wait for `attempt`: its own deadline and cancellation over the
         shared attempt. The `owner` starts it (the factory, then the creation hooks)."""
         runtime = self._runtime
-        cell: _Cell[Any] = _Cell()
+        cell: Cell[Any] = Cell()
         timeout = self._timeout if self._timeout is not None else runtime.default_request_timeout
         entry = runtime.begin(cell, timeout, cancel)
         route = entry.route_id
@@ -284,7 +284,7 @@ class CloseCall(Call[bool]):
             return failed(closing)
         if closing is True or closing is False:
             return settled(closing)
-        cell: _Cell[bool] = _Cell()
+        cell: Cell[bool] = Cell()
         entry = _CloseWait(cell, closing)
         timeout = self._timeout if self._timeout is not None else runtime.default_request_timeout
         if runtime.register(entry, cancel):
@@ -315,7 +315,7 @@ class _CloseWait(PendingEntry):
 
     __slots__ = ("closing", "gave_up")
 
-    def __init__(self, cell: _Cell[bool], closing: Closing) -> None:
+    def __init__(self, cell: Cell[bool], closing: Closing) -> None:
         super().__init__(cell)
         self.closing = closing
         #: Set once, under the engine lock, by the first of its deadline or cancellation.

@@ -21,7 +21,7 @@ from time import monotonic as _monotonic
 from typing import Any, Final, Generic, Literal, Self, TypeVar, cast, overload
 
 from .._core.cancellation import CancellationToken, check_token
-from .._core.completion import Completion, _Cell, failed
+from .._core.completion import Cell, Completion, failed
 from .._core.context import runtime_var
 from .._core.errors import (
     CancelledError,
@@ -329,14 +329,14 @@ class SendCall(_MessageCall[None]):
             if pool.force(box, rec, reserve=True):
                 return Completion(_ADMITTED)
             return failed(NotFoundError(f"{self._kind} {self._target!r} closed"))
-        waiting = pool.send(box, rec, _Cell)
+        waiting = pool.send(box, rec, Cell)
         if waiting == ADMITTED:
             return Completion(_ADMITTED)
         if waiting == CLOSED:
             return failed(NotFoundError(f"{self._kind} {self._target!r} closed"))
         if waiting == SEALED:
             return failed(shutting_down())
-        assert isinstance(waiting, _Cell)
+        assert isinstance(waiting, Cell)
         # SC §5/§7: a waiting send has no timeout and refuses caller cancellation.
         return Completion(waiting, _refuse_cancel)
 
@@ -356,7 +356,7 @@ def _codec_reply(
     done: Completion[Any], check: Callable[[object, object], object], reply: type | None
 ) -> Completion[Any]:
     """A local request's reply as the wire would carry it (`Host(check_codec=True)`)."""
-    cell: _Cell[Any] = _Cell()
+    cell: Cell[Any] = Cell()
 
     def crossed(result: Completion[Any]) -> None:
         exc = result.exception()
@@ -376,7 +376,7 @@ def _codec_reply(
 
 #: The result every admitted send observes. Shared safely: it is settled, so no handle can
 #: change it, and each call still gets a fresh `Completion` of its own (SC §2).
-_ADMITTED: _Cell[None] = _Cell.settled(None, None)
+_ADMITTED: Cell[None] = Cell.settled(None, None)
 
 
 class RequestCall(_MessageCall[T], Generic[T]):
@@ -626,7 +626,7 @@ class RequestCall(_MessageCall[T], Generic[T]):
             expires = None
             due = runtime.timers._now() + timeout
         req = self._new_request(info, expires, due)
-        cell: _Cell[T] = req
+        cell: Cell[T] = req
         route = req.route_id  # registered (SC §10: before anything is submitted)
         try:
             if expires is not None and runtime.deadlines.at == _NEVER:

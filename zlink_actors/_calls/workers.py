@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from .._core.cancellation import CancellationSource, CancellationToken
-from .._core.completion import Completion, _Cell
+from .._core.completion import Cell, Completion
 from .._core.errors import internal_failure, shutting_down
 from .._core.pending import PendingEntry
 from .._core.state import HostState
@@ -105,7 +105,7 @@ class CpuWorkerCall(YieldableCall[T]):
         early = self._refused(cancel)
         if early is not None:
             return early
-        cell: _Cell[T] = _Cell()
+        cell: Cell[T] = Cell()
         entry = runtime.begin(cell, self._timeout, cancel)
         if not runtime.cpu_pool.submit(_CpuJob(runtime, entry, self._fn, self._args)):
             runtime.fail_entry(entry, shutting_down())
@@ -142,7 +142,7 @@ class IoWorkerCall(YieldableCall[T]):
         early = self._refused(cancel)
         if early is not None:
             return early
-        cell: _Cell[T] = _Cell()
+        cell: Cell[T] = Cell()
         worker_token = CancellationSource()
         entry = runtime.begin(cell, self._timeout, cancel)
         entry.on_finish = _cancel_unless_succeeded(entry, worker_token)

@@ -20,7 +20,7 @@ from typing import Any, Final, Protocol
 
 from .cancellation import CancellationRegistration, CancellationSource, CancellationToken
 from .clock import Clock, Deadline, TimerHandle, TimerService
-from .completion import _DONE, _PENDING, Completion, _Cell, _notify
+from .completion import DONE, PENDING, Cell, Completion, deliver
 from .errors import (
     CancelledError,
     DeadlineExceededError,
@@ -150,7 +150,7 @@ class PendingEntry:
     #: Not on the Host's default deadline (see `DeadlineScan`): its `timer` is its own.
     expires: float | None = None
 
-    def __init__(self, cell: _Cell[Any], operation_id: OperationId | None = None) -> None:
+    def __init__(self, cell: Cell[Any], operation_id: OperationId | None = None) -> None:
         self.cell = cell
         self._operation_id = operation_id
         self.route_id: int | None = None
@@ -306,7 +306,7 @@ class _Deadline:
             req.table.finish(req.route_id, exc=late)
 
 
-class Request(_SelfReplying, _Cell[Any]):
+class Request(_SelfReplying, Cell[Any]):
     """An asynchronous request in one object: its queued record, its pending entry and
     its result cell (observed through `Completion`s); `deadline` is its timer entry.
     """
@@ -340,10 +340,10 @@ class Request(_SelfReplying, _Cell[Any]):
         expires: float | None,
         due: float | None = None,
     ) -> None:
-        # `_Cell.__init__` and `_register`, written out: two frames less on every
+        # `Cell.__init__` and `_register`, written out: two frames less on every
         # request (the cell shares the table's lock; nothing is pending in it yet).
         self._lock = table.cell_lock
-        self._state = _PENDING
+        self._state = PENDING
         self._value = None
         self._exc = None
         self._listeners = None
@@ -380,7 +380,7 @@ class Request(_SelfReplying, _Cell[Any]):
         with self._lock:
             notify = self._publish(value, exc)  # the cell is pending: only the winner settles
         if notify is not None:
-            _notify(notify)
+            deliver(notify)
 
     def cancel(self) -> bool:
         """Cancellation path (caller's token or `Completion.cancel()`): races the other
@@ -422,12 +422,12 @@ class ServedRequest(Request):
                 # Its twin: `mesh/calls.py` `_Outgoing.settle` (keep the two in step).
                 self._value = value
                 self._exc = exc
-                self._state = _DONE
+                self._state = DONE
                 notify = None
             else:
                 notify = self._publish(value, exc)
         if notify is not None:
-            _notify(notify)
+            deliver(notify)
         self.on_settled(value, exc)
 
 
@@ -490,9 +490,9 @@ class SyncRequest(_SelfReplying):
             source.cancel()
 
 
-class CellEntry(_Cell[Any]):
+class CellEntry(Cell[Any]):
     """A result cell that is its own pending entry: one object where a `PendingEntry`
-    and its `_Cell` are two (the mesh's remote requests, `mesh/calls.py`). Its maker
+    and its `Cell` are two (the mesh's remote requests, `mesh/calls.py`). Its maker
     registers it (`next_route_id`, then `PendingTable._entries`); subclasses say what
     winning does (`settle`, called once, by the winner of the table removal)."""
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from .._core.cancellation import CancellationToken
 from .._core.clock import Clock, SystemClock, TimerService
-from .._core.completion import Completion, _Cell, failed
+from .._core.completion import Cell, Completion, failed
 from .._core.errors import InvalidOperationError, shutting_down
 from .._core.pending import DeadlineScan, PendingEntry, PendingTable, ScannedEntry
 from .._core.pool import AppPool, Runner
@@ -126,7 +126,7 @@ class Runtime:
         return failed(shutting_down())
 
     def begin(
-        self, cell: _Cell[Any], timeout: float | None, cancel: CancellationToken | None
+        self, cell: Cell[Any], timeout: float | None, cancel: CancellationToken | None
     ) -> PendingEntry:
         """Register a pending entry for `cell` before anything is submitted (SC §10),
         with its caller's cancellation and its deadline; all race for the entry.

@@ -15,7 +15,7 @@ import transports as t
 
 from .._core.cancellation import CancellationRegistration, CancellationToken
 from .._core.clock import TimerHandle
-from .._core.completion import _DONE, _PENDING, Completion, _Cell, _notify, failed, settled
+from .._core.completion import DONE, PENDING, Cell, Completion, deliver, failed, settled
 from .._core.errors import (
     CancelledError,
     DeadlineExceededError,
@@ -72,7 +72,7 @@ _STORE_WAIT: Final = 0.001
 _PARKED_LOCK: Final = _thread.allocate_lock()
 
 
-class _ParkedSend(_Cell[None]):
+class _ParkedSend(Cell[None]):
     """A one-way parked for credit, in one small object: its cell, the done-callback of
     its transport `admitted` future, and its `Peer.unacked` entry, which reads as the
     tuple (seq, frames, admitted) the others are (its sequence number read back from its
@@ -216,7 +216,7 @@ class Calls(Handshake):
                 return failed(exc)
             frames = (env, data)  # the tuple the transport keeps too (`_checked_frames`)
             if waiting is not None:
-                held: _Cell[None] = _Cell(_PARKED_LOCK)
+                held: Cell[None] = Cell(_PARKED_LOCK)
                 waiting.append((frames, held))
                 # SC §5/§7: a waiting send has no timeout, refuses caller cancellation.
                 return Completion(held, _refuse_cancel)
@@ -281,7 +281,7 @@ class Calls(Handshake):
         transport = self._transport
         if transport is None:
             return
-        sent: list[tuple[_Cell[None] | Future[None], Future[None] | BaseException | None]] = []
+        sent: list[tuple[Cell[None] | Future[None], Future[None] | BaseException | None]] = []
         with peer.flow:  # nothing else goes to the target meanwhile: FIFO
             waiting = peer.full_targets.get(key)
             if waiting is None:
@@ -299,7 +299,7 @@ class Calls(Handshake):
         self._settle_sent(sent, peer)
 
     def _settle_when_admitted(
-        self, admitted: Future[None], settle: _Cell[None] | Future[None], peer: Peer
+        self, admitted: Future[None], settle: Cell[None] | Future[None], peer: Peer
     ) -> None:
         """Settle a one-way that waited for its target once the transport admits it."""
         if isinstance(settle, Future):  # its first admission's: that one's callback maps it
@@ -373,11 +373,11 @@ class Calls(Handshake):
 
     def _submit_held(
         self, peer: Peer
-    ) -> list[tuple[_Cell[None] | Future[None], Future[None] | BaseException | None]]:
+    ) -> list[tuple[Cell[None] | Future[None], Future[None] | BaseException | None]]:
         """Under `peer.flow`: hand every one-way held back for a full target of `peer`
         to the transport, oldest first per target; what `_settle_sent` settles."""
         transport = self._transport
-        sent: list[tuple[_Cell[None] | Future[None], Future[None] | BaseException | None]] = []
+        sent: list[tuple[Cell[None] | Future[None], Future[None] | BaseException | None]] = []
         if transport is None:
             return sent
         for waiting in peer.full_targets.values():
@@ -388,7 +388,7 @@ class Calls(Handshake):
 
     def _settle_sent(
         self,
-        sent: list[tuple[_Cell[None] | Future[None], Future[None] | BaseException | None]],
+        sent: list[tuple[Cell[None] | Future[None], Future[None] | BaseException | None]],
         peer: Peer,
     ) -> None:
         """Settle one-ways that waited for their target once they went to the transport
@@ -509,7 +509,7 @@ class Calls(Handshake):
                 # The winner stores the outcome, then releases the waiter: at once, or
                 # (the I/O thread) as it goes to sleep. Read the outcome as soon as it is
                 # stored: that thread may be waiting for a lock this caller holds.
-                while out._state is not _DONE and not waiter.acquire(True, _STORE_WAIT):
+                while out._state is not DONE and not waiter.acquire(True, _STORE_WAIT):
                     pass
         except BaseException:
             # Interrupted (KeyboardInterrupt): nobody is left to observe the result.
@@ -831,10 +831,10 @@ class _Outgoing(CellEntry):
         table: PendingTable,
         expires: float | None,
     ) -> None:
-        # `_Cell.__init__`, written out (as `Request` does: the cell shares the table's
+        # `Cell.__init__`, written out (as `Request` does: the cell shares the table's
         # lock); then registered (SC §10: before anything is submitted).
         self._lock = table.cell_lock
-        self._state = _PENDING
+        self._state = PENDING
         self._value = None
         self._exc = None
         self._listeners = None
@@ -869,20 +869,20 @@ class _Outgoing(CellEntry):
         if waiter is None:
             with self._lock:  # pending: only the winner settles
                 if self._listeners is None:
-                    # `_Cell._publish` with nothing to notify, written out (as in
+                    # `Cell._publish` with nothing to notify, written out (as in
                     # `ServedRequest.settle`): a reply that comes before anyone waits.
                     self._value = value
                     self._exc = exc
-                    self._state = _DONE
+                    self._state = DONE
                     notify = None
                 else:
                     notify = self._publish(value, exc)
             if notify is not None:
-                _notify(notify)
+                deliver(notify)
         else:  # no handle and no listener: its blocked caller reads these
             self._value = value
             self._exc = exc
-            self._state = _DONE
+            self._state = DONE
             wake(waiter)  # on the I/O thread: as it goes to sleep (`handoff`)
         self.node._request_finished(self)
 

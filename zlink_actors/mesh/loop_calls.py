@@ -18,7 +18,7 @@ from concurrent.futures import Future
 from typing import Any, TypeVar
 
 from .._core.cancellation import CancellationToken
-from .._core.completion import Completion, _Cell
+from .._core.completion import Cell, Completion
 from .._core.errors import (
     DeadlineExceededError,
     ZlinkError,
@@ -67,7 +67,7 @@ class LoopCalls:
         by shutdown or a cancelled token; start nothing). A one-way (`timeout` None) has
         no deadline and refuses cancellation (SC §5, §7); shutdown still ends it once."""
         runtime = self._runtime
-        cell: _Cell[Any] = _Cell()
+        cell: Cell[Any] = Cell()
         entry = runtime.begin(cell, timeout, cancel)
         handle = runtime.handle(entry) if timeout is not None else Completion(cell, refuse_cancel)
         route_id = entry.route_id

@@ -1,4 +1,4 @@
-"""`OperationId`, `ReplyRouteId`, `PendingTable`, the `_Cell` they complete, and
+"""`OperationId`, `ReplyRouteId`, `PendingTable`, the `Cell` they complete, and
 `DeadlineScan`, the Host's default request deadline.
 
 SC §10: OperationId is two u64 words, never both zero, compared on all 128 bits;
@@ -36,7 +36,7 @@ from zlink_actors import (
     completion_dispatcher,
 )
 from zlink_actors._core.clock import TimerHandle, TimerService
-from zlink_actors._core.completion import _Cell
+from zlink_actors._core.completion import Cell
 from zlink_actors._core.pending import DeadlineScan, PendingEntry, PendingTable, Request, settle
 from zlink_actors.testing import WAIT, finishes
 
@@ -123,11 +123,11 @@ def test_reply_route_id_rejects_non_ints(value: object) -> None:
         ReplyRouteId(value)  # type: ignore[arg-type]
 
 
-# -- _Cell -----------------------------------------------------------------------------
+# -- Cell -----------------------------------------------------------------------------
 
 
 def test_cell_first_try_set_wins_and_every_handle_sees_it() -> None:
-    cell: _Cell[str] = _Cell()
+    cell: Cell[str] = Cell()
     before = cell.handle()
 
     assert cell.try_set("first", None) is True
@@ -138,7 +138,7 @@ def test_cell_first_try_set_wins_and_every_handle_sees_it() -> None:
 
 
 def test_cell_handles_are_distinct_objects() -> None:
-    cell: _Cell[int] = _Cell()
+    cell: Cell[int] = Cell()
 
     assert cell.handle() is not cell.handle()
 
@@ -147,7 +147,7 @@ def test_cell_handles_are_distinct_objects() -> None:
 
 
 def _entry() -> PendingEntry:
-    return PendingEntry(_Cell())
+    return PendingEntry(Cell())
 
 
 def test_pending_entry_gets_a_fresh_operation_id() -> None:
