@@ -300,8 +300,8 @@ def begin(
         entry.expires = due  # set before the entry is visible to a scan
     entry.table = table
     entry.route_id = route = next_route_id()
-    table._entries[route] = entry
     try:
+        table._entries[route] = entry
         if scanned and host.deadlines.at == math.inf:
             host.deadlines.arm(due)  # read after registering: the scan's invariant
         if host.state is not _SERVING:
@@ -344,8 +344,8 @@ def block(
     while it waits ends the call as cancelled and propagates."""
     entry.waiter = waiter = _thread.allocate_lock()
     waiter.acquire()
-    begin(host, entry, None, math.inf, None, submit, args, refused)
     try:
+        begin(host, entry, None, math.inf, None, submit, args, refused)
         if not waiter.acquire(True, timeout):
             late = DeadlineExceededError("no result within the call's deadline")
             host.pending.finish(entry.route_id, exc=late)
@@ -355,8 +355,11 @@ def block(
             while entry._state is not DONE and not waiter.acquire(True, _STORE_WAIT):
                 pass
     except BaseException:
-        # Interrupted (KeyboardInterrupt): nobody is left to observe the result.
-        host.pending.finish(entry.route_id, exc=CancelledError())
+        # Interrupted (KeyboardInterrupt): nobody is left to observe the result (an
+        # entry interrupted before `begin` registered it has no route id yet).
+        route = getattr(entry, "route_id", None)
+        if route is not None:
+            host.pending.finish(route, exc=CancelledError())
         raise
     exc = entry._exc
     if exc is not None:
