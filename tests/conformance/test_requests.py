@@ -8,8 +8,8 @@ its handler's error (typed), `DeadlineExceededError`, `CancelledError` or a shut
 error; one that ended before its handler started never starts it; a usage error is raised
 before anything is sent and loses nothing already accepted. Where a path (or a
 terminator) differs, the difference is a field of its `Path` (`Terminator`) row that the
-test reads, with the doc that says so; no test branches on a path's name. Known breaks
-are `xfail(strict=True)` from a table (`INTERRUPT_BREAKS`).
+test reads, with the doc that says so; no test branches on a path's name. A known break
+would be marked `xfail(strict=True)` for its path, with the reason; none is today.
 
 Orders are made with a handler held on a latch (`Hold`), FIFO markers (a request queued
 behind) and bounded, asserted waits; the only timed parts are the deadlines under test.
@@ -17,11 +17,9 @@ behind) and bounded, asserted waits; the only timed parts are the deadlines unde
 
 from __future__ import annotations
 
-import linecache
 import math
 import random
 import signal
-import sys
 import threading
 import uuid
 from collections.abc import Callable
@@ -46,7 +44,7 @@ from zlink_actors import (
 )
 from zlink_actors.testing import WAIT, wait_until
 
-from ..contract._support import CtrlC, ShutdownThread
+from ..contract._support import CtrlC, ShutdownThread, blocked_in_a_wait
 from ._paths import Api, Failure, World
 from ._targets import Ask, Fail, Hold, Mark, Nap, Stray
 from ._terminators import Caller, InHandler, Outcome, Terminator
@@ -393,56 +391,15 @@ def test_a_request_made_while_the_serving_host_drains_is_refused_as_documented(
 # -- an interrupt while blocked ------------------------------------------------------------
 
 
-#: Where the interrupt rule is broken today, by (path, token): `submit_sync()` on the
-#: general path (`Call.submit_sync`: `_start_claimed(token).result()`) lets the
-#: KeyboardInterrupt propagate and leaves the call pending until its deadline. The
-#: blocking paths (`RequestCall._request_sync`, `Calls.request_sync`) keep the rule; a
-#: request with a `cancel=` token, and every request to a global Spot, take the general
-#: path. Found by this suite; zlink_actors is not changed here (issue 27 §2).
-INTERRUPT_BREAKS: dict[tuple[str, str], str] = {
-    ("global", "no_token"): "a global Spot's submit_sync() takes the general path: an "
-    "interrupt leaves the request pending until its deadline",
-    **{
-        (path, "token"): "submit_sync(cancel=token) takes the general path: an interrupt "
-        "leaves the request pending until its deadline"
-        for path in ("local", "node", "channel", "global")
-    },
-}
-
-
-def _blocked_in_a_wait(thread_id: int) -> Callable[[], bool]:
-    """A predicate for `wait_until`: True once the thread's innermost Python frame is at a
-    lock's `acquire(...)` or a `wait(...)`, and still at the same place one poll later
-    (a thread blocked there, not one passing by)."""
-    last: list[tuple[int, int]] = []
-
-    def blocked() -> bool:
-        frame = sys._current_frames().get(thread_id)
-        if frame is None:
-            return False
-        line = linecache.getline(frame.f_code.co_filename, frame.f_lineno)
-        here = (id(frame), frame.f_lineno)
-        if "acquire(" not in line and "wait(" not in line:
-            last.clear()
-            return False
-        if last and last[0] == here:
-            return True
-        last[:] = [here]
-        return False
-
-    return blocked
-
-
 @pytest.mark.usefixtures("default_sigint")
 @pytest.mark.parametrize("token", ["no_token", "token"])
 def test_keyboard_interrupt_while_blocked_in_submit_sync_ends_the_call_cancelled(
-    world: World, token: str, request: pytest.FixtureRequest
+    world: World, token: str
 ) -> None:
     # docs/decisions.md "A blocking request keeps its own deadline": a KeyboardInterrupt
-    # while blocked ends the call as cancelled (its late reply is dropped) and propagates.
-    broken = INTERRUPT_BREAKS.get((world.path.name, token))
-    if broken is not None:
-        request.applymarker(pytest.mark.xfail(strict=True, reason=broken))
+    # while blocked ends the call as cancelled (its late reply is dropped) and propagates,
+    # on every path of `submit_sync()` (the blocking ones: `pending.block`; the general
+    # one, with a token or to a global Spot: `pending.result_or_cancel`).
     tag = _tag()
     main = threading.main_thread().ident
     assert main is not None
@@ -452,7 +409,7 @@ def test_keyboard_interrupt_while_blocked_in_submit_sync_ends_the_call_cancelled
         # Once the handler runs and the caller waits for its reply: an interrupt that
         # lands inside submit_sync() before it waits ends the call on every path.
         if wait_until(lambda: tag in world.journal.items("entered")) and wait_until(
-            _blocked_in_a_wait(main)
+            blocked_in_a_wait(main)
         ):
             ctrl_c.send(main)
 

@@ -1,5 +1,5 @@
 """What the contract areas share beyond `zlink_actors.testing`: `NEGATIVE_WAIT`,
-`ShutdownThread` and `CtrlC`.
+`ShutdownThread`, `CtrlC` and `blocked_in_a_wait`.
 
 `WAIT` (the kit's) bounds every wait that is expected to succeed. `NEGATIVE_WAIT` is the
 other kind: how long a test watches for something that must *not* happen, where its
@@ -8,13 +8,16 @@ runtime passes such a check whatever the value; a wrong one is caught only if it
 misbehaves within it.
 """
 
+import linecache
 import signal
+import sys
 import threading
+from collections.abc import Callable
 
 from zlink_actors import Host, ShutdownResult
 from zlink_actors.testing import WAIT
 
-__all__ = ["NEGATIVE_WAIT", "CtrlC", "ShutdownThread"]
+__all__ = ["NEGATIVE_WAIT", "CtrlC", "ShutdownThread", "blocked_in_a_wait"]
 
 #: How long a test watches for something that must not happen.
 NEGATIVE_WAIT = 0.2
@@ -72,3 +75,26 @@ class CtrlC:
             self.signals += 1
             if self.raised.wait(0.05):
                 return
+
+
+def blocked_in_a_wait(thread_id: int) -> Callable[[], bool]:
+    """A predicate for `wait_until`: True once the thread's innermost Python frame is at a
+    lock's `acquire(...)` or a `wait(...)`, and still at the same place one poll later
+    (a thread blocked there, not one passing by)."""
+    last: list[tuple[int, int]] = []
+
+    def blocked() -> bool:
+        frame = sys._current_frames().get(thread_id)
+        if frame is None:
+            return False
+        line = linecache.getline(frame.f_code.co_filename, frame.f_lineno)
+        here = (id(frame), frame.f_lineno)
+        if "acquire(" not in line and "wait(" not in line:
+            last.clear()
+            return False
+        if last and last[0] == here:
+            return True
+        last[:] = [here]
+        return False
+
+    return blocked

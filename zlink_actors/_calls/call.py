@@ -95,9 +95,15 @@ class Call(Generic[T]):
         token = check_token(cancel)
         _context.forbid_blocking("submit_sync()")
         self._claim()
-        return self._start_claimed(token).result()
+        return self._wait_sync(self._start_claimed(token))
 
     # -- for subclasses ----------------------------------------------------------------
+
+    @staticmethod
+    def _wait_sync(done: Completion[T]) -> T:
+        """How `submit_sync()` blocks for its result (a request's also ends the call on
+        an interrupt: `pending.result_or_cancel`)."""
+        return done.result()
 
     def _start(self, cancel: CancellationToken | None) -> Completion[T]:
         raise NotImplementedError

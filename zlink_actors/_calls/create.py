@@ -15,7 +15,7 @@ import uuid
 from typing import Any, Final, Self
 
 from .._core.cancellation import CancellationToken
-from .._core.completion import Completion, _Cell, failed, settled
+from .._core.completion import CellLock, Completion, failed, settled
 from .._core.errors import (
     AlreadyExistsError,
     CancelledError,
@@ -27,7 +27,7 @@ from .._core.errors import (
     UnavailableReason,
     shutting_down,
 )
-from .._core.pending import PendingEntry
+from .._core.pending import PendingCell
 from .._core.state import HostState
 from .._engine.kernel import Runtime
 from .._engine.lifecycle import (
@@ -199,11 +199,10 @@ class CreateCall(YieldableCall[Any]):
         """This caller's wait for `attempt`: its own deadline and cancellation over the
         shared attempt. The `owner` starts it (the factory, then the creation hooks)."""
         runtime = self._runtime
-        cell: _Cell[Any] = _Cell()
+        entry = PendingCell(runtime.pending.cell_lock)
         timeout = self._timeout if self._timeout is not None else runtime.default_request_timeout
-        entry = runtime.begin(cell, timeout, cancel)
+        runtime.begin(entry, timeout, cancel)
         route = entry.route_id
-        assert route is not None
         pending = runtime.pending
         attempt.handle()._add_inline(
             lambda done: pending.finish(route, done._cell._value, done._cell._exc)
@@ -284,15 +283,11 @@ class CloseCall(Call[bool]):
             return failed(closing)
         if closing is True or closing is False:
             return settled(closing)
-        cell: _Cell[bool] = _Cell()
-        entry = _CloseWait(cell, closing)
+        entry = _CloseWait(runtime.pending.cell_lock, closing)
         timeout = self._timeout if self._timeout is not None else runtime.default_request_timeout
-        if runtime.register(entry, cancel):
-            runtime.arm_deadline(entry, timeout)
-        else:
+        if not runtime.begin(entry, timeout, cancel):
             closing.give_up(entry)
         route = entry.route_id
-        assert route is not None
         pending = runtime.pending
         closing.cell.handle()._add_inline(
             lambda done: pending.finish(route, done._cell._value, done._cell._exc)
@@ -309,14 +304,14 @@ class CloseCall(Call[bool]):
         return act is not None and not act.closed and turn._gate is act.box.gate
 
 
-class _CloseWait(PendingEntry):
+class _CloseWait(PendingCell):
     """One caller of a close: its deadline and cancellation end its wait only while
     `on_closing` has not begun (`Closing.give_up`)."""
 
     __slots__ = ("closing", "gave_up")
 
-    def __init__(self, cell: _Cell[bool], closing: Closing) -> None:
-        super().__init__(cell)
+    def __init__(self, lock: CellLock, closing: Closing) -> None:
+        super().__init__(lock)
         self.closing = closing
         #: Set once, under the engine lock, by the first of its deadline or cancellation.
         self.gave_up = False
@@ -327,9 +322,12 @@ class _CloseWait(PendingEntry):
     def cancel(self) -> bool:
         return self._give_up(CancelledError())
 
+    #: Its `Completion`'s canceller is its own `cancel`.
+    __call__ = cancel
+
     def _give_up(self, exc: BaseException) -> bool:
         table, route = self.table, self.route_id
-        if table is None or route is None or route not in table:
+        if route not in table:
             return False
         if not self.closing.give_up(self):
             return False  # on_closing began (the close completes), or it already gave up

@@ -18,15 +18,13 @@ import math
 import threading
 from collections.abc import Callable
 from time import monotonic as _monotonic
-from typing import Any, Final, Generic, Literal, Self, TypeVar, cast, overload
+from typing import Any, Final, Generic, Literal, Self, TypeVar, overload
 
 from .._core.cancellation import CancellationToken, check_token
-from .._core.completion import Completion, _Cell, failed
+from .._core.completion import Cell, Completion, failed
 from .._core.context import runtime_var
 from .._core.errors import (
-    CancelledError,
     CapacityExceededError,
-    DeadlineExceededError,
     InvalidOperationError,
     NotConfiguredError,
     NotFoundError,
@@ -36,7 +34,7 @@ from .._core.errors import (
     UnavailableReason,
     shutting_down,
 )
-from .._core.pending import Request, ServedRequest, SyncRequest
+from .._core.pending import Request, ServedRequest, SyncRequest, begin, block, result_or_cancel
 from .._core.pool import ADMITTED, CLOSED, SEALED
 from .._core.record import Message
 from .._core.state import HostState
@@ -329,14 +327,14 @@ class SendCall(_MessageCall[None]):
             if pool.force(box, rec, reserve=True):
                 return Completion(_ADMITTED)
             return failed(NotFoundError(f"{self._kind} {self._target!r} closed"))
-        waiting = pool.send(box, rec, _Cell)
+        waiting = pool.send(box, rec, Cell)
         if waiting == ADMITTED:
             return Completion(_ADMITTED)
         if waiting == CLOSED:
             return failed(NotFoundError(f"{self._kind} {self._target!r} closed"))
         if waiting == SEALED:
             return failed(shutting_down())
-        assert isinstance(waiting, _Cell)
+        assert isinstance(waiting, Cell)
         # SC §5/§7: a waiting send has no timeout and refuses caller cancellation.
         return Completion(waiting, _refuse_cancel)
 
@@ -356,7 +354,7 @@ def _codec_reply(
     done: Completion[Any], check: Callable[[object, object], object], reply: type | None
 ) -> Completion[Any]:
     """A local request's reply as the wire would carry it (`Host(check_codec=True)`)."""
-    cell: _Cell[Any] = _Cell()
+    cell: Cell[Any] = Cell()
 
     def crossed(result: Completion[Any]) -> None:
         exc = result.exception()
@@ -376,7 +374,7 @@ def _codec_reply(
 
 #: The result every admitted send observes. Shared safely: it is settled, so no handle can
 #: change it, and each call still gets a fresh `Completion` of its own (SC §2).
-_ADMITTED: _Cell[None] = _Cell.settled(None, None)
+_ADMITTED: Cell[None] = Cell.settled(None, None)
 
 
 class RequestCall(_MessageCall[T], Generic[T]):
@@ -449,7 +447,7 @@ class RequestCall(_MessageCall[T], Generic[T]):
             self._used = False
             raise
         if done is not None:
-            return done.result() if sync else done
+            return result_or_cancel(done) if sync else done
         # Blocks for the result, with no handle and no deadline entry (`request_sync`);
         # what it raises is the call's outcome, not a usage error.
         value: T = runtime.remote.request_sync(
@@ -478,58 +476,36 @@ class RequestCall(_MessageCall[T], Generic[T]):
                     timeout = runtime.default_request_timeout
                 if runtime.real_time and timeout <= _WAIT_MAX:
                     return self._request_sync(found[0], found[1], timeout)
-                return self._admit(found[0], found[1], None).result()
+                return result_or_cancel(self._admit(found[0], found[1], None))
         return super().submit_sync(cancel)
 
     def _request_sync(self, act: Activation, info: HandlerInfo, timeout: float) -> T:
-        """The blocking round trip with nothing between the caller and the reply: no cell,
-        no handle, no timer. The caller keeps the deadline in its own timed wait and races
-        for the terminal like any other path when it passes. The remote twin of its wait:
-        `mesh/calls.py` `Calls.request_sync` (keep the two in step)."""
+        """The blocking round trip with nothing between the caller and the reply: no
+        handle, no timer; the caller keeps the deadline in its own timed wait (`block`)."""
         runtime = self._runtime
-        pending = runtime.pending
         entry = SyncRequest(
             self._payload,
             self._metadata,
             info,
             runtime.engine,
             self._reply,
-            pending,
+            runtime.pending,
             _monotonic() + timeout,
         )
-        route = entry.route_id
-        waiter = entry.waiter
-        try:
-            if runtime.state is not _SERVING:
-                pending.finish(route, exc=shutting_down())
-            else:
-                status = runtime.pool.enqueue(act.box, entry)
-                if status != ADMITTED:
-                    pending.finish(route, exc=self._refusal(status))
-            if not waiter.acquire(True, timeout):
-                late = DeadlineExceededError("no result within the call's deadline")
-                pending.finish(route, exc=late)
-                waiter.acquire()  # released by the path that won (never an I/O thread)
-        except BaseException:
-            # Interrupted (KeyboardInterrupt): nobody is left to observe the result.
-            pending.finish(route, exc=CancelledError())
-            raise
-        exc = entry.exc
-        if exc is not None:
-            raise exc
-        return cast(T, entry.value)
+        value: T = block(
+            runtime, entry, timeout, runtime.pool.enqueue, (act.box, entry), self._refusal
+        )
+        return value
 
-    def _new_request(self, info: HandlerInfo, expires: float | None, due: float) -> Request:
+    @staticmethod
+    def _wait_sync(done: Completion[T]) -> T:
+        # A request's `submit_sync()` on the general path: an interrupt ends it too.
+        return result_or_cancel(done)
+
+    def _new_request(self, info: HandlerInfo, due: float) -> Request:
         runtime = self._runtime
         return Request(
-            self._payload,
-            self._metadata,
-            info,
-            runtime.engine,
-            self._reply,
-            runtime.pending,
-            expires,
-            due,
+            self._payload, self._metadata, info, runtime.engine, self._reply, runtime.pending, due
         )
 
     def _refusal(self, status: int) -> BaseException:
@@ -615,43 +591,15 @@ class RequestCall(_MessageCall[T], Generic[T]):
         self, act: Activation, info: HandlerInfo, cancel: CancellationToken | None
     ) -> Completion[T]:
         runtime = self._runtime
-        pending = runtime.pending
         timeout = self._timeout
-        default = runtime.default_request_timeout
-        if timeout is None or timeout == default:
-            # On the Host's default deadline: no timer entry of its own (`DeadlineScan`).
-            due = runtime.timers._now() + default
-            expires: float | None = due
-        else:
-            expires = None
-            due = runtime.timers._now() + timeout
-        req = self._new_request(info, expires, due)
-        cell: _Cell[T] = req
-        route = req.route_id  # registered (SC §10: before anything is submitted)
-        try:
-            if expires is not None and runtime.deadlines.at == _NEVER:
-                # Read after registering: the scan's invariant relies on the order.
-                runtime.deadlines.arm(expires)
-            if runtime.state is not _SERVING:
-                # Shutdown sealed admission meanwhile.
-                pending.finish(route, exc=shutting_down())
-                return Completion(cell)
-            if cancel is not None:
-                req.registration = cancel._register_internal(req.cancel)
-            status = runtime.pool.enqueue(act.box, req)
-            if status != ADMITTED:
-                pending.finish(route, exc=self._refusal(status))
-                return Completion(cell)
-            if expires is None:
-                # The deadline is armed right after the record is queued (the pool thread
-                # is waking meanwhile); a reply that already won leaves nothing to do.
-                req.arm(runtime.timers, timeout)  # type: ignore[arg-type]
-        except BaseException:
-            # Interrupted (KeyboardInterrupt) before the caller holds a handle: nobody
-            # could observe the result, so the entry must not stay pending.
-            pending.finish(route, exc=CancelledError())
-            raise
-        return Completion(cell, req)
+        if timeout is None:
+            timeout = runtime.default_request_timeout
+        due = runtime.timers._now() + timeout
+        req = self._new_request(info, due)
+        begin(
+            runtime, req, timeout, due, cancel, runtime.pool.enqueue, (act.box, req), self._refusal
+        )
+        return Completion(req, req)
 
 
 def deliver_send(
@@ -688,11 +636,16 @@ class _ServedCall(RequestCall[Any]):
         #: The caller's deadline on this Host's clock (`deliver_request`).
         self._due = due
 
-    def _new_request(self, info: HandlerInfo, expires: float | None, due: float) -> Request:
+    def _new_request(self, info: HandlerInfo, due: float) -> Request:
         runtime = self._runtime
-        due = min(due, self._due)
         req = ServedRequest(
-            self._payload, self._metadata, info, runtime.engine, None, runtime.pending, expires, due
+            self._payload,
+            self._metadata,
+            info,
+            runtime.engine,
+            None,
+            runtime.pending,
+            min(due, self._due),
         )
         req.on_settled = self._done
         return req
@@ -742,23 +695,22 @@ def deliver_request(
         call._metadata = metadata
         call._timeout = timeout
         return call.submit()
-    pending = runtime.pending
+    expires = runtime.timers._now() + timeout
     req = ServedRequest(
         payload,
         metadata,
         info,
         runtime.engine,
         None,
-        pending,
-        None,
-        runtime.timers._now() + timeout if due is None else due,
+        runtime.pending,
+        expires if due is None else due,
     )
     req.on_settled = done
-    status = runtime.pool.enqueue(act.box, req)
-    if status != ADMITTED:
-        pending.finish(req.route_id, exc=_refusal(kind, target, status))
+    refused = lambda status: _refusal(kind, target, status)  # noqa: E731
+    if not begin(
+        runtime, req, timeout, expires, None, runtime.pool.enqueue, (act.box, req), refused
+    ):
         return Completion(req)
-    req.arm(runtime.timers, timeout)
     return req
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Self
 
 from .._core.cancellation import CancellationToken, check_token
-from .._core.completion import Completion, _Cell, settled
+from .._core.completion import Cell, Completion, settled
 from .._core.errors import InvalidOperationError
 from .._engine.kernel import Runtime
 from .._engine.multicast import Transaction
@@ -79,7 +79,7 @@ class PublishCall(Call[None]):
         if objects is None:
             return Completion(tx.cell, lambda: publisher.cancel(tx))
         # Global objects: after the local commit, one routed message per remote node.
-        cell: _Cell[None] = _Cell()
+        cell: Cell[None] = Cell()
         channel, topic, payload, metadata = (
             self._channel,
             self._topic,

@@ -15,9 +15,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from .._core.cancellation import CancellationSource, CancellationToken
-from .._core.completion import Completion, _Cell
+from .._core.completion import Completion
 from .._core.errors import internal_failure, shutting_down
-from .._core.pending import PendingEntry
+from .._core.pending import PendingCell
 from .._core.state import HostState
 from .._engine.kernel import Runtime
 from .call import YieldableCall
@@ -31,7 +31,7 @@ class _CpuJob:
     __slots__ = ("args", "entry", "fn", "runtime")
 
     def __init__(
-        self, runtime: Runtime, entry: PendingEntry, fn: Callable[..., Any], args: tuple[Any, ...]
+        self, runtime: Runtime, entry: PendingCell, fn: Callable[..., Any], args: tuple[Any, ...]
     ) -> None:
         self.runtime = runtime
         self.entry = entry
@@ -41,21 +41,14 @@ class _CpuJob:
     def run(self) -> None:
         entry = self.entry
         # A job whose deadline passed, or that was cancelled while queued, never starts.
-        if not entry.cell.claim():
+        if not entry.claim():
             return
         try:
             value = self.fn(*self.args)
         except BaseException as exc:
-            _fail(self.runtime, _route(entry), self.fn, exc)
+            _fail(self.runtime, entry.route_id, self.fn, exc)
         else:
-            self.runtime.pending.finish(_route(entry), value)
-
-
-def _route(entry: PendingEntry) -> int:
-    """The route of a registered entry (registration gives every entry one)."""
-    route = entry.route_id
-    assert route is not None
-    return route
+            self.runtime.pending.finish(entry.route_id, value)
 
 
 def _fail(runtime: Runtime, route: int, fn: object, exc: BaseException) -> None:
@@ -105,8 +98,8 @@ class CpuWorkerCall(YieldableCall[T]):
         early = self._refused(cancel)
         if early is not None:
             return early
-        cell: _Cell[T] = _Cell()
-        entry = runtime.begin(cell, self._timeout, cancel)
+        entry = PendingCell(runtime.pending.cell_lock)
+        runtime.begin(entry, self._timeout, cancel)
         if not runtime.cpu_pool.submit(_CpuJob(runtime, entry, self._fn, self._args)):
             runtime.fail_entry(entry, shutting_down())
         return runtime.handle(entry)
@@ -142,14 +135,15 @@ class IoWorkerCall(YieldableCall[T]):
         early = self._refused(cancel)
         if early is not None:
             return early
-        cell: _Cell[T] = _Cell()
-        worker_token = CancellationSource()
-        entry = runtime.begin(cell, self._timeout, cancel)
-        entry.on_finish = _cancel_unless_succeeded(entry, worker_token)
+        entry = PendingCell(runtime.pending.cell_lock)
+        # Tells the coroutine its caller is gone (cancel, deadline, shutdown): cancelled
+        # when the call ends without its result (`PendingCell.settle`).
+        worker_token = entry.source = CancellationSource()
+        runtime.begin(entry, self._timeout, cancel)
         fn = self._fn
 
         def start() -> None:
-            if not cell.claim():
+            if not entry.claim():
                 return
             runtime.io.create_task(
                 lambda: _drive(runtime, entry, fn, worker_token.token), worker=True
@@ -160,24 +154,13 @@ class IoWorkerCall(YieldableCall[T]):
         return runtime.handle(entry)
 
 
-def _cancel_unless_succeeded(entry: PendingEntry, source: CancellationSource) -> Callable[[], None]:
-    def on_finish() -> None:
-        # The worker's token tells the coroutine its caller is gone (cancel, deadline,
-        # shutdown); a worker that produced the result needs no signal.
-        if entry.cell._exc is not None:
-            source.cancel()
-
-    return on_finish
-
-
 async def _drive(
     runtime: Runtime,
-    entry: PendingEntry,
+    entry: PendingCell,
     fn: Callable[[CancellationToken], Awaitable[Any]],
     token: CancellationToken,
 ) -> None:
     route = entry.route_id
-    assert route is not None
     try:
         value = await fn(token)
     except asyncio.CancelledError:

@@ -1,6 +1,6 @@
 """`Completion[T]`, the one async result type, and `CompletionSource[T]`.
 
-One operation has one `_Cell`: the first completion wins atomically under the cell's lock
+One operation has one `Cell`: the first completion wins atomically under the cell's lock
 and every later attempt returns `False` (SC §2, §10). Callers never see the cell; they get
 `Completion` handles, a fresh one per call. A handle's own cancellation ends only that
 handle's wait (SC §2 stage isolation): it never changes the cell, nor any other handle.
@@ -27,22 +27,23 @@ from .handoff import flush, wake
 from .validation import MAX_SECONDS, check_optional_seconds
 
 __all__ = [
+    "DONE",
+    "PENDING",
+    "Cell",
     "CellLock",
     "Completion",
     "CompletionSource",
     "Notify",
-    "_DONE",
-    "_PENDING",
-    "_Cell",
-    "_notify",
+    "deliver",
     "failed",
     "settled",
 ]
 
 T = TypeVar("T")
 log = logging.getLogger("zlink_actors")
-_PENDING = 0
-_DONE = 1
+#: A `Cell`'s state: no completion won yet; then settled (for `_core`'s fast paths).
+PENDING = 0
+DONE = 1
 
 #: What guards a cell: its own lock, or one it shares (a gate's, a pending table's).
 CellLock = _thread.LockType | _thread.RLock
@@ -55,7 +56,9 @@ Canceller = Callable[[], bool]
 Notify = tuple[list[_thread.LockType], list["Completion[Any]"]]
 
 
-def _notify(notify: Notify) -> None:
+def deliver(notify: Notify) -> None:
+    """Wake the waiters and fire the handles a publish returned (`Cell._publish`); called
+    once the cell's lock is released (SC §11)."""
     woken, handles = notify
     for waiter in woken:
         wake(waiter)
@@ -63,8 +66,15 @@ def _notify(notify: Notify) -> None:
         handle._fire()
 
 
-class _Cell(Generic[T]):
-    """The shared result of one operation. Internal: users hold `Completion` handles."""
+class Cell(Generic[T]):
+    """The shared result of one operation: pending, then settled once.
+
+    For the framework's own parts (the pending entries of `pending.py`, a one-way send
+    waiting for lane space, a creation attempt): users hold `Completion` handles, never a
+    cell. The first completion wins under the cell's lock (`try_set`); its fields are
+    private to `_core`, so a kind of result that settles differently subclasses
+    `pending.PendingCell` rather than writing them.
+    """
 
     __slots__ = ("_exc", "_listeners", "_lock", "_state", "_value")
 
@@ -73,27 +83,29 @@ class _Cell(Generic[T]):
         #: shares its target's gate lock, so that admission settles it in the critical
         #: section that admits it (`_publish`).
         self._lock: CellLock = _thread.allocate_lock() if lock is None else lock
-        self._state = _PENDING
+        self._state = PENDING
         self._value: T | None = None
         self._exc: BaseException | None = None
         self._listeners: list[Completion[T]] | None = None
 
     def try_set(self, value: T | None, exc: BaseException | None) -> bool:
+        """Settle the cell with `value` or `exc` if it is pending; False if another
+        completion won first."""
         with self._lock:
             if self._state:
                 return False
             notify = self._publish(value, exc)
         # SC §11: confirm, release the lock, then notify.
         if notify is not None:
-            _notify(notify)
+            deliver(notify)
         return True
 
     def _publish(self, value: T | None, exc: BaseException | None) -> Notify | None:
         """Set the result of a pending cell; the caller holds `_lock`. Returns what must
-        be notified once the lock is released (`_notify`), or None."""
+        be notified once the lock is released (`deliver`), or None."""
         self._value = value
         self._exc = exc
-        self._state = _DONE
+        self._state = DONE
         listeners = self._listeners
         if not listeners:
             return None
@@ -113,16 +125,24 @@ class _Cell(Generic[T]):
         return woken, rest
 
     def set_result(self, value: T) -> bool:
+        """`try_set(value, None)`."""
         return self.try_set(value, None)
 
     def set_exception(self, exc: BaseException) -> bool:
+        """`try_set(None, exc)`."""
         return self.try_set(None, exc)
 
     def cancel(self) -> bool:
+        """Settle as cancelled (`CancelledError`) if still pending."""
         return self.try_set(None, CancelledError())
 
     def done(self) -> bool:
-        return self._state == _DONE
+        """True once settled."""
+        return self._state == DONE
+
+    def outcome(self) -> tuple[T | None, BaseException | None]:
+        """The settled (value, error); (None, None) while pending."""
+        return self._value, self._exc
 
     def claim(self) -> bool:
         """Atomically check that no terminal won yet, for work about to start.
@@ -131,17 +151,19 @@ class _Cell(Generic[T]):
         after it only ends the caller's wait (the work runs; its late result is dropped).
         """
         with self._lock:
-            return self._state == _PENDING
+            return self._state == PENDING
 
     def handle(self, canceller: Canceller | None = None) -> Completion[T]:
+        """A fresh handle on this cell; cancelling it calls `canceller` if given."""
         return Completion(self, canceller)
 
     @classmethod
-    def settled(cls, value: T | None, exc: BaseException | None) -> _Cell[T]:
-        cell: _Cell[T] = cls()
+    def settled(cls, value: T | None, exc: BaseException | None) -> Cell[T]:
+        """A cell born settled."""
+        cell: Cell[T] = cls()
         cell._value = value
         cell._exc = exc
-        cell._state = _DONE
+        cell._state = DONE
         return cell
 
 
@@ -172,7 +194,7 @@ class Completion(Generic[T]):
         "_waiters",
     )
 
-    def __init__(self, cell: _Cell[T], canceller: Canceller | None = None) -> None:
+    def __init__(self, cell: Cell[T], canceller: Canceller | None = None) -> None:
         self._cell = cell
         self._canceller = canceller
         self._cancelled = False
@@ -186,12 +208,12 @@ class Completion(Generic[T]):
 
     def done(self) -> bool:
         """True once the result is settled or this handle was cancelled."""
-        return self._cancelled or self._cell._state == _DONE
+        return self._cancelled or self._cell._state == DONE
 
     def cancelled(self) -> bool:
         """True if this handle was cancelled or the operation ended cancelled."""
         return self._cancelled or (
-            self._cell._state == _DONE and isinstance(self._cell._exc, CancelledError)
+            self._cell._state == DONE and isinstance(self._cell._exc, CancelledError)
         )
 
     def cancel(self) -> bool:
@@ -207,7 +229,7 @@ class Completion(Generic[T]):
         if self._canceller is not None:
             return self._canceller()
         with self._cell._lock:
-            if self._cancelled or self._cell._state == _DONE:
+            if self._cancelled or self._cell._state == DONE:
                 return False
             self._cancelled = True
             listeners = self._cell._listeners
@@ -251,7 +273,7 @@ class Completion(Generic[T]):
             else:
                 timeout = check_optional_seconds("timeout", timeout)
         cell = self._cell
-        if cell._state != _DONE and not self._cancelled:
+        if cell._state != DONE and not self._cancelled:
             _context.forbid_blocking("Completion.result()")
             if not self._block(timeout):
                 raise TimeoutError(f"the result was not settled within {timeout} s")
@@ -322,7 +344,7 @@ class Completion(Generic[T]):
         waiter.acquire()
         cell = self._cell
         with cell._lock:
-            if self._cancelled or cell._state == _DONE:
+            if self._cancelled or cell._state == DONE:
                 return True
             if self._waiters is None:
                 self._waiters = []
@@ -342,7 +364,7 @@ class Completion(Generic[T]):
         published meanwhile by code that ran on this thread inside the cell's (reentrant)
         lock (a signal handler that settled or cancelled the operation), that publish
         could not see the handle, so fire it now. `_fire` runs once whoever calls it."""
-        if self._cell._state == _DONE and not self._fired:
+        if self._cell._state == DONE and not self._fired:
             self._fire()
 
     def _fire(self) -> None:
@@ -390,7 +412,7 @@ class Completion(Generic[T]):
             # While the cell is publishing its result, a listening handle has not fired
             # yet: queue behind its earlier callbacks so their order is kept.
             if not self._fired and (
-                self._listening or (not self._cancelled and cell._state != _DONE)
+                self._listening or (not self._cancelled and cell._state != DONE)
             ):
                 if self._callbacks is None:
                     self._callbacks = []
@@ -439,7 +461,7 @@ class CompletionSource(Generic[T]):
     __slots__ = ("_cell",)
 
     def __init__(self) -> None:
-        self._cell: _Cell[T] = _Cell()
+        self._cell: Cell[T] = Cell()
 
     @property
     def completion(self) -> Completion[T]:
@@ -467,9 +489,9 @@ class CompletionSource(Generic[T]):
 
 def settled(value: T) -> Completion[T]:
     """A fresh, already-successful completion."""
-    return Completion(_Cell.settled(value, None))
+    return Completion(Cell.settled(value, None))
 
 
 def failed(exc: BaseException) -> Completion[Any]:
     """A fresh, already-failed completion (a pre-cancelled call uses `CancelledError`)."""
-    return Completion(_Cell.settled(None, exc))
+    return Completion(Cell.settled(None, exc))

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any, Final
 
-from .completion import _Cell
+from .completion import Cell
 from .gate import Gate, wait_free
 from .record import Message, Record
 
@@ -50,7 +50,7 @@ class Mailbox:
         #: Application records admitted and not yet terminal (queued + running).
         self.app_reserved = 0
         #: One-way sends waiting for capacity, FIFO: (record, the caller's result cell).
-        self.waiters: deque[tuple[Message, _Cell[None]]] | None = None
+        self.waiters: deque[tuple[Message, Cell[None]]] | None = None
         self.listed = False
         #: A SpotWide member Actor's queue claim held across `yield_()`.
         self.claimed = False

@@ -16,41 +16,49 @@ import math
 import secrets
 import threading
 from collections.abc import Callable
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, TypeVar
 
 from .cancellation import CancellationRegistration, CancellationSource, CancellationToken
 from .clock import Clock, Deadline, TimerHandle, TimerService
-from .completion import _DONE, _PENDING, Completion, _Cell, _notify
+from .completion import DONE, PENDING, Cell, CellLock, Completion, deliver
 from .errors import (
     CancelledError,
     DeadlineExceededError,
     ProtocolError,
     ZlinkError,
     internal_failure,
+    shutting_down,
 )
 from .handoff import wake
+from .pool import ADMITTED
 from .record import K_REQUEST, Handler, Record
+from .state import HostState
 from .validation import reply_mismatch
 
 __all__ = [
-    "CellEntry",
     "DeadlineScan",
     "FailureCount",
     "OPERATION_HIGH_BYTES",
     "OperationId",
-    "PendingEntry",
+    "PendingCell",
+    "PendingHost",
     "PendingTable",
     "ReplyRouteId",
     "Request",
-    "ScannedEntry",
     "ServedRequest",
     "SyncRequest",
+    "begin",
+    "block",
     "next_route_id",
     "operation_bytes",
+    "result_or_cancel",
     "settle",
     "turn_cancellation",
     "turn_deadline",
 ]
+
+T = TypeVar("T")
+_SERVING: Final = HostState.SERVING
 
 _U64: Final = (1 << 64) - 1
 
@@ -130,7 +138,7 @@ class ReplyRouteId(int):
 _PROCESS_HIGH: Final = secrets.randbits(63) | 1
 _HIGH_BYTES: Final = _PROCESS_HIGH.to_bytes(8, "big")
 _low_counter = itertools.count(1)
-#: The next route id (what `PendingTable.register` gives an entry), without a frame.
+#: The next route id (what `begin` gives an entry), without a frame.
 next_route_id: Final = _low_counter.__next__
 #: The high word of every `OperationId` this process makes, as bytes (`operation_bytes`).
 OPERATION_HIGH_BYTES: Final = _HIGH_BYTES
@@ -138,67 +146,237 @@ OPERATION_HIGH_BYTES: Final = _HIGH_BYTES
 
 def operation_bytes(route: int) -> bytes:
     """The 16 bytes of the `OperationId` of the entry registered under `route` (what
-    `PendingEntry.operation_id` would make), without making the object."""
+    `PendingCell.operation_id` would make), without making the object."""
     return _HIGH_BYTES + route.to_bytes(8, "big")
 
 
-class PendingEntry:
-    """One call waiting for its terminal. Owned by a `PendingTable`."""
+class PendingCell(Cell[Any]):
+    """A result cell that is its own pending entry: the one base of every entry that
+    settles (a request, a remote request, a worker's or a create's wait, a close).
 
-    __slots__ = ("_operation_id", "cell", "on_finish", "registration", "route_id", "table", "timer")
+    Its maker sets what is its own, then `begin` (or `block`) registers it and arms its
+    deadline. Every terminal path (reply, error, deadline, cancellation, shutdown) races
+    for its one removal from the table; the winner calls `settle`, once, outside the
+    table's lock (SC §11). Its deadline and its cancellation hook are then dropped, the
+    caller's result is published, `source` (the cancellation a handler or worker
+    observes) is cancelled if the call failed, and `on_settled` runs.
+    """
 
-    #: Not on the Host's default deadline (see `DeadlineScan`): its `timer` is its own.
-    expires: float | None = None
+    __slots__ = ("deadline", "expires", "registration", "route_id", "source", "table", "waiter")
 
-    def __init__(self, cell: _Cell[Any], operation_id: OperationId | None = None) -> None:
-        self.cell = cell
-        self._operation_id = operation_id
-        self.route_id: int | None = None
-        self.table: PendingTable | None = None
-        self.timer: TimerHandle | None = None
-        self.registration: CancellationRegistration | None = None
-        #: Run by the winner after the caller is completed (releases reservations).
-        self.on_finish: Callable[[], None] | None = None
+    #: Called `(value, exc)` by the winner right after the caller's result is published:
+    #: a served request's reply (`ServedRequest`), a remote request's clean-up. None: none.
+    on_settled: Callable[[object, BaseException | None], None] | None = None
+
+    route_id: int
+    table: PendingTable
+    #: When the Host's default deadline passes (`DeadlineScan`); None: none, or
+    #: `deadline` keeps it.
+    expires: float | None
+    deadline: _Deadline | None
+    registration: CancellationRegistration | None
+    #: Cancelled if the call ends without its result (`turn_cancellation`, a worker's
+    #: token); made by whoever needs it.
+    source: CancellationSource | None
+    #: Set: the call's only observer is a thread blocked on it (`block`): no handle, no
+    #: listener; the winner stores the outcome and releases it.
+    waiter: _thread.LockType | None
+
+    def __init__(self, lock: CellLock) -> None:
+        """A pending cell guarded by `lock` (a pending table's `cell_lock`: no lock
+        object per call), not registered yet (`begin`)."""
+        # Written out in `Request.__init__`; keep in step: the test that refuses a stale
+        # copy is tests/unit/core/test_pending.py `test_written_out_copies_match_their_source`.
+        self._lock = lock
+        self._state = PENDING
+        self._value = None
+        self._exc = None
+        self._listeners = None
+        self.expires = None
+        self.deadline = None
+        self.registration = None
+        self.source = None
+        self.waiter = None
 
     @property
     def operation_id(self) -> OperationId:
-        """The operation's identity; derived from the process word and the route id, so
-        that an in-process call pays for no 128-bit object unless something asks."""
-        op = self._operation_id
-        if op is None:
-            route = self.route_id
-            op = OperationId.new() if route is None else OperationId(_PROCESS_HIGH, route)
-            self._operation_id = op
-        return op
-
-    def expire(self) -> None:
-        """Timer path: the deadline passed."""
-        table, route = self.table, self.route_id
-        if table is not None and route is not None:
-            table.finish(route, exc=DeadlineExceededError("no result within the call's deadline"))
-
-    def cancel(self) -> bool:
-        """Cancellation path (caller's token or `Completion.cancel()`); True if it won."""
-        table, route = self.table, self.route_id
-        return table is not None and route is not None and table.finish(route, exc=CancelledError())
+        """The registered call's identity, derived from the process word and its route
+        id (an in-process call pays for no 128-bit object unless something asks)."""
+        return OperationId(_PROCESS_HIGH, self.route_id)
 
     def settle(self, value: object, exc: BaseException | None) -> None:
-        """Complete the caller; only the winner of the table removal calls this. Cleans
-        up outside the table lock (SC §11), then completes the caller."""
-        if self.timer is not None:
-            self.timer.cancel()
-        if self.registration is not None:
-            self.registration.unregister()
-        self.cell.try_set(value, exc)
-        if self.on_finish is not None:
-            self.on_finish()
+        """Complete the caller; only the winner of the table removal calls this."""
+        deadline = self.deadline
+        if deadline is not None:
+            deadline.fn = None  # disarmed: what stays in the timer FIFO holds nothing
+        registration = self.registration
+        if registration is not None:
+            registration.unregister()
+        waiter = self.waiter
+        if waiter is None:
+            with self._lock:  # pending: only the winner settles
+                if self._listeners is None:
+                    # `_publish` with nothing to notify: a reply that comes before anyone
+                    # waits, and a served request's (its only observer is the mesh).
+                    self._value = value
+                    self._exc = exc
+                    self._state = DONE
+                    notify = None
+                else:
+                    notify = self._publish(value, exc)
+            if notify is not None:
+                deliver(notify)
+        else:  # no handle and no listener: its blocked caller reads these (`block`)
+            self._value = value
+            self._exc = exc
+            self._state = DONE
+            wake(waiter)  # on the I/O thread: as it goes to sleep (`handoff`)
+        if exc is not None:
+            source = self.source  # read after the outcome is stored (`turn_cancellation`)
+            if source is not None:
+                source.cancel()
+        on_settled = self.on_settled
+        if on_settled is not None:
+            on_settled(value, exc)
+
+    def cancel(self) -> bool:
+        """Cancellation path (caller's token or `Completion.cancel()`): races the other
+        terminals through the pending table; True if it won."""
+        return self.table.finish(self.route_id, exc=CancelledError())
+
+    #: An entry is its own `Completion`'s canceller (no bound method per call).
+    __call__ = cancel
+
+    def expire(self) -> None:
+        """Deadline path (`arm`): the call's deadline passed."""
+        self.table.finish(
+            self.route_id, exc=DeadlineExceededError("no result within the call's deadline")
+        )
+
+    def arm(self, timers: TimerService, timeout: float) -> None:
+        """Give the registered entry a deadline of its own, `timeout` seconds from now;
+        disarmed at once if another path already won."""
+        deadline = self.deadline = _Deadline()
+        deadline.fn = self
+        timers.schedule_after(timeout, deadline)
+        if self.route_id not in self.table._entries:
+            deadline.fn = None
 
 
-class ScannedEntry(PendingEntry):
-    """A pending entry on the Host's default timeout: `DeadlineScan` expires it, so it
-    needs no timer entry of its own."""
+class PendingHost(Protocol):
+    """What the pending protocol reads of a Host (the engine's `Runtime`)."""
 
-    __slots__ = ("expires",)
+    state: HostState
+    pending: PendingTable
+    deadlines: DeadlineScan
+    timers: TimerService
+    default_request_timeout: float
+
+
+def begin(
+    host: PendingHost,
+    entry: PendingCell,
+    timeout: float | None,
+    due: float,
+    cancel: CancellationToken | None,
+    submit: Callable[..., int | None] | None = None,
+    args: tuple[Any, ...] = (),
+    refused: Callable[[int], BaseException] | None = None,
+) -> bool:
+    """The pending protocol of one call, the only copy: register `entry` before anything
+    is submitted (SC §10); end it with `ShuttingDownError` if shutdown sealed admission
+    meanwhile; hook the caller's `cancel`; `submit(*args)` (a pool status other than
+    `ADMITTED` ends it with `refused(status)`; None: submitted); then its deadline,
+    `due` (Host clock) after `timeout` seconds: on the Host's default timeout the one
+    deadline scan keeps it (`DeadlineScan`: no timer entry each), else a timer entry
+    of its own (None: no deadline). An interrupt (KeyboardInterrupt) before the caller
+    holds its result ends it as cancelled: nobody could observe it.
+
+    False if shutdown or the submit refused it (it is then already ended). Every ending
+    is the entry's: its caller observes `entry` (a `Completion` of it, or `block`)."""
+    table = host.pending
+    scanned = timeout == host.default_request_timeout
+    if scanned:
+        entry.expires = due  # set before the entry is visible to a scan
+    entry.table = table
+    entry.route_id = route = next_route_id()
+    try:
+        table._entries[route] = entry
+        if scanned and host.deadlines.at == math.inf:
+            host.deadlines.arm(due)  # read after registering: the scan's invariant
+        if host.state is not _SERVING:
+            table.finish(route, exc=shutting_down())
+            return False
+        if cancel is not None:
+            entry.registration = cancel._register_internal(entry.cancel)
+        if submit is not None:
+            status = submit(*args)
+            if status is not None and status != ADMITTED:
+                assert refused is not None
+                table.finish(route, exc=refused(status))
+                return False
+        if not scanned and timeout is not None:
+            # After the submit: the thread it woke runs meanwhile; a reply that already
+            # won leaves nothing to arm.
+            entry.arm(host.timers, timeout)
+    except BaseException:
+        table.finish(route, exc=CancelledError())
+        raise
+    return True
+
+
+#: Seconds between two looks at a result a late winner is storing (`block`).
+_STORE_WAIT: Final = 0.001
+
+
+def block(
+    host: PendingHost,
+    entry: PendingCell,
+    timeout: float,
+    submit: Callable[..., int | None],
+    args: tuple[Any, ...],
+    refused: Callable[[int], BaseException] | None = None,
+) -> Any:
+    """`begin` for a caller that blocks for the result (`submit_sync()` on the real clock,
+    `timeout` at most `threading.TIMEOUT_MAX`): no handle, no deadline entry; the caller
+    keeps the deadline in its own timed wait and races for the terminal like any other
+    path when it passes. Returns the value or raises the call's error. An interrupt
+    while it waits ends the call as cancelled and propagates."""
+    entry.waiter = waiter = _thread.allocate_lock()
+    waiter.acquire()
+    try:
+        begin(host, entry, None, math.inf, None, submit, args, refused)
+        if not waiter.acquire(True, timeout):
+            late = DeadlineExceededError("no result within the call's deadline")
+            host.pending.finish(entry.route_id, exc=late)
+            # The winner stores the outcome, then releases the waiter: at once, or (the
+            # I/O thread) as it goes to sleep. Read the outcome as soon as it is stored:
+            # that thread may be waiting for a lock this caller holds.
+            while entry._state is not DONE and not waiter.acquire(True, _STORE_WAIT):
+                pass
+    except BaseException:
+        # Interrupted (KeyboardInterrupt): nobody is left to observe the result (an
+        # entry interrupted before `begin` registered it has no route id yet).
+        route = getattr(entry, "route_id", None)
+        if route is not None:
+            host.pending.finish(route, exc=CancelledError())
+        raise
+    exc = entry._exc
+    if exc is not None:
+        raise exc
+    return entry._value
+
+
+def result_or_cancel(done: Completion[T]) -> T:
+    """`done.result()` for a caller blocked in `submit_sync()` on a handle: an interrupt
+    while it waits ends the call as cancelled (nobody is left to observe it; a call that
+    refuses cancellation goes on) and propagates."""
+    try:
+        return done.result()
+    except BaseException:
+        if not done.done():
+            done.cancel()
+        raise
 
 
 def _reply(
@@ -224,33 +402,10 @@ def _reply(
     table.finish(route, exc=exc)
 
 
-def _register(
-    req: Request | SyncRequest,
-    payload: object,
-    metadata: dict[str, object] | None,
-    handler: Handler,
-    engine: FailureCount,
-    reply_type: type | None,
-    table: PendingTable,
-) -> None:
-    """Fill a self-replying request's record and entry fields and register it (SC §10:
-    before anything is submitted). Flat: this runs once per call."""
-    req.payload = payload
-    req.metadata = metadata
-    req.handler = handler
-    req.reserved = False
-    req.engine = engine
-    req.reply_type = reply_type
-    req.table = table
-    req.route_id = route = next(_low_counter)
-    table._entries[route] = req
-
-
-class _SelfReplying(Record):
-    """A request record (`K_REQUEST`) that is also its own pending entry; the classes
-    give the slots. `handler` runs it, and `reply` delivers the handler's outcome to the
-    one winner of the table removal. Subclasses say how a winning outcome reaches the
-    caller (`settle`)."""
+class _SelfReplying(Record, PendingCell):
+    """A request record (`K_REQUEST`) that is also its own pending entry and result cell;
+    the classes give the slots. `handler` runs it, and `reply` delivers the handler's
+    outcome to the one winner of the table removal."""
 
     __slots__ = ()
 
@@ -261,9 +416,6 @@ class _SelfReplying(Record):
     reserved: bool
     engine: FailureCount
     reply_type: type | None
-    route_id: int
-    table: PendingTable
-    expires: float | None
 
     def reply(self, value: object, exc: BaseException | None) -> None:
         table, route = self.table, self.route_id
@@ -282,183 +434,31 @@ class _SelfReplying(Record):
         hears `exc`; no handler failed."""
         self.table.finish(self.route_id, exc=exc)
 
-    def settle(self, value: object, exc: BaseException | None) -> None:
-        raise NotImplementedError
-
 
 class _Deadline:
-    """A request's entry in a timer FIFO. Kept apart from the request and small: a
-    disarmed one may wait in the FIFO behind a live deadline, and then it must not keep
-    the request, its payload or its reply alive."""
+    """An entry's deadline in a timer FIFO (`PendingCell.arm`). Kept apart from the entry
+    and small: a disarmed one may wait in the FIFO behind a live deadline, and then it
+    must not keep the entry, its payload or its reply alive."""
 
     __slots__ = ("fn", "when")
 
-    # No `__init__`: `Request.arm` fills the two slots (a Python frame less on every
+    # No `__init__`: `PendingCell.arm` fills the two slots (a Python frame less on every
     # request with a timer entry; the timer service sets `when`).
-    fn: Request | None
+    fn: PendingCell | None
     when: float
 
     def fire(self) -> None:
-        req = self.fn
-        if req is not None:
+        entry = self.fn
+        if entry is not None:
             self.fn = None
-            late = DeadlineExceededError("no result within the call's deadline")
-            req.table.finish(req.route_id, exc=late)
+            entry.expire()
 
 
-class Request(_SelfReplying, _Cell[Any]):
-    """An asynchronous request in one object: its queued record, its pending entry and
-    its result cell (observed through `Completion`s); `deadline` is its timer entry.
-    """
+class Request(_SelfReplying):
+    """A request in one object: its queued record, its pending entry and its result cell
+    (observed through `Completion`s). Made by its call, then `begin` registers it."""
 
-    __slots__ = (
-        "deadline",
-        "due",
-        "engine",
-        "expires",
-        "handler",
-        "metadata",
-        "payload",
-        "registration",
-        "reply_type",
-        "reserved",
-        "route_id",
-        "source",
-        "table",
-    )
-
-    on_finish: Callable[[], None] | None = None
-
-    def __init__(
-        self,
-        payload: object,
-        metadata: dict[str, object] | None,
-        handler: Handler,
-        engine: FailureCount,
-        reply_type: type | None,
-        table: PendingTable,
-        expires: float | None,
-        due: float | None = None,
-    ) -> None:
-        # `_Cell.__init__` and `_register`, written out: two frames less on every
-        # request (the cell shares the table's lock; nothing is pending in it yet).
-        self._lock = table.cell_lock
-        self._state = _PENDING
-        self._value = None
-        self._exc = None
-        self._listeners = None
-        self.registration: CancellationRegistration | None = None
-        self.deadline: _Deadline | None = None
-        #: When the Host's default deadline passes (`DeadlineScan`); None if the call
-        #: set a timeout of its own (then `arm` gives it a timer entry).
-        self.expires = expires
-        #: When the call's deadline passes, whichever timer keeps it (`ctx.deadline`).
-        self.due = due if due is not None else expires if expires is not None else math.inf
-        #: Made when the handler first asks for `ctx.cancellation`.
-        self.source: CancellationSource | None = None
-        self.payload = payload
-        self.metadata = metadata
-        self.handler = handler
-        self.reserved = False
-        self.engine = engine
-        self.reply_type = reply_type
-        self.table = table
-        # SC §10: registered before anything is submitted.
-        self.route_id = route = next(_low_counter)
-        table._entries[route] = self
-
-    @property
-    def cell(self) -> Request:
-        return self
-
-    def settle(self, value: object, exc: BaseException | None) -> None:
-        deadline = self.deadline
-        if deadline is not None:
-            deadline.fn = None  # disarmed: what stays in the FIFO holds nothing
-        if self.registration is not None:
-            self.registration.unregister()
-        with self._lock:
-            notify = self._publish(value, exc)  # the cell is pending: only the winner settles
-        if notify is not None:
-            _notify(notify)
-
-    def cancel(self) -> bool:
-        """Cancellation path (caller's token or `Completion.cancel()`): races the other
-        terminals through the pending table; True if it won."""
-        return self.table.finish(self.route_id, exc=CancelledError())
-
-    #: A request is its own `Completion`'s canceller (no bound method per call).
-    __call__ = cancel
-
-    def arm(self, timers: TimerService, timeout: float) -> None:
-        """Arm the deadline (right after the request is queued); disarmed at once if a
-        reply already won."""
-        deadline = self.deadline = _Deadline()
-        deadline.fn = self
-        timers.schedule_after(timeout, deadline)
-        if self.route_id not in self.table._entries:
-            deadline.fn = None
-
-
-class ServedRequest(Request):
-    """A request another node sent: `on_settled(value, exc)` runs on the settling thread,
-    right after the request is settled, so the reply leaves without a dispatcher hop."""
-
-    __slots__ = ("on_settled",)
-
-    on_settled: Callable[[object, BaseException | None], None]
-
-    def settle(self, value: object, exc: BaseException | None) -> None:
-        # `Request.settle`, written out (one frame less on every request served).
-        deadline = self.deadline
-        if deadline is not None:
-            deadline.fn = None
-        if self.registration is not None:
-            self.registration.unregister()
-        with self._lock:
-            if self._listeners is None:
-                # `_publish` with nothing to notify, written out: the common case (a
-                # served request's only observers are the mesh's and `ctx.cancellation`).
-                # Its twin: `mesh/calls.py` `_Outgoing.settle` (keep the two in step).
-                self._value = value
-                self._exc = exc
-                self._state = _DONE
-                notify = None
-            else:
-                notify = self._publish(value, exc)
-        if notify is not None:
-            _notify(notify)
-        self.on_settled(value, exc)
-
-
-class SyncRequest(_SelfReplying):
-    """A request whose only observer is an application thread blocked in `submit_sync()`:
-    one object is its record, its pending entry and its result.
-
-    The one winner of the table removal stores the outcome and releases `waiter`. Nothing
-    else can observe the result (no handle, no callback), and the caller keeps the
-    deadline in its own timed wait, so it needs no timer either.
-    """
-
-    __slots__ = (
-        "due",
-        "engine",
-        "exc",
-        "handler",
-        "metadata",
-        "payload",
-        "reply_type",
-        "reserved",
-        "route_id",
-        "source",
-        "table",
-        "value",
-        "waiter",
-    )
-
-    registration: CancellationRegistration | None = None
-    #: The blocked caller keeps the deadline in its own timed wait.
-    expires: float | None = None
+    __slots__ = ("due", "engine", "handler", "metadata", "payload", "reply_type", "reserved")
 
     def __init__(
         self,
@@ -470,44 +470,49 @@ class SyncRequest(_SelfReplying):
         table: PendingTable,
         due: float = math.inf,
     ) -> None:
-        self.value: object = None
-        self.exc: BaseException | None = None
-        #: When the caller's timed wait ends (`ctx.deadline`), on the real clock.
+        # `PendingCell.__init__`, written out: a frame less on every request (`lock` is
+        # `table.cell_lock`); keep in step: tests/unit/core/test_pending.py
+        # `test_written_out_copies_match_their_source` refuses a stale copy.
+        self._lock = table.cell_lock
+        self._state = PENDING
+        self._value = None
+        self._exc = None
+        self._listeners = None
+        self.expires = None
+        self.deadline = None
+        self.registration = None
+        self.source = None
+        self.waiter = None
+        # The request's own.
+        #: When the call's deadline passes, whichever timer keeps it (`ctx.deadline`).
         self.due = due
-        self.source: CancellationSource | None = None
-        self.waiter = waiter = _thread.allocate_lock()
-        waiter.acquire()
-        _register(self, payload, metadata, handler, engine, reply_type, table)
-
-    def settle(self, value: object, exc: BaseException | None) -> None:
-        # Reached only by the winner of `PendingTable.pop`: no lock needed.
-        self.value = value
-        self.exc = exc
-        wake(self.waiter)
-        # Read after `exc` is set (see `turn_cancellation`).
-        source = self.source
-        if source is not None and exc is not None:
-            source.cancel()
+        self.payload = payload
+        self.metadata = metadata
+        self.handler = handler
+        self.reserved = False
+        self.engine = engine
+        self.reply_type = reply_type
 
 
-class CellEntry(_Cell[Any]):
-    """A result cell that is its own pending entry: one object where a `PendingEntry`
-    and its `_Cell` are two (the mesh's remote requests, `mesh/calls.py`). Its maker
-    registers it (`next_route_id`, then `PendingTable._entries`); subclasses say what
-    winning does (`settle`, called once, by the winner of the table removal)."""
+class ServedRequest(Request):
+    """A request another node sent: `on_settled(value, exc)` runs on the settling thread,
+    right after the request is settled, so the reply leaves without a dispatcher hop."""
 
-    __slots__ = ("expires", "route_id", "table")
+    __slots__ = ("on_settled",)
 
-    expires: float | None
-    route_id: int
-    table: PendingTable
-
-    def settle(self, value: object, exc: BaseException | None) -> None:
-        raise NotImplementedError
+    on_settled: Callable[[object, BaseException | None], None]
 
 
-#: What a pending table holds: a general entry, or a request or cell that is its own entry.
-Pending = PendingEntry | _SelfReplying | CellEntry
+class SyncRequest(Request):
+    """A request whose only observer is an application thread blocked in `submit_sync()`
+    (`block`): no handle, no callback, and no timer (the caller keeps the deadline in its
+    own timed wait); `due` is that wait's end on the real clock."""
+
+    __slots__ = ()
+
+
+#: What a pending table holds.
+Pending = PendingCell
 
 
 class PendingTable:
@@ -528,16 +533,6 @@ class PendingTable:
         self._lock = threading.Lock()
         self._emptied = threading.Condition(self._lock)
         self._watching = False
-
-    def register(self, entry: PendingEntry) -> int:
-        """SC §10: register before submit. Returns the entry's route id."""
-        # The counter is process-wide, so route ids also make unique OperationId words.
-        # In process they stay plain ints (a `ReplyRouteId` is what goes on the wire).
-        route = next(_low_counter)
-        entry.route_id = route
-        entry.table = self
-        self._entries[route] = entry
-        return route
 
     def pop(self, route: int) -> Pending | None:
         """The one race point: the caller that gets the entry owns the terminal."""
@@ -588,10 +583,7 @@ class PendingTable:
                 continue
             if expires > now:
                 return expires
-            route = entry.route_id
-            if route is not None:
-                late = DeadlineExceededError("no result within the call's deadline")
-                self.finish(route, exc=late)
+            entry.expire()  # (a close's wait decides for itself: `_CloseWait`)
         return None
 
     def pop_all(self) -> list[Pending]:
@@ -688,7 +680,7 @@ _NEVER_CANCELLED = CancellationSource().token
 def turn_deadline(rec: Record | None, clock: Clock) -> Deadline:
     """The deadline of the call a turn handles: its request's; one that never passes for
     a one-way message and for turns that are not calls."""
-    if isinstance(rec, (Request, SyncRequest)):
+    if isinstance(rec, Request):
         return Deadline(rec.due, clock)
     return Deadline(math.inf, clock)
 
@@ -697,22 +689,12 @@ def turn_cancellation(rec: Record | None) -> CancellationToken:
     """A token cancelled once the request a turn handles ended without its reply (its
     caller cancelled, its deadline passed, or shutdown ended it); never cancelled for
     other turns. Made on first use, so a handler that never asks pays nothing."""
-    if not isinstance(rec, (Request, SyncRequest)):
+    if not isinstance(rec, Request):
         return _NEVER_CANCELLED
     source = rec.source
     if source is None:
         source = rec.source = CancellationSource()
-        if isinstance(rec, Request):
-            Completion(rec)._add_inline(_cancel_on_failure(source))
-        elif rec.route_id not in rec.table._entries and rec.exc is not None:
-            # Settled before `source` was visible to it (`SyncRequest.settle`).
+        if rec._state is DONE and rec._exc is not None:
+            # Settled before `source` was visible to it (`PendingCell.settle`).
             source.cancel()
     return source.token
-
-
-def _cancel_on_failure(source: CancellationSource) -> Callable[[Completion[Any]], None]:
-    def check(done: Completion[Any]) -> None:
-        if done._cell._exc is not None:
-            source.cancel()
-
-    return check

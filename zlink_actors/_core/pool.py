@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Final, Protocol, cast, overload
 
 from .clock import SystemClock, TimerService
-from .completion import CellLock, Notify, _Cell, _notify
+from .completion import Cell, CellLock, Notify, deliver
 from .gate import IDLE, READY, RUNNING, SUSPENDED, Gate, wait_free
 from .handoff import wake
 from .mailbox import Mailbox, lock_box, trim
@@ -39,7 +39,7 @@ log = logging.getLogger("zlink_actors")
 
 #: A waiting send admitted under a gate lock: what to notify (its cell shares that lock
 #: and was settled there) or its cell (settled after the lock is released).
-_Admitted = Notify | _Cell[None]
+_Admitted = Notify | Cell[None]
 
 ADMITTED: Final = 0
 FULL: Final = 1
@@ -295,17 +295,17 @@ class AppPool:
 
     @overload
     def enqueue(
-        self, box: Mailbox, rec: Message, wait: Callable[[CellLock], _Cell[None]]
-    ) -> _Cell[None] | int: ...
+        self, box: Mailbox, rec: Message, wait: Callable[[CellLock], Cell[None]]
+    ) -> Cell[None] | int: ...
 
     def enqueue(
         self,
         box: Mailbox,
         rec: Record,
-        wait: Callable[[CellLock], _Cell[None]] | None = None,
+        wait: Callable[[CellLock], Cell[None]] | None = None,
         *,
         lifecycle: bool = False,
-    ) -> _Cell[None] | int:
+    ) -> Cell[None] | int:
         """Admit a bounded application (or lifecycle) record: ADMITTED, else FULL or
         CLOSED. The one admission body: `send(box, rec, wait)` is this method.
 
@@ -361,8 +361,8 @@ class AppPool:
         gate: Gate[Mailbox],
         box: Mailbox,
         rec: Record,
-        make_cell: Callable[[CellLock], _Cell[None]],
-    ) -> _Cell[None] | int:
+        make_cell: Callable[[CellLock], Cell[None]],
+    ) -> Cell[None] | int:
         """Park a one-way record FIFO behind `box`'s other waiters (`enqueue` with
         `wait`, the lane full); SEALED once shutdown began. Caller holds `gate.lock`."""
         if self.sealed:
@@ -509,7 +509,7 @@ class AppPool:
                     continue
                 notify = cell._publish(None, exc)
             if notify is not None and (notify[0] or notify[1]):
-                _notify(notify)
+                deliver(notify)
             else:
                 owner = box.owner
                 log.debug(
@@ -543,7 +543,7 @@ class AppPool:
             rec.reserved = True
             app.append(rec)
             if cell._lock is held:
-                # Its lock is the one held here: settle it now (see `_Cell.__init__`).
+                # Its lock is the one held here: settle it now (see `Cell.__init__`).
                 if not cell._state:
                     notify = cell._publish(None, None)
                     if notify is not None:
@@ -906,10 +906,10 @@ def _settle_admitted(admitted: list[_Admitted]) -> None:
     """After the gate lock is released: complete what `_admit_waiters` could not settle
     under it (cells with a lock of their own), and notify observers of the rest."""
     for item in admitted:
-        if isinstance(item, _Cell):
+        if isinstance(item, Cell):
             item.try_set(None, None)
         else:
-            _notify(item)
+            deliver(item)
 
 
 class Runner(Protocol):

@@ -18,9 +18,9 @@ from typing import Any
 
 from .._core.cancellation import CancellationToken
 from .._core.clock import Clock, SystemClock, TimerService
-from .._core.completion import Completion, _Cell, failed
+from .._core.completion import Completion, failed
 from .._core.errors import InvalidOperationError, shutting_down
-from .._core.pending import DeadlineScan, PendingEntry, PendingTable, ScannedEntry
+from .._core.pending import DeadlineScan, PendingCell, PendingTable, begin
 from .._core.pool import AppPool, Runner
 from .._core.state import HostState, ShutdownReason, ShutdownResult
 from .._core.workers import CpuPool, IoExecutor
@@ -126,56 +126,23 @@ class Runtime:
         return failed(shutting_down())
 
     def begin(
-        self, cell: _Cell[Any], timeout: float | None, cancel: CancellationToken | None
-    ) -> PendingEntry:
-        """Register a pending entry for `cell` before anything is submitted (SC §10),
-        with its caller's cancellation and its deadline; all race for the entry.
-
-        On the Host's default timeout the entry joins the one deadline scan the local
-        requests use (`DeadlineScan`): no timer entry, and no timer-thread wake, each.
-        `Calls._request` (`mesh/calls.py`) writes this out for a remote request, whose
-        cell is its own entry: keep the two in step."""
-        if timeout is not None and timeout == self.default_request_timeout:
-            scanned = ScannedEntry(cell)
-            scanned.expires = expires = self.timers._now() + timeout
-            if self.register(scanned, cancel) and self.deadlines.at == math.inf:
-                self.deadlines.arm(expires)  # read after registering: the scan's invariant
-            return scanned
-        entry = PendingEntry(cell)
-        if self.register(entry, cancel) and timeout is not None:
-            self.arm_deadline(entry, timeout)
-        return entry
-
-    def register(self, entry: PendingEntry, cancel: CancellationToken | None) -> bool:
-        """Put `entry` in the pending table and hook its caller's cancellation.
-
+        self, entry: PendingCell, timeout: float | None, cancel: CancellationToken | None
+    ) -> bool:
+        """The pending protocol (`pending.begin`) for `entry`, whose work its caller
+        starts next: registered before anything is submitted (SC §10), with its caller's
+        cancellation and its deadline (`timeout` None: none); all race for the entry.
         False if shutdown sealed admission meanwhile: the entry is then already completed
-        with `ShuttingDownError` (if the shutdown sweep got it first, that finds nothing).
-        """
-        route = self.pending.register(entry)
-        if self.state is not HostState.SERVING:
-            self.pending.finish(route, exc=shutting_down())
-            return False
-        if cancel is not None:
-            entry.registration = cancel._register_internal(entry.cancel)
-        return True
+        with `ShuttingDownError`."""
+        due = math.inf if timeout is None else self.timers._now() + timeout
+        return begin(self, entry, timeout, due, cancel)
 
-    def arm_deadline(self, entry: PendingEntry, timeout: float) -> None:
-        """Arm `entry`'s deadline; dropped at once if another path already won."""
-        timer = self.timers.call_after(timeout, entry.expire)
-        entry.timer = timer
-        if entry.route_id not in self.pending:
-            timer.cancel()
-
-    def handle(self, entry: PendingEntry) -> Completion[Any]:
+    def handle(self, entry: PendingCell) -> Completion[Any]:
         """The caller's handle: cancelling it races the entry's other terminal paths."""
-        return Completion(entry.cell, entry.cancel)
+        return Completion(entry, entry.cancel)
 
-    def fail_entry(self, entry: PendingEntry, exc: BaseException) -> None:
+    def fail_entry(self, entry: PendingCell, exc: BaseException) -> None:
         """End a registered entry with `exc` (if no other path won already)."""
-        route = entry.route_id
-        if route is not None:
-            self.pending.finish(route, exc=exc)
+        self.pending.finish(entry.route_id, exc=exc)
 
     def log_dropped_callback(self, fn: Callable[..., object]) -> None:
         log.warning("done-callback %r dropped: its owner closed before it could run", fn)

@@ -20,7 +20,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, cast
 
-from .._core.completion import Completion, _Cell
+from .._core.completion import Cell, Completion
 from .._core.errors import (
     CapacityExceededError,
     NotFoundError,
@@ -165,7 +165,7 @@ class Closing:
         self.act = act
         #: The queued `on_closing` record (taken out of its lane if the close is withdrawn).
         self.record: Record | None = None
-        self.cell: _Cell[bool] = _Cell()
+        self.cell: Cell[bool] = Cell()
         #: Callers that may still give up (a deadline or a cancellation of their own).
         self.callers = 0
         #: Someone that never gives up asked for it (shutdown, the object's own turn).
@@ -274,7 +274,7 @@ def close_activation(
     with runtime.engine.lock:
         closing = request_close(runtime, act, reason, hold=True)
     if isinstance(closing, BaseException):
-        return Completion(_Cell.settled(None, closing))
+        return Completion(Cell.settled(None, closing))
     return Completion(closing.cell)
 
 

@@ -19,7 +19,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from .._core.cancellation import CancellationRegistration
-from .._core.completion import Completion, _Cell
+from .._core.completion import Cell, Completion
 from .._core.errors import ZlinkError, shutting_down
 from .._core.pool import AppPool
 from .._core.record import Message
@@ -42,7 +42,7 @@ class Transaction:
         self.targets = targets
         self.payload = payload
         self.metadata = metadata
-        self.cell: _Cell[None] = _Cell()
+        self.cell: Cell[None] = Cell()
         self.registration: CancellationRegistration | None = None
 
 
@@ -149,8 +149,8 @@ class Publisher:
                     log.debug("publish: %r has no handler for %s", act, type(tx.payload))
                     continue
                 rec = Message(tx.payload, tx.metadata, info)
-                waiting = pool.send(act.box, rec, _Cell)
-                if isinstance(waiting, _Cell):  # no room yet: wait like a one-way send
+                waiting = pool.send(act.box, rec, Cell)
+                if isinstance(waiting, Cell):  # no room yet: wait like a one-way send
                     try:
                         await Completion(waiting)
                     except ZlinkError as exc:

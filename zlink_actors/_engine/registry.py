@@ -15,7 +15,7 @@ from collections.abc import Callable
 from contextvars import Context
 from typing import Final, Protocol
 
-from .._core.completion import _PENDING, _Cell
+from .._core.completion import Cell
 from .._core.errors import ConfigurationError
 from .._core.gate import Gate
 from .._core.mailbox import Mailbox
@@ -179,7 +179,7 @@ class Activation:
         return f"<{self.kind} {self.id!r} {self.type.name}>"
 
 
-class Attempt(_Cell[object]):
+class Attempt(Cell[object]):
     """One creation in progress, and its terminal: the callers that join it observe this
     cell (each through a handle of its own).
 
@@ -198,12 +198,7 @@ class Attempt(_Cell[object]):
         lock: threading.RLock,
         generation: int = 0,
     ) -> None:
-        # Flat on purpose (one per create): what `_Cell.__init__` sets, then our own.
-        self._lock = lock
-        self._state = _PENDING
-        self._value = None
-        self._exc = None
-        self._listeners = None
+        super().__init__(lock)
         # Not the key tuple: the handle of a created object keeps its attempt (the
         # result cell) alive, and one tracked object less per create is less collection.
         self.kind = kind

@@ -18,7 +18,7 @@ import msgspec
 from yarl import URL
 
 from .._core.cancellation import CancellationRegistration, CancellationToken
-from .._core.completion import Completion, _Cell
+from .._core.completion import Cell, Completion
 from .._core.errors import (
     CancelledError,
     ProtocolError,
@@ -57,7 +57,7 @@ class _Exchange:
         self.req = req
         self.decoder = decoder
         self.mode = mode
-        self.cell: _Cell[Any] = _Cell()
+        self.cell: Cell[Any] = Cell()
         self.task: asyncio.Task[Any] | None = None
         self.registration: CancellationRegistration | None = None
 

@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TypeVar
 
-from .._core.completion import _Cell
+from .._core.completion import Cell
 from .._core.errors import ConfigurationError, NotConfiguredError
 from .._core.workers import IoExecutor
 from .._engine.kernel import Runtime
@@ -75,7 +75,7 @@ class HostScheduler:
     def call_soon(self, fn: Callable[[], object]) -> bool:
         return self._io.call_soon(fn)
 
-    def resume(self, cell: _Cell[T], value: T | None, exc: BaseException | None) -> bool:
+    def resume(self, cell: Cell[T], value: T | None, exc: BaseException | None) -> bool:
         # The Completion posts an awaiting turn's continuation, and a done-callback added
         # in a turn, to that owner's gate; nothing to route here.
         return cell.try_set(value, exc)

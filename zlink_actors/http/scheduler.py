@@ -17,7 +17,7 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
-from .._core.completion import _Cell
+from .._core.completion import Cell
 from .._core.errors import shutting_down
 
 __all__ = ["CompletionScheduler", "LoopScheduler"]
@@ -42,7 +42,7 @@ class CompletionScheduler(Protocol):
         """From any thread: run `fn()` on the loop's thread; False once stopped."""
         ...
 
-    def resume(self, cell: _Cell[T], value: T | None, exc: BaseException | None) -> bool:
+    def resume(self, cell: Cell[T], value: T | None, exc: BaseException | None) -> bool:
         """Settle `cell` (first terminal wins) so that its waiters resume; True if this won."""
         ...
 
@@ -91,7 +91,7 @@ class LoopScheduler:
                 return False
         return True
 
-    def resume(self, cell: _Cell[T], value: T | None, exc: BaseException | None) -> bool:
+    def resume(self, cell: Cell[T], value: T | None, exc: BaseException | None) -> bool:
         return cell.try_set(value, exc)
 
     def close(self, timeout: float = 5.0) -> bool:

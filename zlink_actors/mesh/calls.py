@@ -13,12 +13,10 @@ from typing import Any, Final
 
 import transports as t
 
-from .._core.cancellation import CancellationRegistration, CancellationToken
-from .._core.clock import TimerHandle
-from .._core.completion import _DONE, _PENDING, Completion, _Cell, _notify, failed, settled
+from .._core.cancellation import CancellationToken
+from .._core.completion import Cell, Completion, failed, settled
 from .._core.errors import (
     CancelledError,
-    DeadlineExceededError,
     NotFoundError,
     ProtocolError,
     UnavailableError,
@@ -26,8 +24,14 @@ from .._core.errors import (
     ZlinkError,
     shutting_down,
 )
-from .._core.handoff import wake
-from .._core.pending import OPERATION_HIGH_BYTES, CellEntry, PendingTable, next_route_id
+from .._core.pending import (
+    OPERATION_HIGH_BYTES,
+    PendingCell,
+    PendingTable,
+    begin,
+    block,
+    result_or_cancel,
+)
 from .._core.state import HostState
 from .._core.validation import STRUCT_META, rule_type
 from .._engine.objects import ObjectKind
@@ -63,8 +67,6 @@ _SERVING: Final = HostState.SERVING
 _READY: Final = PeerState.READY
 #: The longest timed lock wait the platform accepts; a longer deadline takes the timer.
 _WAIT_MAX: Final = threading.TIMEOUT_MAX
-#: Seconds between two looks at a result a late winner is storing (`request_sync`).
-_STORE_WAIT: Final = 0.001
 
 
 #: The lock the cells of parked one-ways share (`_ParkedSend`): held for a few
@@ -72,7 +74,7 @@ _STORE_WAIT: Final = 0.001
 _PARKED_LOCK: Final = _thread.allocate_lock()
 
 
-class _ParkedSend(_Cell[None]):
+class _ParkedSend(Cell[None]):
     """A one-way parked for credit, in one small object: its cell, the done-callback of
     its transport `admitted` future, and its `Peer.unacked` entry, which reads as the
     tuple (seq, frames, admitted) the others are (its sequence number read back from its
@@ -216,7 +218,7 @@ class Calls(Handshake):
                 return failed(exc)
             frames = (env, data)  # the tuple the transport keeps too (`_checked_frames`)
             if waiting is not None:
-                held: _Cell[None] = _Cell(_PARKED_LOCK)
+                held: Cell[None] = Cell(_PARKED_LOCK)
                 waiting.append((frames, held))
                 # SC §5/§7: a waiting send has no timeout, refuses caller cancellation.
                 return Completion(held, _refuse_cancel)
@@ -281,7 +283,7 @@ class Calls(Handshake):
         transport = self._transport
         if transport is None:
             return
-        sent: list[tuple[_Cell[None] | Future[None], Future[None] | BaseException | None]] = []
+        sent: list[tuple[Cell[None] | Future[None], Future[None] | BaseException | None]] = []
         with peer.flow:  # nothing else goes to the target meanwhile: FIFO
             waiting = peer.full_targets.get(key)
             if waiting is None:
@@ -299,7 +301,7 @@ class Calls(Handshake):
         self._settle_sent(sent, peer)
 
     def _settle_when_admitted(
-        self, admitted: Future[None], settle: _Cell[None] | Future[None], peer: Peer
+        self, admitted: Future[None], settle: Cell[None] | Future[None], peer: Peer
     ) -> None:
         """Settle a one-way that waited for its target once the transport admits it."""
         if isinstance(settle, Future):  # its first admission's: that one's callback maps it
@@ -373,11 +375,11 @@ class Calls(Handshake):
 
     def _submit_held(
         self, peer: Peer
-    ) -> list[tuple[_Cell[None] | Future[None], Future[None] | BaseException | None]]:
+    ) -> list[tuple[Cell[None] | Future[None], Future[None] | BaseException | None]]:
         """Under `peer.flow`: hand every one-way held back for a full target of `peer`
         to the transport, oldest first per target; what `_settle_sent` settles."""
         transport = self._transport
-        sent: list[tuple[_Cell[None] | Future[None], Future[None] | BaseException | None]] = []
+        sent: list[tuple[Cell[None] | Future[None], Future[None] | BaseException | None]] = []
         if transport is None:
             return sent
         for waiting in peer.full_targets.values():
@@ -388,7 +390,7 @@ class Calls(Handshake):
 
     def _settle_sent(
         self,
-        sent: list[tuple[_Cell[None] | Future[None], Future[None] | BaseException | None]],
+        sent: list[tuple[Cell[None] | Future[None], Future[None] | BaseException | None]],
         peer: Peer,
     ) -> None:
         """Settle one-ways that waited for their target once they went to the transport
@@ -448,29 +450,12 @@ class Calls(Handshake):
         except ProtocolError as exc:
             return failed(exc)
         runtime = self.runtime
-        # What `Runtime.begin` does for a pending entry it makes, for the request that
-        # is its own entry and cell (`_Outgoing`: four objects and five frames less on
-        # every request); keep the two in step.
         due = runtime.timers._now() + timeout
-        scanned = timeout == runtime.default_request_timeout
-        out = _Outgoing(self, peer, reply, cache_key, runtime.pending, due if scanned else None)
-        handle: Completion[Any] = Completion(out, out)
-        route_id = out.route_id
-        if runtime.state is not _SERVING:
-            runtime.pending.finish(route_id, exc=shutting_down())
-            return handle
-        if cancel is not None:
-            out.registration = cancel._register_internal(out.cancel)
-        if scanned:
-            if runtime.deadlines.at == math.inf:
-                runtime.deadlines.arm(due)  # read after registering: the scan's invariant
-        else:
-            out.timer = timer = runtime.timers.call_after(timeout, out.expire)
-            if route_id not in runtime.pending._entries:
-                timer.cancel()
+        out = _Outgoing(self, peer, reply, cache_key, runtime.pending)
         sent = due if due < caller_due else caller_due
-        self._launch(out, route, data, type_name, metadata, timeout, sent, intent)
-        return handle
+        args = (out, route, data, type_name, metadata, timeout, sent, intent)
+        begin(runtime, out, timeout, due, cancel, self._launch, args)
+        return Completion(out, out)
 
     def request_sync(
         self,
@@ -483,42 +468,19 @@ class Calls(Handshake):
         """`request(...)` with no token, for an application thread that blocks for its
         result (`submit_sync()`): the caller keeps the deadline in its own timed wait (no
         handle, no deadline scan or timer entry) and races for the terminal like any
-        other path when it passes, as a local `submit_sync()` does (its wait's twin:
-        `RequestCall._request_sync`; keep the two in step)."""
+        other path when it passes, as a local `submit_sync()` does
+        `RequestCall._request_sync` (both `pending.block`)."""
         runtime = self.runtime
         if type(route) is not _Route or not runtime.real_time or timeout > _WAIT_MAX:
             # Not a node's or channel's route, or only the timer can keep this deadline.
-            return self.request(route, payload, metadata, reply, timeout, None).result()
+            done = self.request(route, payload, metadata, reply, timeout, None)
+            return result_or_cancel(done)
         peer = route.peer
         type_name, data = self._encode(payload, peer)  # ProtocolError: nothing was sent
-        waiter = _thread.allocate_lock()
-        waiter.acquire()
         due = runtime.timers._now() + timeout
-        pending = runtime.pending
-        out = _Outgoing(self, peer, reply, None, pending, None)
-        out.waiter = waiter
-        route_id = out.route_id
-        try:
-            if runtime.state is not _SERVING:
-                pending.finish(route_id, exc=shutting_down())
-            else:
-                self._launch(out, route, data, type_name, metadata, timeout, due, None)
-            if not waiter.acquire(True, timeout):
-                late = DeadlineExceededError("no result within the call's deadline")
-                pending.finish(route_id, exc=late)
-                # The winner stores the outcome, then releases the waiter: at once, or
-                # (the I/O thread) as it goes to sleep. Read the outcome as soon as it is
-                # stored: that thread may be waiting for a lock this caller holds.
-                while out._state is not _DONE and not waiter.acquire(True, _STORE_WAIT):
-                    pass
-        except BaseException:
-            # Interrupted (KeyboardInterrupt): nobody is left to observe the result.
-            pending.finish(route_id, exc=CancelledError())
-            raise
-        exc = out._exc
-        if exc is not None:
-            raise exc
-        return out._value
+        out = _Outgoing(self, peer, reply, None, runtime.pending)
+        args = (out, route, data, type_name, metadata, timeout, due, None)
+        return block(runtime, out, timeout, self._launch, args)
 
     def _launch(
         self,
@@ -553,7 +515,7 @@ class Calls(Handshake):
         if route_id not in pending._entries:  # (not `in pending`: a Python call)
             # It ended meanwhile (deadline, cancellation, shutdown), maybe before it was
             # entered above: clean up here, and send nothing.
-            self._request_finished(out)
+            out.on_settled(*out.outcome())
             return
         transport = self._transport
         assert transport is not None
@@ -693,24 +655,6 @@ class Calls(Handshake):
             return False
         return transport.withdraw(peer.conn, parked)
 
-    def _request_finished(self, out: _Outgoing) -> None:
-        """Request `out` ended (its winner calls this after completing its caller)."""
-        peer, route_id = out.peer, out.route_id
-        # No lock (this runs for every request, on the thread that settled it, while
-        # callers take `_lock` in `_launch`): each removal is one atomic set or dict
-        # operation, and whichever order it runs in with `_launch`'s entering (under
-        # the lock) and parking, `_launch` looks at the pending table after each and
-        # cleans up itself if the request ended; `_withdraw` pops `_parked` atomically
-        # too, so one of the two gets a parked request back.
-        peer.inflight.discard(route_id)
-        self._calls.pop(route_id, None)
-        parked = self._parked.pop(route_id, None)
-        if parked is not None and self._take_back(peer, parked):
-            return  # never sent: nothing to tell the peer
-        if isinstance(out._exc, CancelledError) and peer.state is PeerState.READY:
-            # Best effort: the receiver skips the request if its handler has not started.
-            self._submit_quietly(peer.conn, Envelope(wire.CANCEL, route=route_id), b"")
-
     def _receive_reply(self, rec: t.Inbound) -> None:
         route = rec.route_id
         try:
@@ -776,14 +720,7 @@ class Calls(Handshake):
                     raise ProtocolError(f"the reply is a {type(value).__name__}, not of reply=")
             except ProtocolError as error:
                 exc = error
-        # `PendingTable.finish`, written out (the entry is `call` itself): every reply.
-        pending = self.runtime.pending
-        won = pending._entries.pop(route, None) is not None
-        if pending._watching:
-            pending.check_empty()
-        if won:
-            call.settle(value, exc)
-        else:
+        if not self.runtime.pending.finish(route, value, exc):
             with self._lock:
                 self.late_replies += 1
 
@@ -811,93 +748,48 @@ class _SendsTo:
         )
 
 
-class _Outgoing(CellEntry):
-    """One request of ours in flight, in one object: its result cell, its pending entry
-    (registered when made), its caller's canceller, what its reply is checked against
-    (`NodeState._calls`), and what it sends once admitted if it was parked.
+class _Outgoing(PendingCell):
+    """One request of ours in flight, in one object: its result cell, its pending entry,
+    its caller's canceller, what its reply is checked against (`NodeState._calls`), and
+    what it sends once admitted if it was parked. `pending.begin` (or `block`, for a
+    caller blocked in `request_sync`) registers it and decides how it ends."""
 
-    `waiter` set: its caller blocks in `request_sync`, which observes the result
-    through it (no handle, no listener); the one winner of the table removal stores
-    the outcome and releases it."""
-
-    __slots__ = ("cache_key", "node", "peer", "registration", "reply", "resend", "timer", "waiter")
+    __slots__ = ("cache_key", "node", "peer", "reply", "resend")
 
     def __init__(
-        self,
-        node: Calls,
-        peer: Peer,
-        reply: type | None,
-        cache_key: object,
-        table: PendingTable,
-        expires: float | None,
+        self, node: Calls, peer: Peer, reply: type | None, cache_key: object, table: PendingTable
     ) -> None:
-        # `_Cell.__init__`, written out (as `Request` does: the cell shares the table's
-        # lock); then registered (SC §10: before anything is submitted).
-        self._lock = table.cell_lock
-        self._state = _PENDING
-        self._value = None
-        self._exc = None
-        self._listeners = None
+        super().__init__(table.cell_lock)
         self.node = node
         self.peer = peer
         #: The `reply=` rule, and the route-cache entry an `UnavailableError` reply drops.
         self.reply = reply
         self.cache_key = cache_key
-        #: When the Host's default deadline passes (`DeadlineScan`); None: `timer` keeps it.
-        self.expires = expires
-        self.timer: TimerHandle | None = None
-        self.registration: CancellationRegistration | None = None
-        self.waiter: _thread.LockType | None = None
         #: (the envelope's leading fields, due, metadata, type name, intent, payload,
         #: its request number).
         self.resend: (
             tuple[_Head, float, dict[str, object] | None, str, str | None, bytes, int] | None
         ) = None
-        self.table = table
-        self.route_id = route = next_route_id()
-        table._entries[route] = self
 
-    def settle(self, value: object, exc: BaseException | None) -> None:
-        # `PendingEntry.settle`, for the entry that is its own cell.
-        timer = self.timer
-        if timer is not None:
-            timer.cancel()
-        registration = self.registration
-        if registration is not None:
-            registration.unregister()
-        waiter = self.waiter
-        if waiter is None:
-            with self._lock:  # pending: only the winner settles
-                if self._listeners is None:
-                    # `_Cell._publish` with nothing to notify, written out (as in
-                    # `ServedRequest.settle`): a reply that comes before anyone waits.
-                    self._value = value
-                    self._exc = exc
-                    self._state = _DONE
-                    notify = None
-                else:
-                    notify = self._publish(value, exc)
-            if notify is not None:
-                _notify(notify)
-        else:  # no handle and no listener: its blocked caller reads these
-            self._value = value
-            self._exc = exc
-            self._state = _DONE
-            wake(waiter)  # on the I/O thread: as it goes to sleep (`handoff`)
-        self.node._request_finished(self)
-
-    def cancel(self) -> bool:
-        """Cancellation path (caller's token or `Completion.cancel()`): True if it won."""
-        return self.table.finish(self.route_id, exc=CancelledError())
-
-    #: A request is its own `Completion`'s canceller (no bound method per call).
-    __call__ = cancel
-
-    def expire(self) -> None:
-        """Timer path: the deadline passed."""
-        self.table.finish(
-            self.route_id, exc=DeadlineExceededError("no result within the call's deadline")
-        )
+    def on_settled(self, value: object, exc: BaseException | None) -> None:
+        """It ended (its winner calls this after completing its caller): it leaves the
+        node's tables, and a parked one is taken back; a cancelled one that was sent is
+        told to the peer."""
+        node, peer, route_id = self.node, self.peer, self.route_id
+        # No lock (this runs for every request, on the thread that settled it, while
+        # callers take `_lock` in `_launch`): each removal is one atomic set or dict
+        # operation, and whichever order it runs in with `_launch`'s entering (under
+        # the lock) and parking, `_launch` looks at the pending table after each and
+        # cleans up itself if the request ended; `_withdraw` pops `_parked` atomically
+        # too, so one of the two gets a parked request back.
+        peer.inflight.discard(route_id)
+        node._calls.pop(route_id, None)
+        parked = node._parked.pop(route_id, None)
+        if parked is not None and node._take_back(peer, parked):
+            return  # never sent: nothing to tell the peer
+        if isinstance(exc, CancelledError) and peer.state is PeerState.READY:
+            # Best effort: the receiver skips the request if its handler has not started.
+            node._submit_quietly(peer.conn, Envelope(wire.CANCEL, route=route_id), b"")
 
     def refresh(self) -> list[bytes]:
         # Parked, then admitted: the budget it has left now travels (never 0, which

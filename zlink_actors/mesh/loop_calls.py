@@ -18,13 +18,14 @@ from concurrent.futures import Future
 from typing import Any, TypeVar
 
 from .._core.cancellation import CancellationToken
-from .._core.completion import Completion, _Cell
+from .._core.completion import Completion
 from .._core.errors import (
     DeadlineExceededError,
     ZlinkError,
     internal_failure,
     shutting_down,
 )
+from .._core.pending import PendingCell
 from .._engine.kernel import Runtime
 
 __all__ = ["LoopCalls", "failure", "outcome", "pause", "quietly", "refuse_cancel", "wait"]
@@ -67,11 +68,11 @@ class LoopCalls:
         by shutdown or a cancelled token; start nothing). A one-way (`timeout` None) has
         no deadline and refuses cancellation (SC §5, §7); shutdown still ends it once."""
         runtime = self._runtime
-        cell: _Cell[Any] = _Cell()
-        entry = runtime.begin(cell, timeout, cancel)
-        handle = runtime.handle(entry) if timeout is not None else Completion(cell, refuse_cancel)
+        entry = PendingCell(runtime.pending.cell_lock)
+        runtime.begin(entry, timeout, cancel)
+        handle = runtime.handle(entry) if timeout is not None else Completion(entry, refuse_cancel)
         route_id = entry.route_id
-        if route_id is None or route_id not in runtime.pending:
+        if route_id not in runtime.pending:
             return handle, None
         return handle, route_id
 

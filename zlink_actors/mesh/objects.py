@@ -21,7 +21,7 @@ import transports as t
 from .._calls.messaging import activate_here
 from .._calls.publish import PublishCall
 from .._core.cancellation import CancellationToken
-from .._core.completion import Completion, _Cell, failed
+from .._core.completion import Cell, Completion, failed
 from .._core.errors import (
     DeadlineExceededError,
     InvalidOperationError,
@@ -100,8 +100,8 @@ class GlobalObjects(Ownership):
                 if p.state is PeerState.READY and p.role == Role.OBJECT_SERVER
             ]
         if not peers:
-            return Completion(_Cell.settled(None, None))
-        cell: _Cell[None] = _Cell()
+            return Completion(Cell.settled(None, None))
+        cell: Cell[None] = Cell()
         left = [len(peers)]
         failure: list[BaseException] = []
 

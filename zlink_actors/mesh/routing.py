@@ -26,7 +26,7 @@ import transports as t
 
 from .._calls.messaging import deliver_send, local_request
 from .._core.cancellation import CancellationToken
-from .._core.completion import Completion, _Cell, failed
+from .._core.completion import Cell, Completion, failed
 from .._core.errors import (
     NotFoundError,
     UnavailableError,
@@ -300,7 +300,7 @@ class Routing(Inbound):
             ready = record is not None and record.state is AuthorityState.READY
             return record.owner.node if record is not None and ready else None
 
-        cell: _Cell[str | None] = _Cell()
+        cell: Cell[str | None] = Cell()
         try:
             running = self.loop_calls.spawn(read())
         except RuntimeError:

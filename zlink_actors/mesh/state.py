@@ -30,7 +30,7 @@ import msgspec
 
 import transports as t
 
-from .._core.completion import CompletionSource, _Cell
+from .._core.completion import Cell, CompletionSource
 from .._core.errors import (
     ProtocolError,
     UnavailableError,
@@ -300,7 +300,7 @@ class _Route:
     target: str
 
 
-def settle_wait(settle: _Cell[None] | Future[None], exc: BaseException | None) -> None:
+def settle_wait(settle: Cell[None] | Future[None], exc: BaseException | None) -> None:
     """End a one-way that waited for a full target (`Peer.full_targets`): admitted
     (`exc` None) or failed. `settle` is its result cell, or, for one the transport had
     parked and gave back, the transport's `admitted` future its caller listens to."""

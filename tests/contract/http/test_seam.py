@@ -21,7 +21,7 @@ from zlink_actors import (
     InvalidOperationError,
     ShuttingDownError,
 )
-from zlink_actors._core.completion import _Cell
+from zlink_actors._core.completion import Cell
 from zlink_actors.http import LoopScheduler
 from zlink_actors.http.exchange import WriteWatch
 from zlink_actors.testing import WAIT, wait_until
@@ -52,7 +52,7 @@ class RecordingScheduler:
     def call_soon(self, fn: Callable[[], object]) -> bool:
         return self.inner.call_soon(fn)
 
-    def resume(self, cell: _Cell[T], value: T | None, exc: BaseException | None) -> bool:
+    def resume(self, cell: Cell[T], value: T | None, exc: BaseException | None) -> bool:
         won = self.inner.resume(cell, value, exc)
         if won:
             with self._lock:

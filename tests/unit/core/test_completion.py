@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from _support import register
 
 from zlink_actors import CancelledError
 from zlink_actors._core.completion import Completion
@@ -23,7 +24,9 @@ from zlink_actors.testing import WAIT, finishes
 
 
 def _request(table: PendingTable) -> Request:
-    return Request(None, None, None, None, None, table, None)
+    req = Request(None, None, None, None, None, table)  # type: ignore[arg-type]
+    register(table, req)
+    return req
 
 
 def _settle_while_registering(

@@ -1,4 +1,4 @@
-"""`OperationId`, `ReplyRouteId`, `PendingTable`, the `_Cell` they complete, and
+"""`OperationId`, `ReplyRouteId`, `PendingTable`, the `Cell` they complete, and
 `DeadlineScan`, the Host's default request deadline.
 
 SC §10: OperationId is two u64 words, never both zero, compared on all 128 bits;
@@ -17,12 +17,16 @@ settle another request on the same table: the lock the results share is reentran
 
 from __future__ import annotations
 
+import ast
+import inspect
 import math
+import re
+import textwrap
 import threading
 from collections.abc import Callable
 
 import pytest
-from _support import probe
+from _support import probe, register
 
 from zlink_actors import (
     CancellationSource,
@@ -36,8 +40,8 @@ from zlink_actors import (
     completion_dispatcher,
 )
 from zlink_actors._core.clock import TimerHandle, TimerService
-from zlink_actors._core.completion import _Cell
-from zlink_actors._core.pending import DeadlineScan, PendingEntry, PendingTable, Request, settle
+from zlink_actors._core.completion import Cell
+from zlink_actors._core.pending import DeadlineScan, PendingCell, PendingTable, Request, settle
 from zlink_actors.testing import WAIT, finishes
 
 U64_MAX = (1 << 64) - 1
@@ -123,11 +127,11 @@ def test_reply_route_id_rejects_non_ints(value: object) -> None:
         ReplyRouteId(value)  # type: ignore[arg-type]
 
 
-# -- _Cell -----------------------------------------------------------------------------
+# -- Cell -----------------------------------------------------------------------------
 
 
 def test_cell_first_try_set_wins_and_every_handle_sees_it() -> None:
-    cell: _Cell[str] = _Cell()
+    cell: Cell[str] = Cell()
     before = cell.handle()
 
     assert cell.try_set("first", None) is True
@@ -138,7 +142,7 @@ def test_cell_first_try_set_wins_and_every_handle_sees_it() -> None:
 
 
 def test_cell_handles_are_distinct_objects() -> None:
-    cell: _Cell[int] = _Cell()
+    cell: Cell[int] = Cell()
 
     assert cell.handle() is not cell.handle()
 
@@ -146,12 +150,15 @@ def test_cell_handles_are_distinct_objects() -> None:
 # -- PendingTable ----------------------------------------------------------------------
 
 
-def _entry() -> PendingEntry:
-    return PendingEntry(_Cell())
+def _entry() -> PendingCell:
+    return PendingCell(threading.RLock())
 
 
-def test_pending_entry_gets_a_fresh_operation_id() -> None:
+def test_registered_entries_get_distinct_operation_ids() -> None:
+    table = PendingTable()
     first, second = _entry(), _entry()
+    register(table, first)
+    register(table, second)
 
     assert isinstance(first.operation_id, OperationId)
     assert first.operation_id != second.operation_id
@@ -161,7 +168,7 @@ def test_register_gives_each_entry_a_distinct_non_zero_route() -> None:
     table = PendingTable()
     entries = [_entry() for _ in range(100)]
 
-    routes = [table.register(entry) for entry in entries]
+    routes = [register(table, entry) for entry in entries]
 
     assert len(set(routes)) == 100
     # Plain ints in process (no subclass instance per call); each one is a valid wire id.
@@ -174,7 +181,7 @@ def test_register_gives_each_entry_a_distinct_non_zero_route() -> None:
 def test_pop_returns_the_entry_once() -> None:
     table = PendingTable()
     entry = _entry()
-    route = table.register(entry)
+    route = register(table, entry)
 
     assert table.pop(route) is entry
     assert table.pop(route) is None
@@ -184,8 +191,8 @@ def test_pop_returns_the_entry_once() -> None:
 def test_finish_completes_the_caller_once_and_later_paths_lose() -> None:
     table = PendingTable()
     entry = _entry()
-    route = table.register(entry)
-    handle = entry.cell.handle()
+    route = register(table, entry)
+    handle = entry.handle()
 
     assert table.finish(route, "reply") is True
     assert table.finish(route, exc=DeadlineExceededError("late")) is False
@@ -198,30 +205,43 @@ def test_finish_of_an_unknown_route_loses() -> None:
     assert PendingTable().finish(ReplyRouteId(12345), "reply") is False
 
 
-def test_finish_cancels_the_timer_unregisters_cancellation_then_runs_on_finish() -> None:
+def test_finish_disarms_the_deadline_unregisters_cancellation_then_cancels_the_source() -> None:
     table = PendingTable()
     entry = _entry()
-    route = table.register(entry)
+    route = register(table, entry)
     timer_fired: list[int] = []
-    entry.timer = TimerHandle(10.0, lambda: timer_fired.append(1))
+    entry.deadline = TimerHandle(10.0, lambda: timer_fired.append(1))  # type: ignore[assignment]
     source = CancellationSource()
     hooked: list[int] = []
     entry.registration = source.token._register_internal(lambda: hooked.append(1))
+    observed = entry.source = CancellationSource()
     order: list[object] = []
-    entry.on_finish = lambda: order.append(entry.cell.done())
+    observed.token._register_internal(lambda: order.append(entry.done()))
 
-    assert table.finish(route, "reply")
+    assert table.finish(route, exc=DeadlineExceededError("late"))
     source.cancel()
 
-    assert not entry.timer.active
+    assert not entry.deadline.active  # type: ignore[attr-defined]
     assert hooked == []
-    assert order == [True]  # on_finish runs after the caller was completed
+    assert order == [True]  # the source is cancelled after the caller was completed
+
+
+def test_a_call_that_ends_with_its_result_leaves_its_source_alone() -> None:
+    table = PendingTable()
+    entry = _entry()
+    route = register(table, entry)
+    observed = entry.source = CancellationSource()
+
+    assert table.finish(route, "reply")
+
+    assert not observed.token.cancelled
+    assert entry.handle().result() == "reply"
 
 
 def test_pop_all_removes_every_entry_and_the_caller_settles_each() -> None:
     table = PendingTable()
     entries = [_entry() for _ in range(5)]
-    routes = [table.register(entry) for entry in entries]
+    routes = [register(table, entry) for entry in entries]
 
     popped = table.pop_all()
     for entry in popped:
@@ -231,7 +251,7 @@ def test_pop_all_removes_every_entry_and_the_caller_settles_each() -> None:
     assert len(table) == 0
     assert table.pop_all() == []
     assert all(table.finish(route, "late") is False for route in routes)
-    assert all(isinstance(e.cell.handle().exception(), ShuttingDownError) for e in entries)
+    assert all(isinstance(e.handle().exception(), ShuttingDownError) for e in entries)
 
 
 def test_wait_empty_returns_true_at_once_for_an_empty_table() -> None:
@@ -240,14 +260,14 @@ def test_wait_empty_returns_true_at_once_for_an_empty_table() -> None:
 
 def test_wait_empty_returns_false_when_the_timeout_passes_first() -> None:
     table = PendingTable()
-    table.register(_entry())
+    register(table, _entry())
 
     assert table.wait_empty(0.01) is False
 
 
 def test_wait_empty_wakes_when_the_last_entry_is_finished() -> None:
     table = PendingTable()
-    routes = [table.register(_entry()) for _ in range(3)]
+    routes = [register(table, _entry()) for _ in range(3)]
     waiting = threading.Event()
     results: list[bool] = []
 
@@ -267,7 +287,7 @@ def test_wait_empty_wakes_when_the_last_entry_is_finished() -> None:
 
 def test_wait_empty_wakes_when_pop_all_empties_the_table() -> None:
     table = PendingTable()
-    table.register(_entry())
+    register(table, _entry())
     waiting = threading.Event()
     returned = threading.Event()
 
@@ -363,8 +383,8 @@ def test_reply_timeout_cancel_and_shutdown_racing_complete_the_caller_exactly_on
     for index in range(iterations):
         table = PendingTable()
         entry = _entry()
-        route = table.register(entry)
-        handle = entry.cell.handle()
+        route = register(table, entry)
+        handle = entry.handle()
         handle.add_done_callback(lambda _, i=index: callbacks.__setitem__(i, callbacks[i] + 1))
         handles.append(handle)
         current.append((table, route))
@@ -392,7 +412,9 @@ def test_reply_timeout_cancel_and_shutdown_racing_complete_the_caller_exactly_on
 
 
 def _request(table: PendingTable, expires: float | None) -> Request:
-    return Request(None, None, None, None, None, table, expires)
+    req = Request(None, None, None, None, None, table)  # type: ignore[arg-type]
+    register(table, req, expires)
+    return req
 
 
 def _submit(table: PendingTable, scan: DeadlineScan, expires: float) -> Request:
@@ -425,12 +447,13 @@ def test_expire_due_expires_what_is_due_in_order_and_returns_the_next_deadline()
 def test_expire_due_returns_none_when_nothing_on_the_default_deadline_is_pending() -> None:
     table = PendingTable()
     own = _request(table, None)  # a request with a timeout of its own
-    entry = PendingEntry(own)
-    table.register(entry)
+    entry = _entry()
+    register(table, entry)
 
     assert table.expire_due(100.0) is None
 
     assert not own.done()
+    assert not entry.done()
     assert len(table) == 2
 
 
@@ -674,3 +697,52 @@ def test_code_run_inside_a_results_critical_section_can_settle_another_request()
     assert finishes(nested)
     assert other.done()
     assert not held.done()
+
+
+# -- written-out copies ----------------------------------------------------------------
+
+
+def _statements(fn: Callable[..., object]) -> list[str]:
+    """The statements of `fn`'s body, as source, without its docstring."""
+    node = ast.parse(textwrap.dedent(inspect.getsource(fn))).body[0]
+    assert isinstance(node, ast.FunctionDef)
+    body = node.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]
+    return [ast.unparse(statement) for statement in body]
+
+
+def _stale(
+    source: Callable[..., object], copy: Callable[..., object], renames: dict[str, str]
+) -> list[str]:
+    """What `copy` must open with to be a current copy of `source`'s body (`renames`:
+    the source's names as the copy spells them), when it does not; [] when it does."""
+    wanted = _statements(source)
+    for name, spelled in renames.items():
+        wanted = [re.sub(rf"\b{name}\b", spelled, line) for line in wanted]
+    return [] if _statements(copy)[: len(wanted)] == wanted else wanted
+
+
+def test_written_out_copies_match_their_source() -> None:
+    # docs/performance.md "What may be written out": a body copied onto a hot path to
+    # save a frame opens its copy exactly as the source reads, so that no change of the
+    # source can leave the copy behind.
+    assert _stale(PendingCell.__init__, Request.__init__, {"lock": "table.cell_lock"}) == []
+
+
+def test_a_stale_copy_is_refused() -> None:
+    class _Stale(PendingCell):
+        __slots__ = ()
+
+        def __init__(self, table: PendingTable) -> None:
+            self._lock = table.cell_lock
+            self._state = 0
+            self._value = None
+            self._exc = None
+            self._listeners = None
+            self.expires = None
+            self.deadline = None
+            self.registration = None
+            self.waiter = None  # `source` forgotten
+
+    assert _stale(PendingCell.__init__, _Stale.__init__, {"lock": "table.cell_lock"}) != []

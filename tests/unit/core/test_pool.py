@@ -12,7 +12,7 @@ import pytest
 
 from zlink_actors._core import gate as _gate
 from zlink_actors._core import pool as _pool
-from zlink_actors._core.completion import _Cell
+from zlink_actors._core.completion import Cell
 from zlink_actors._core.gate import Gate
 from zlink_actors._core.mailbox import Mailbox
 from zlink_actors._core.pool import ADMITTED, FULL, AppPool
@@ -255,11 +255,11 @@ def test_a_send_waiting_for_a_mailbox_that_moved_gate_is_still_admitted(
     box = Mailbox(None, old_gate)
     assert pool.enqueue(box, Rec("first")) == ADMITTED
 
-    def make_cell(lock: object) -> _Cell[None]:
-        return _Cell(lock)
+    def make_cell(lock: object) -> Cell[None]:
+        return Cell(lock)
 
     waiting = pool.send(box, Rec("second"), make_cell)
-    assert isinstance(waiting, _Cell)
+    assert isinstance(waiting, Cell)
     assert waiting._lock is old_gate.lock
 
     pool.claim(box)
@@ -331,10 +331,10 @@ def test_enqueue_and_send_admit_by_one_body_and_differ_only_when_the_lane_is_ful
     log = Log(3)
     pool = make_pool(pools, log, lane_items=2)
     box = Mailbox(None, Gate())
-    cells: list[_Cell[None]] = []
+    cells: list[Cell[None]] = []
 
-    def make_cell(lock: object) -> _Cell[None]:
-        cells.append(_Cell(lock))
+    def make_cell(lock: object) -> Cell[None]:
+        cells.append(Cell(lock))
         return cells[-1]
 
     assert pool.send(box, Rec("s1"), make_cell) == ADMITTED
