@@ -41,7 +41,9 @@ The rules (each a key of `Report.violations`):
   `lost_after_node_died` is not judged by count. What receivers dropped after
   acknowledging (`dropped_messages` at the nodes, from their `stats` events, written
   every second and at shutdown: a killed node's last second is missing) is reported as
-  `dropped_at_receivers`, not judged.
+  `dropped_at_receivers`, not judged; so is `told_not_counted`, summed over the nodes:
+  what a node counted dropped there beyond what the senders counted for it (its
+  DROPPED notices that no sender heard).
 - `call_terminals`: a call (request or one-way) that did not end exactly once.
 - `deadline_exceeded_but_ran`: a request that ended `DeadlineExceededError` and whose
   handler started after the caller's deadline (plus `deadline_slack`, the clock bound:
@@ -162,6 +164,8 @@ def check(
     node_up: dict[str, float] = {}  # node -> when it last came up
     probes: dict[str, bool] = {}
     stats: dict[tuple[str, str], dict[str, int]] = {}
+    #: Each process's `dropped_by_peer`, by the peer's routing id (its largest).
+    by_peer: dict[tuple[str, str], dict[str, int]] = {}
     placed: dict[str, list[_Placed]] = collections.defaultdict(list)
     faults: collections.Counter[str] = collections.Counter()
     for ev in events:
@@ -185,6 +189,9 @@ def check(
             mine = stats.setdefault((ev.get("src", ""), ev["who"]), {})
             for name in (_SENDERS, *_RECEIVERS):
                 mine[name] = max(mine.get(name, 0), int(ev.get(name, 0)))
+            heard = by_peer.setdefault((ev.get("src", ""), ev["who"]), {})
+            for rid, n in (ev.get("dropped_by_peer") or {}).items():
+                heard[rid] = max(heard.get(rid, 0), int(n))
         elif kind == "placed":
             placed[ev["target"]].append(
                 _Placed(float(ev.get("since", ev["t"])), ev["node"], bool(ev.get("created")))
@@ -236,6 +243,18 @@ def check(
     for call in lost:
         allowed += judge.judge(report, call)
     counted = sum(figures.get(_SENDERS, 0) for figures in stats.values())
+    # What each node that lost one-ways it acknowledged told their senders (its
+    # `dropped_messages`) against what the senders counted for it: a node's notices that
+    # never reached a sender show here (reported, not judged: a sender also counts, for
+    # a peer gone for good, what that peer had not acknowledged).
+    counted_for: collections.Counter[str] = collections.Counter()
+    for heard in by_peer.values():
+        counted_for.update(heard)
+    told_for: collections.Counter[str] = collections.Counter()
+    for (_, who), figures in stats.items():
+        if who != "driver":
+            told_for[who] += figures.get("dropped_messages", 0)
+    told_not_counted = sum(max(0, n - counted_for[who]) for who, n in told_for.items())
     at_receivers = {
         name: sum(figures.get(name, 0) for (_, who), figures in stats.items() if who != "driver")
         for name in _RECEIVERS
@@ -278,6 +297,7 @@ def check(
         lost_after_life_ended=allowed - judge.node_died,
         losses_counted_by_senders=counted,
         dropped_at_receivers=at_receivers["dropped_messages"],
+        told_not_counted=told_not_counted,
         duplicates_at_receivers=at_receivers["duplicate_messages"],
         late_records_at_receivers=at_receivers["late_records"],
         lease_recoveries=at_receivers["lease_recoveries"],

@@ -325,6 +325,25 @@ def test_receivers_drops_and_the_lease_figures_are_summed_over_each_process_s_la
     assert "senders counted 2, receivers dropped 9" in report.render()
 
 
+def test_drops_a_node_told_that_no_sender_counted_for_it_are_reported() -> None:
+    """A told 5 (its two processes: 4 and 1), B 3; the senders counted 3 for A (the
+    driver 2, node B 1) and 3 for B: 2 of A's notices were not heard."""
+
+    def stats(src: str, who: str, **figures: Any) -> dict[str, Any]:
+        return {"e": "stats", "who": who, "src": src, "t": 8.0, **figures}
+
+    events = [
+        *_clean(),
+        stats("node0-1.jsonl", A, dropped_messages=4),
+        stats("node0-2.jsonl", A, dropped_messages=1),
+        stats("node1-1.jsonl", B, dropped_messages=3, dropped_by_peer={A: 1}),
+        stats("driver.jsonl", "driver", dropped_after_admission=5, dropped_by_peer={A: 2, B: 3}),
+    ]
+    report = check(events)
+    assert report.counts["told_not_counted"] == 2
+    assert report.ok, report.render()  # reported, not judged
+
+
 def test_requests_that_ended_unavailable_and_ran_are_counted_by_reason() -> None:
     def unavailable(call: str, reason: str | None, ran: bool) -> list[dict[str, Any]]:
         events: list[dict[str, Any]] = [
