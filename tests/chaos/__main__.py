@@ -5,9 +5,11 @@ exits 1 on any violation (docs/testing.md, "The chaos run")."""
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import logging
 import pathlib
 import random
+import signal
 import sys
 
 from .events import log_lines
@@ -64,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
         log_lines(logging.FileHandler(pathlib.Path(args.log_dir) / "driver.log"))
     else:  # one WARNING per lost peer and dropped record would drown the figures
         logging.getLogger("zlink_actors").setLevel(logging.ERROR)
+    # A run that does not stop can be asked where each thread is (its test does).
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
         with interrupts_as_keyboard():
             report = run_chaos(config)

@@ -4,6 +4,7 @@ command line and its cleanup on Ctrl-C."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pathlib
@@ -82,7 +83,15 @@ def test_ctrl_c_stops_every_process_the_run_started(tmp_path: pathlib.Path, faul
         children = _children(run.pid)
         assert len(children) >= 4  # redis-server and three nodes
         run.send_signal(signal.SIGINT)
-        out, _ = run.communicate(timeout=30)
+        try:
+            out, _ = run.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            run.send_signal(signal.SIGUSR1)  # where each of its threads is, then the end
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                run.wait(1.0)  # the dump has no end to wait for: a second to write it
+            run.kill()
+            out, _ = run.communicate(timeout=10)
+            pytest.fail(f"the run did not stop within 30 s of SIGINT:\n{out}")
     finally:
         if run.poll() is None:
             run.kill()
