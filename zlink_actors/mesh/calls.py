@@ -21,7 +21,6 @@ from .._core.errors import (
     ProtocolError,
     UnavailableError,
     UnavailableReason,
-    ZlinkError,
     shutting_down,
 )
 from .._core.pending import (
@@ -41,16 +40,19 @@ from .config import (
     PeerState,
 )
 from .handshake import Handshake
+from .loop_calls import refuse_cancel
 from .peers import LOCAL, Peer, unusable
-from .state import (
-    _CHANNEL,
-    _HANDSHAKE_BASE,
-    _NODE,
-    _refuse_cancel,
-    _Route,
+from .shared import (
+    CHANNEL,
+    HANDSHAKE_BASE,
+    NODE,
+    Route,
+    admission_error,
+    gone_error,
     log,
-    settle_wait,
+    submit_error,
 )
+from .state import settle_wait
 
 __all__ = ["Calls"]
 
@@ -92,7 +94,7 @@ class _ParkedSend(Cell[None]):
 
     def __call__(self, done: Future[None]) -> None:
         """The message was admitted (None) or failed: the send ends so."""
-        self.try_set(None, _submit_failure(done, self._peer))
+        self.try_set(None, admission_error(done, self._peer))
 
     # -- as a `Peer.unacked` entry ----------------------------------------------------
 
@@ -113,10 +115,10 @@ class Calls(Handshake):
     """Calls (see the module docstring)."""
 
     def route(self, kind: ObjectKind, target: str) -> object:
-        if kind is _CHANNEL:
+        if kind is CHANNEL:
             with self._lock:
-                local = None if self._draining else self._weights.get(target)
-                picked = self._peers.select(target, local, self.lease_state == "fenced")
+                local = None if self.shared.draining else self.shared.weights.get(target)
+                picked = self._peers.select(target, local, self.shared.lease_state == "fenced")
             if picked is None:
                 return failed(NotFoundError(f"no READY server of channel {target!r} in the mesh"))
             if picked is LOCAL:
@@ -126,9 +128,9 @@ class Calls(Handshake):
             # a microsecond to build, on every call).
             route = picked.channel_routes.get(target)
             if route is None:
-                route = picked.channel_routes[target] = _Route(picked, kind, target)
+                route = picked.channel_routes[target] = Route(picked, kind, target)
             return route
-        if kind is _NODE:
+        if kind is NODE:
             mesh, _, rid = target.partition("\x00")
             if mesh != self.config.name:
                 return failed(
@@ -152,19 +154,19 @@ class Calls(Handshake):
                 return failed(NotFoundError(f"node {rid!r} has no node_handler"))
             route = peer.node_route  # made once per peer, as the channel routes above
             if route is None:
-                route = peer.node_route = _Route(peer, kind, rid)
+                route = peer.node_route = Route(peer, kind, rid)
             return route
         return None  # Spots and Actors: the global objects (routing.py) decide
 
     def send(
         self, route: object, payload: object, metadata: dict[str, object] | None
     ) -> Completion[None]:
-        assert isinstance(route, _Route)
+        assert isinstance(route, Route)
         return self._send(route, payload, metadata, None)
 
     def _send(
         self,
-        route: _Route,
+        route: Route,
         payload: object,
         metadata: dict[str, object] | None,
         intent: str | None,
@@ -181,7 +183,7 @@ class Calls(Handshake):
             type_name, data = self._encode(payload, peer)
         except ProtocolError as exc:
             return failed(exc)
-        transport = self._transport
+        transport = self.shared.transport
         assert transport is not None
         kind = _KIND_NAMES[route.kind]
         # One at a time per peer with what FULL and OPEN do (`_receive_notice`) and with
@@ -197,7 +199,7 @@ class Calls(Handshake):
                         reason=UnavailableReason.DRAINING,
                     )
                 )
-            if peer.fenced and route.kind is not _NODE and route.kind is not _CHANNEL:
+            if peer.fenced and route.kind is not NODE and route.kind is not CHANNEL:
                 # Its objects admit nothing now: it would only hold this one.
                 return failed(
                     UnavailableError(
@@ -221,15 +223,11 @@ class Calls(Handshake):
                 held: Cell[None] = Cell(_PARKED_LOCK)
                 waiting.append((frames, held))
                 # SC §5/§7: a waiting send has no timeout, refuses caller cancellation.
-                return Completion(held, _refuse_cancel)
+                return Completion(held, refuse_cancel)
             try:
                 result = transport.submit(peer.conn, frames)
-            except t.UnknownPeer:
-                return failed(self._gone_error(peer))
-            except t.Closed:
-                return failed(shutting_down())
-            except t.PayloadTooLarge as exc:
-                return failed(ProtocolError(str(exc)))
+            except (t.UnknownPeer, t.Closed, t.PayloadTooLarge) as exc:
+                return failed(submit_error(exc, peer, self.config.peer_expiry))
             peer.out_seq = seq
             if result.status is t.SubmitStatus.OK:
                 peer.unacked.append((seq, frames, None))
@@ -242,7 +240,7 @@ class Calls(Handshake):
             peer.unacked.append(cell)
         admitted.add_done_callback(cell)
         # SC §5/§7: a waiting send has no timeout and refuses caller cancellation.
-        return Completion(cell, _refuse_cancel)
+        return Completion(cell, refuse_cancel)
 
     def _receive_notice(self, rec: t.Inbound) -> None:
         """FULL and OPEN of a target of the peer; the other notices as `Handshake`'s."""
@@ -260,7 +258,7 @@ class Calls(Handshake):
         if env.command == wire.OPEN:
             self._open_target(peer, key, env.route)
             return
-        transport = self._transport
+        transport = self.shared.transport
         with peer.flow:
             # After our FIN we send it nothing more: what is parked for the target is
             # below the FIN's number, and goes once the credit comes back.
@@ -280,7 +278,7 @@ class Calls(Handshake):
         """Target `key` of `peer` has room for `room` more records: send that many of the
         one-ways waiting for it, oldest first. While more wait it stays full here, and a
         WAITING record behind those asks it for the next OPEN."""
-        transport = self._transport
+        transport = self.shared.transport
         if transport is None:
             return
         sent: list[tuple[Cell[None] | Future[None], Future[None] | BaseException | None]] = []
@@ -308,7 +306,7 @@ class Calls(Handshake):
             admitted.add_done_callback(lambda done: settle_wait(settle, done.exception()))
         else:
             admitted.add_done_callback(
-                lambda done: settle.try_set(None, _submit_failure(done, peer))
+                lambda done: settle.try_set(None, admission_error(done, peer))
             )
 
     def _take_back_for(
@@ -341,12 +339,8 @@ class Calls(Handshake):
             frames = [wire.renumbered(frames[0], seq), *frames[1:]]
         try:
             result = transport.submit(peer.conn, frames)
-        except t.UnknownPeer:
-            return self._gone_error(peer)
-        except t.Closed:
-            return shutting_down()
-        except t.PayloadTooLarge as exc:
-            return ProtocolError(str(exc))
+        except (t.UnknownPeer, t.Closed, t.PayloadTooLarge) as exc:
+            return submit_error(exc, peer, self.config.peer_expiry)
         admitted = result.admitted if result.status is not t.SubmitStatus.OK else None
         if number:
             peer.out_seq = seq
@@ -378,7 +372,7 @@ class Calls(Handshake):
     ) -> list[tuple[Cell[None] | Future[None], Future[None] | BaseException | None]]:
         """Under `peer.flow`: hand every one-way held back for a full target of `peer`
         to the transport, oldest first per target; what `_settle_sent` settles."""
-        transport = self._transport
+        transport = self.shared.transport
         sent: list[tuple[Cell[None] | Future[None], Future[None] | BaseException | None]] = []
         if transport is None:
             return sent
@@ -405,16 +399,7 @@ class Calls(Handshake):
         """The error of a call to a peer that is not connected: why it was lost
         (`PEER_PAUSED` when it went silent: it may come back and resume until
         `peer_expiry`), `PEER_LOST` once it expired; one never connected is connecting."""
-        reason = unusable(peer)
-        if reason is UnavailableReason.CONNECTING:
-            return UnavailableError(f"node {peer.routing_id!r} is not connected yet", reason=reason)
-        if reason is UnavailableReason.PEER_PAUSED:
-            return UnavailableError(
-                f"node {peer.routing_id!r} is silent (paused or cut off; it may come back "
-                f"within peer_expiry, {self.config.peer_expiry:g} s)",
-                reason=reason,
-            )
-        return UnavailableError(f"node {peer.routing_id!r} is lost", reason=reason)
+        return gone_error(peer, self.config.peer_expiry)
 
     def request(
         self,
@@ -425,12 +410,12 @@ class Calls(Handshake):
         timeout: float,
         cancel: CancellationToken | None,
     ) -> Completion[Any]:
-        assert isinstance(route, _Route)
+        assert isinstance(route, Route)
         return self._request(route, payload, metadata, reply, timeout, cancel, None, None)
 
     def _request(
         self,
-        route: _Route,
+        route: Route,
         payload: object,
         metadata: dict[str, object] | None,
         reply: type | None,
@@ -471,7 +456,7 @@ class Calls(Handshake):
         other path when it passes, as a local `submit_sync()` does
         `RequestCall._request_sync` (both `pending.block`)."""
         runtime = self.runtime
-        if type(route) is not _Route or not runtime.real_time or timeout > _WAIT_MAX:
+        if type(route) is not Route or not runtime.real_time or timeout > _WAIT_MAX:
             # Not a node's or channel's route, or only the timer can keep this deadline.
             done = self.request(route, payload, metadata, reply, timeout, None)
             return result_or_cancel(done)
@@ -485,7 +470,7 @@ class Calls(Handshake):
     def _launch(
         self,
         out: _Outgoing,
-        route: _Route,
+        route: Route,
         data: bytes,
         type_name: str,
         metadata: dict[str, object] | None,
@@ -500,7 +485,7 @@ class Calls(Handshake):
         route_id = out.route_id
         pending = self.runtime.pending
         with self._lock:
-            live = peer.state is _READY and not self._closed
+            live = peer.state is _READY and not self.shared.closed
             if live:
                 peer.inflight.add(route_id)
                 self._calls[route_id] = out
@@ -517,7 +502,7 @@ class Calls(Handshake):
             # entered above: clean up here, and send nothing.
             out.on_settled(*out.outcome())
             return
-        transport = self._transport
+        transport = self.shared.transport
         assert transport is not None
         fields: _Head = (
             wire.REQUEST,
@@ -551,7 +536,7 @@ class Calls(Handshake):
         peer = out.peer
         route_id = out.route_id
         pending = self.runtime.pending
-        transport = self._transport
+        transport = self.shared.transport
         if transport is None:
             pending.finish(route_id, exc=shutting_down())
             return
@@ -586,7 +571,7 @@ class Calls(Handshake):
             parked = result.admitted
 
             def admitted(done: Future[None]) -> None:
-                exc = _submit_failure(done, peer)
+                exc = admission_error(done, peer)
                 if exc is not None and not self._lost_while_parked(out, done):
                     pending.finish(route_id, exc=exc)
 
@@ -650,7 +635,7 @@ class Calls(Handshake):
         return parked is not None and self._take_back(peer, parked)
 
     def _take_back(self, peer: Peer, parked: Future[None]) -> bool:
-        transport = self._transport
+        transport = self.shared.transport
         if parked.done() or transport is None:
             return False
         return transport.withdraw(peer.conn, parked)
@@ -668,7 +653,7 @@ class Calls(Handshake):
                 raise ProtocolError("a reply with no envelope")
         except ProtocolError as bad:
             with self._lock:
-                self.decode_errors += 1
+                self.link.decode_errors += 1  # (under `_lock`, the link's)
                 call = self._calls.get(route)
             self._warn_dropped(
                 "bad reply", rec.peer, str(bad), "mesh %s: a bad reply from %r: %s", rec.peer, bad
@@ -678,7 +663,7 @@ class Calls(Handshake):
                     route, exc=ProtocolError(f"an undecodable reply: {bad}")
                 )
             return
-        if route & _HANDSHAKE_BASE:
+        if route & HANDSHAKE_BASE:
             self._receive_admit(rec, env)
             return
         call = self._calls.get(route)  # one dict read: atomic
@@ -687,7 +672,7 @@ class Calls(Handshake):
                 if call is None:
                     self.late_replies += 1
                 else:  # another node answering our request: not its to answer
-                    self.decode_errors += 1
+                    self.link.decode_errors += 1  # (under `_lock`, the link's)
             if call is not None:
                 self._warn_dropped(
                     "misrouted reply",
@@ -803,25 +788,3 @@ class _Outgoing(PendingCell):
             wire.encode_request(fields, budget, metadata, type_name, intent, wire_due, seq),
             data,
         ]
-
-
-def _submit_failure(done: Future[None], peer: Peer) -> BaseException | None:
-    """Why a one-way or request whose admission `done` failed ends so (None: admitted)."""
-    exc = done.exception()
-    if exc is None:
-        return None
-    if isinstance(exc, ZlinkError):  # set by the node itself (`settle_wait`): as is
-        return exc
-    if isinstance(exc, t.Closed):
-        return shutting_down()
-    return UnavailableError(
-        f"node {peer.routing_id!r} was lost while the call waited: {exc}",
-        reason=_lost_reason(exc),
-    )
-
-
-def _lost_reason(exc: BaseException) -> UnavailableReason:
-    """PEER_PAUSED for a transport `PeerLost` of a peer that went silent, else PEER_LOST."""
-    if isinstance(exc, t.PeerLost) and exc.silent:
-        return UnavailableReason.PEER_PAUSED
-    return UnavailableReason.PEER_LOST

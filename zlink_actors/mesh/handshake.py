@@ -32,14 +32,13 @@ from .config import (
     split_key,
 )
 from .peers import Peer
+from .shared import HANDSHAKE_BASE, log
 from .state import (
-    _HANDSHAKE_BASE,
     NodeState,
     _decode_hello,
     _Dial,
     _Hello,
     connection_name,
-    log,
     settle_wait,
 )
 
@@ -63,7 +62,7 @@ class Handshake(NodeState):
         *,
         expect: str | None = None,
     ) -> None:
-        transport = self._transport
+        transport = self.shared.transport
         if transport is None:
             raise InvalidOperationError("the node is not started")
         with self._lock:
@@ -80,7 +79,7 @@ class Handshake(NodeState):
                         pending.sources.append(source)
                     return
             alias = b"\x01dial-%d|" % next(self._dial_numbers) + endpoint.encode()
-            route = _HANDSHAKE_BASE | next(self._handshakes)
+            route = HANDSHAKE_BASE | next(self._handshakes)
             self._dials[alias] = _Dial(
                 endpoint, route, [] if source is None else [source], expect=expect
             )
@@ -130,7 +129,7 @@ class Handshake(NodeState):
             self._conn_lost(event.peer, event.reason, event.silent)
 
     def _send_hello(self, alias: bytes, dial: _Dial) -> None:
-        transport = self._transport
+        transport = self.shared.transport
         assert transport is not None
         env = Envelope(wire.HELLO, mesh=self.config.name, target=self.routing_id)
         dial.sent = time.monotonic()  # before it leaves: the ADMIT's clock sample
@@ -160,7 +159,7 @@ class Handshake(NodeState):
         log.log(level, "mesh %s: connection to %s failed: %s", self.routing_id, dial.endpoint, why)
         for record in dial.early:
             self._bad(record, f"the connection's handshake failed: {why}")
-        transport = self._transport
+        transport = self.shared.transport
         if told:
             with self._lock:
                 self._closing.append((time.monotonic() + _CLOSE_DELAY, alias))
@@ -199,7 +198,7 @@ class Handshake(NodeState):
                 )
             return AlreadyExistsError(
                 f"duplicate routing id {rid!r}: a live node of mesh {self.config.name!r} "
-                f"holds it (the node at {self._info.endpoint if self._info else '?'})"
+                f"holds it (the node at {self.shared.info.endpoint if self.shared.info else '?'})"
             )
         with self._lock:
             old = self._peers.by_rid.get(rid)
@@ -230,7 +229,7 @@ class Handshake(NodeState):
                 if when <= now or alias.partition(b"|")[2] == address
             ]
             self._closing = [entry for entry in self._closing if entry[1] not in due]
-        transport = self._transport
+        transport = self.shared.transport
         for alias in due:
             if transport is not None:
                 with contextlib.suppress(t.TransportError):
@@ -322,7 +321,7 @@ class Handshake(NodeState):
         has not acknowledged (it drops those that had reached it: their sequence numbers
         are not above the last it saw). New one-ways wait for the peer's `flow` lock, so
         they follow. False when it expired meanwhile (then it is replaced)."""
-        transport = self._transport
+        transport = self.shared.transport
         with peer.flow:
             with self._lock:
                 if peer.expired or self._peers.by_rid.get(peer.routing_id) is not peer:
@@ -377,7 +376,7 @@ class Handshake(NodeState):
             self._dial_failed(conn, reason)
         if peer is None or not primary:
             return
-        level = logging.INFO if self._closed or was_lost else logging.WARNING
+        level = logging.INFO if self.shared.closed or was_lost else logging.WARNING
         log.log(
             level,
             "mesh %s: peer %s LOST (%s): %s",
@@ -386,7 +385,7 @@ class Handshake(NodeState):
             peer.lost_reason.value,
             reason,
         )
-        transport = self._transport
+        transport = self.shared.transport
         for other in others:
             if transport is not None:
                 with contextlib.suppress(t.TransportError):
@@ -444,8 +443,7 @@ class Handshake(NodeState):
                 refused,
             )
         else:
-            with self._lock:
-                self.decode_errors += 1
+            self.link.count_bad()
             self._warn_dropped(
                 "refused handshake",
                 rec.peer,
@@ -487,8 +485,7 @@ class Handshake(NodeState):
         try:
             hello = _decode_hello(rec.frames[1])
         except (msgspec.DecodeError, IndexError) as exc:
-            with self._lock:
-                self.decode_errors += 1
+            self.link.count_bad()
             self._warn_dropped(
                 "bad update",
                 peer.routing_id,

@@ -22,7 +22,6 @@ import transports as t
 from .._core import handoff
 from .._core.errors import (
     DeadlineExceededError,
-    NotFoundError,
     UnavailableError,
     UnavailableReason,
     shutting_down,
@@ -47,17 +46,16 @@ from .config import (
 from .loop_calls import pause
 from .objects import GlobalObjects
 from .peers import Peer
-from .state import (
-    _CLOSE_POLL,
-    _DIAL_GRACE,
-    _ENVELOPE_ROOM,
-    _POLL,
-    _REDIAL_MAX,
-    _WITHDRAW_WAIT,
-    MeshStatistics,
-    connection_name,
+from .shared import (
+    CLOSE_POLL,
+    DIAL_GRACE,
+    ENVELOPE_ROOM,
+    POLL,
+    REDIAL_MAX,
+    WITHDRAW_WAIT,
     log,
 )
+from .state import MeshStatistics, connection_name
 
 __all__ = ["MeshNode", "MeshStatistics"]
 
@@ -81,7 +79,7 @@ class MeshNode(GlobalObjects):
         transport_config = t.TransportConfig(
             credit_window=config.credit_window,
             min_charge=min(256, config.credit_window),
-            max_message_size=config.max_message_size + _ENVELOPE_ROOM,
+            max_message_size=config.max_message_size + ENVELOPE_ROOM,
             heartbeat_interval=config.liveness_interval,
             heartbeat_timeout=config.liveness_timeout,
             curve=self._curve(),
@@ -89,7 +87,7 @@ class MeshNode(GlobalObjects):
         # What the I/O thread logs goes to handlers it does not own: its kept wakes are
         # made first (`handoff`; the package's own logger has the filter already).
         handoff.flush_before_logging("zlink_actors.mesh", "transports")
-        self._transport = t.Transport(
+        transport = t.Transport(
             connection_name(self.routing_id, self.generation),
             self._on_receive,
             on_event=self._on_event,
@@ -99,16 +97,17 @@ class MeshNode(GlobalObjects):
             # handed its reply) wait for the I/O thread's sleep: docs/decisions.md.
             before_sleep=handoff.sleeping,
         )
+        self.shared.attach(transport)
         try:
-            application = self._bind(self._transport)
+            application = self._bind(transport)
         except BaseException:
-            self._transport.close()
-            self._transport = None  # nothing to drain or close: the Host never served
+            transport.close()
+            self.shared.attach(None)  # nothing to drain or close: the Host never served
             raise
         endpoint = advertised(application, config.advertise_host)
         if config.curve is not None:  # a dialling peer needs our public key
             endpoint = f"{endpoint}|{config.curve.public_z85()}"
-        self._info = NodeInfo(config.name, self.routing_id, endpoint)
+        self.shared.attach(transport, NodeInfo(config.name, self.routing_id, endpoint))
 
     def _curve(self) -> t.CurveConfig | None:
         curve = self.config.curve
@@ -163,9 +162,8 @@ class MeshNode(GlobalObjects):
         here (at most `seconds` / 2, and at most `liveness_timeout`), and withdraw the
         descriptor."""
         with self._lock:
-            if self._draining or self._transport is None or self._info is None:
+            if not self.shared.begin_drain():
                 return
-            self._draining = True
             peers = [p for p in self._peers.by_rid.values() if p.state is not PeerState.LOST]
             silent = [p for p in self._peers.by_rid.values() if p.state is PeerState.LOST]
         # Our requests waiting for a silent peer to resume end now: the drain does not
@@ -182,12 +180,12 @@ class MeshNode(GlobalObjects):
         self._await_fins(peers, min(seconds / 2, self.config.liveness_timeout))
         self.loop_calls.stop_task(self._discovery_stop, self._stopping)
         if self._keeper is not None:
-            self._keeper.join(_WITHDRAW_WAIT)
+            self._keeper.join(WITHDRAW_WAIT)
         if self._ticker is not None:
-            self._ticker.join(_WITHDRAW_WAIT)
+            self._ticker.join(WITHDRAW_WAIT)
         if self._discovery is not None:
             with contextlib.suppress(Exception):
-                self._discovery.result(_WITHDRAW_WAIT * 2)
+                self._discovery.result(WITHDRAW_WAIT * 2)
 
     def _await_fins(self, peers: list[Peer], seconds: float) -> None:
         """Until `seconds` pass: wait for every peer still connected to have said FIN
@@ -205,7 +203,7 @@ class MeshNode(GlobalObjects):
             if (not waiting and not admitting) or time.monotonic() >= end:
                 break
             # Bounded, shutdown only, as `close`: nothing announces the last arrival.
-            time.sleep(_CLOSE_POLL)
+            time.sleep(CLOSE_POLL)
         if waiting:
             log.info(
                 "mesh %s: drain: %d peer(s) did not confirm their last one-way in time",
@@ -219,31 +217,30 @@ class MeshNode(GlobalObjects):
         self.loop_calls.stop_task(self._lease_stop, self._lease_stopping)
         if self._leasing is not None:
             with contextlib.suppress(Exception):
-                self._leasing.result(max(seconds, _WITHDRAW_WAIT))
+                self._leasing.result(max(seconds, WITHDRAW_WAIT))
 
     def close(self, seconds: float) -> None:
         """The runtime stopped: wait (at most `seconds`) until every peer has admitted
         what we sent it (its credit came back), say BYE, then close the transport (what
         is still parked fails, and its calls end with `ShuttingDownError`)."""
         with self._lock:
-            if self._closed:
+            if not self.shared.mark_closed():
                 return
-            self._closed = True
-            transport = self._transport
+            transport = self.shared.transport
             peers = [p for p in self._peers.by_rid.values() if p.state is not PeerState.LOST]
         if transport is None:
             return
         end = time.monotonic() + seconds
         # Bounded, shutdown only: the transport has no event for "all credit returned".
         while transport.statistics().credit_in_use and time.monotonic() < end:
-            time.sleep(_CLOSE_POLL)
+            time.sleep(CLOSE_POLL)
         # Held while the lease was fenced, never handed on: their senders count them.
         self._drop_held("the node shut down while its owner lease was fenced")
         for peer in peers:
             self._ack(peer)  # what reached us: before BYE, on the same connection
             self._notify_quietly(peer.conn, wire.encode_fields(wire.BYE), b"")
         transport.close()
-        self._bad_log.flush()  # what the last second of dropped records held back
+        self.link.flush()  # what the last second of dropped records held back
         with self._lock:
             calls = list(self._calls)
             self._changed.notify_all()
@@ -267,7 +264,7 @@ class MeshNode(GlobalObjects):
                 ]
                 if len(ready) >= count:
                     return ready
-                if self._closed or self._draining:
+                if self.shared.closed or self.shared.draining:
                     raise shutting_down()
                 left = end - time.monotonic()
                 if left <= 0:
@@ -285,7 +282,7 @@ class MeshNode(GlobalObjects):
             if not missing:
                 return
             with self._lock:
-                if self._closed or self._draining:
+                if self.shared.closed or self.shared.draining:
                     raise shutting_down()
                 left = end - time.monotonic()
                 if left <= 0:
@@ -329,18 +326,17 @@ class MeshNode(GlobalObjects):
 
     def set_channel_weight(self, channel: str, weight: int) -> None:
         with self._lock:
-            if channel not in self._weights:
-                raise NotFoundError(f"this node serves no channel {channel!r}")
-            self._weights[channel] = weight
+            self.shared.set_weight(channel, weight)
             peers = [p for p in self._peers.by_rid.values() if p.state is not PeerState.LOST]
-        if self._info is None:
+        if self.shared.info is None:
             return  # not started: the handshake will carry the weight
         update = self._hello_bytes()
         for peer in peers:
             self._notify_quietly(peer.conn, wire.encode_fields(wire.UPDATE), update)
 
     def statistics(self) -> MeshStatistics:
-        transport = self._transport
+        transport = self.shared.transport
+        link = self.link
         with contextlib.ExitStack() as flows:
             # Every peer's one-ways held back for a full target, counted with the
             # transport's parked ones at one moment: FULL moves them from there to here
@@ -363,11 +359,11 @@ class MeshNode(GlobalObjects):
                 permits=self._permits,
                 frames_in=stats.received_frames if stats else 0,
                 frames_out=stats.sent_frames if stats else 0,
-                decode_errors=self.decode_errors + (stats.dropped_frames if stats else 0),
+                decode_errors=link.decode_errors + (stats.dropped_frames if stats else 0),
                 dropped_messages=self.dropped_messages,
                 late_replies=self.late_replies,
                 lease_admitting=self.lease_admitting(),
-                lease_state=self.lease_state,
+                lease_state=self.shared.lease_state,
                 lease_generation=self._lease_generation(),
                 lease_recoveries=self.lease_recoveries,
                 objects_reclaimed=self.objects_reclaimed,
@@ -376,7 +372,7 @@ class MeshNode(GlobalObjects):
                 route_cache_hits=self.route_cache_hits,
                 route_cache_misses=self.route_cache_misses,
                 route_cache_size=len(self._routes),
-                unavailable=dict(self.unavailable),
+                unavailable=dict(link.unavailable),
                 target_permits=self._target_cap,
                 full_targets=sum(
                     1 for held in self._target_held.values() if held.count >= self._target_cap
@@ -433,17 +429,18 @@ class MeshNode(GlobalObjects):
                 elif now >= due and not stop.is_set():
                     # Again and again while it fails, each time later (up to 30 s): a
                     # peer that refuses us is not asked five times a second.
-                    backoff[endpoint] = (now + delay, min(delay * 2, _REDIAL_MAX))
+                    backoff[endpoint] = (now + delay, min(delay * 2, REDIAL_MAX))
                     self._dial(endpoint, None)
 
     def _descriptor(self, state: NodeDescriptorState) -> NodeDescriptor:
-        assert self._info is not None
+        info = self.shared.info
+        assert info is not None
         with self._lock:
-            channels = dict(self._weights)
+            channels = dict(self.shared.weights)
         return NodeDescriptor(
             self.config.name,
             self.routing_id,
-            (self._info.endpoint,),
+            (info.endpoint,),
             self.generation,
             state,
             channels,
@@ -481,10 +478,10 @@ class MeshNode(GlobalObjects):
             except Exception as exc:  # the store is down: keep serving, try again
                 self._store_error = f"{type(exc).__name__}: {exc}"
                 log.warning("mesh %s: discovery: %s", self.routing_id, exc)
-            await pause(_POLL, self._stopping)
+            await pause(POLL, self._stopping)
         with contextlib.suppress(Exception):
             await asyncio.wait_for(
-                withdraw_node(store, self.config.name, self.routing_id), _WITHDRAW_WAIT
+                withdraw_node(store, self.config.name, self.routing_id), WITHDRAW_WAIT
             )
 
     def _discover_all(self, nodes: list[NodeDescriptor], now: float) -> None:
@@ -543,7 +540,7 @@ class MeshNode(GlobalObjects):
                 )
                 self._changed.notify_all()
             first = self._first_seen.setdefault(rid, now)
-        if rid < self.routing_id and now - first < _DIAL_GRACE:
+        if rid < self.routing_id and now - first < DIAL_GRACE:
             return  # it dials us; we only step in if it does not
         self._dial(endpoint, None, expect=rid)
 

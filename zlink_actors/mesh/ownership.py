@@ -85,7 +85,7 @@ from .operations import (
 )
 from .peers import Peer, unusable
 from .routing import Routing
-from .state import _POLL, log
+from .shared import POLL, log
 
 __all__ = ["Ownership"]
 
@@ -195,7 +195,7 @@ class Ownership(Routing):
                     # taken over, and its generation never admits again.
                     if self.config.on_lease_lost == "shutdown":
                         self._shut_down_for_lost_lease(detail)
-                        next_renewal = time.monotonic() + _POLL  # until the shutdown stops it
+                        next_renewal = time.monotonic() + POLL  # until the shutdown stops it
                     else:
                         await lease.acquire()  # a new generation, above the lost one
                         reclaim = True
@@ -221,11 +221,11 @@ class Ownership(Routing):
                 grant.admission_deadline if grant is not None and admit else -math.inf
             )
             if self.runtime.fenced:
-                if self.lease_state == "admitting":
+                if self.shared.lease_state == "admitting":
                     reclaim = True  # whatever the store kept, checked before admitting
                     self._lease_changed("fenced", StateChangeKind.FENCED, detail or "lapsed")
-            elif self.lease_state != "admitting":
-                recovered = self.lease_state == "fenced"
+            elif self.shared.lease_state != "admitting":
+                recovered = self.shared.lease_state == "fenced"
                 self._lease_changed(
                     "admitting", StateChangeKind.RECOVERED if recovered else None, ""
                 )
@@ -234,14 +234,15 @@ class Ownership(Routing):
             due = next_renewal
             if lease.grant is not None and lease.remaining() > 0:
                 due = min(due, time.monotonic() + lease.remaining())
-            await pause(max(0.01, min(due - time.monotonic(), _POLL)), wake)
+            await pause(max(0.01, min(due - time.monotonic(), POLL)), wake)
             if not stop():
                 wake.clear()  # set by `check_lease_now` (the stop sets it once more)
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self.release_all(), RELEASE_WAIT)
         with contextlib.suppress(Exception):
             await asyncio.wait_for(lease.release(forget=True), RELEASE_WAIT)
-        self.lease_state = "released"
+        with self._lock:
+            self.shared.set_lease_state("released")
 
     def check_lease_now(self) -> None:
         """On the I/O loop: the keeper renews (or finds lost) the lease at once instead
@@ -260,7 +261,7 @@ class Ownership(Routing):
         and channel selection leave or take this node back), and so does the Host's
         `on_state_change`."""
         with self._lock:
-            self.lease_state = state
+            self.shared.set_lease_state(state)
             episode, self._episode = self._episode, (0, 0)
             if kind is StateChangeKind.RECOVERED:
                 self.lease_recoveries += 1
@@ -275,7 +276,7 @@ class Ownership(Routing):
                 self._lease_generation(),
                 *episode,
             )
-        if self._info is not None and kind is not None:
+        if self.shared.info is not None and kind is not None:
             update = self._hello_bytes()
             for peer in peers:  # a notice: it must not wait behind credit or a PAUSED peer
                 self._notify_quietly(peer.conn, wire.encode_fields(wire.UPDATE), update)
