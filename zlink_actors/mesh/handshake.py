@@ -39,7 +39,6 @@ from .state import (
     _Dial,
     _Hello,
     connection_name,
-    settle_wait,
 )
 
 #: Duplicate refusals remembered for logging them once (cleared when full).
@@ -285,7 +284,7 @@ class Handshake(NodeState):
         elif peer is not None and peer.generation != hello.generation:
             # Counted before the new lifecycle is READY: whoever sees it READY sees the
             # old one's losses too.
-            self._expire(peer, "restarted (a new lifecycle)")
+            self.delivery.expire(peer, "restarted (a new lifecycle)")
         with self._lock:
             peer = self._peers.by_rid.get(hello.routing_id)
             if peer is not None and peer.state is not PeerState.CONNECTING:
@@ -310,7 +309,7 @@ class Handshake(NodeState):
                 replaced, "restarted (another lifecycle generation)", UnavailableReason.PEER_LOST
             )
             if replaced.generation != hello.generation:
-                self._expire(replaced, "restarted (a new lifecycle)")  # if it was not yet
+                self.delivery.expire(replaced, "restarted (a new lifecycle)")  # if it was not yet
         log.info("mesh %s: peer %s READY (%s)", self.routing_id, peer.routing_id, peer.endpoint)
         self._wake_peer_waiters()
         return peer
@@ -318,10 +317,9 @@ class Handshake(NodeState):
     def _resume(self, peer: Peer, conn: bytes, hello: _Hello) -> bool:
         """`peer` came back with the same lifecycle before it expired: it is READY again
         on `conn`, and first of all it is sent again, in order, every one-way of ours it
-        has not acknowledged (it drops those that had reached it: their sequence numbers
-        are not above the last it saw). New one-ways wait for the peer's `flow` lock, so
-        they follow. False when it expired meanwhile (then it is replaced)."""
-        transport = self.shared.transport
+        has not acknowledged, then those held for its full targets (`Delivery.resend`).
+        New one-ways wait for the peer's `flow` lock, so they follow. False when it
+        expired meanwhile (then it is replaced)."""
         with peer.flow:
             with self._lock:
                 if peer.expired or self._peers.by_rid.get(peer.routing_id) is not peer:
@@ -333,25 +331,14 @@ class Handshake(NodeState):
                 self._update_locked(peer, hello)
                 self._changed.notify_all()
             self._wake_peer_waiters()
-            kept = [
-                entry
-                for entry in peer.unacked
-                if entry[2] is None or (entry[2].done() and entry[2].exception() is None)
-            ]
-            peer.unacked.clear()
-            peer.unacked.extend((seq, frames, None) for seq, frames, _ in kept)
-            if transport is not None:
-                for _, frames, _ in kept:
-                    try:
-                        transport.submit(conn, frames)
-                    except t.TransportError:
-                        break  # lost again: kept, for the next resume or the expiry
+            resent, held = self.delivery.resend(peer, conn)
+        self.delivery.settle_sent(held, peer)
         log.warning(
             "mesh %s: peer %s came back (same lifecycle): resumed, %d one-way message(s) "
             "sent again",
             self.routing_id,
             peer.routing_id,
-            len(kept),
+            resent,
         )
         return True
 
@@ -479,7 +466,7 @@ class Handshake(NodeState):
         with self._lock:
             self._peers.mark_lost(peer)
             self._changed.notify_all()
-        self._expire(peer, "refused this node")
+        self.delivery.expire(peer, "refused this node")
 
     def _receive_update(self, peer: Peer, rec: t.Inbound) -> None:
         try:
@@ -499,31 +486,7 @@ class Handshake(NodeState):
             self._update_locked(peer, hello)
             self._changed.notify_all()
         if hello.draining:
-            self._fin(peer)
-
-    def _fin(self, peer: Peer) -> None:
-        """`peer` drains: tell it (FIN) the last one-way we sent it, and send it no more
-        (it handles every one up to that before it stops admitting them)."""
-        with peer.flow:
-            if peer.fin_sent:
-                return
-            peer.fin_sent = True
-            # The last number handed to the transport that may not have reached it (a
-            # number taken back for a full target never does): or all it acknowledged.
-            try:
-                seq = peer.unacked[-1][0]
-            except IndexError:
-                seq = peer.acked_out
-            held = [settle for waiting in peer.full_targets.values() for _, settle in waiting]
-            peer.full_targets.clear()
-        self._notify_quietly(peer.conn, wire.encode_fields(wire.FIN, route=seq), b"")
-        # Held back for a full target of it, never sent: they end as a call to a
-        # draining node does.
-        exc = UnavailableError(
-            f"node {peer.routing_id!r} is draining", reason=UnavailableReason.DRAINING
-        )
-        for settle in held:
-            settle_wait(settle, exc)
+            self.delivery.fin(peer)
 
     def _receive_notice(self, rec: t.Inbound) -> None:
         """UPDATE (weights, draining), BYE, ACK, FIN or REJECT (`_refused_by`) on the
@@ -545,20 +508,20 @@ class Handshake(NodeState):
             self._receive_update(peer, rec)
             return
         if env.command == wire.ACK:
-            self._acked(peer, env.route)
+            self.delivery.acked(peer, env.route)
             return
         if env.command == wire.FIN:
             with self._lock:
                 peer.fin_seq = env.route
             return
         if env.command == wire.DROPPED:
-            self._dropped_there(peer, env.route)
+            self.delivery.dropped_there(peer, env.route)
             return
         with self._lock:
             self._peers.mark_lost(peer)
             self._changed.notify_all()
         log.info("mesh %s: peer %s left the mesh", self.routing_id, peer.routing_id)
-        self._expire(peer, "left the mesh")
+        self.delivery.expire(peer, "left the mesh")
 
     def _receive_admit(self, rec: t.Inbound, env: Envelope) -> None:
         with self._lock:

@@ -192,10 +192,10 @@ class Inbound(Calls):
                 self._peers.mark_lost(peer)
                 self._changed.notify_all()
             log.info("mesh %s: peer %s left the mesh", self.routing_id, peer.routing_id)
-            self._expire(peer, "left the mesh")
+            self.delivery.expire(peer, "left the mesh")
         elif command == wire.ACK:
             self._release(rec)
-            self._acked(peer, env.route)
+            self.delivery.acked(peer, env.route)
         else:
             self._bad(rec, f"an unknown command {command}")
 

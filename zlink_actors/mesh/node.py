@@ -246,7 +246,7 @@ class MeshNode(GlobalObjects):
             self._changed.notify_all()
             every = list(self._peers.by_rid.values())
         for peer in every:  # one-ways still waiting for a full target never went
-            self._fail_target_waits(peer, shutting_down("the one-way was sent"))
+            self.delivery.fail_target_waits(peer, shutting_down("the one-way was sent"))
         for route in calls:
             self.runtime.pending.finish(route, exc=shutting_down("the call finished"))
 
@@ -379,8 +379,8 @@ class MeshNode(GlobalObjects):
                 ),
                 unpermitted_records=self.unpermitted_records,
                 target_waits=waits,
-                dropped_after_admission=self.dropped_after_admission,
-                dropped_by_peer=dict(self._dropped_by_rid),
+                dropped_after_admission=self.delivery.dropped_after_admission,
+                dropped_by_peer=dict(self.delivery.dropped_by_peer),
                 duplicate_messages=self.duplicate_messages,
                 held_while_fenced=self.held_while_fenced,
                 forwarded_messages=self.forwarded_messages,
@@ -405,7 +405,7 @@ class MeshNode(GlobalObjects):
                     if self._dropped_untold(peer):
                         self._tell_dropped(peer)
                 elif peer.lost_at and not peer.expired and now - peer.lost_at > expiry:
-                    self._expire(peer, f"silent past peer_expiry ({expiry:g} s)")
+                    self.delivery.expire(peer, f"silent past peer_expiry ({expiry:g} s)")
             self._close_told(now)
             if any(peer.kept_replies for peer in peers):
                 self._forget_kept_replies(self._now())

@@ -52,6 +52,7 @@ __all__ = [
     "HANDSHAKE_BASE",
     "HOLD_PER_PERMIT",
     "KINDS",
+    "KIND_NAMES",
     "NODE",
     "POLL",
     "REDIAL_MAX",
@@ -73,6 +74,10 @@ CHANNEL: Final = ObjectKind.CHANNEL
 NODE: Final = ObjectKind.NODE
 #: An envelope's `target_kind` -> its `ObjectKind`.
 KINDS: Final = {kind.value: kind for kind in ObjectKind}
+#: The envelope's `target_kind` of a route's kind (`ObjectKind.value` is a Python-level
+#: property: two calls per message); None is the global objects' own request.
+KIND_NAMES: Final[dict[ObjectKind | None, str]] = {kind: kind.value for kind in ObjectKind}
+KIND_NAMES[None] = wire.OBJECTS
 #: Handshake route ids live above every pending-table route id.
 HANDSHAKE_BASE: Final = 1 << 63
 #: How often discovery polls the Location Store (mesh.md: "about once a second").

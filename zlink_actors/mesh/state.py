@@ -1,6 +1,7 @@
 """The state of one MeshNode while it is still one class built in layers: it builds the
 parts every layer shares (`shared.NodeShared`, the context; `shared.Link`, the edge to
-the transport) and keeps aliases of their immutable members, plus the peer table, the
+the transport; `delivery.Delivery`, the one-ways it sends) and keeps aliases of their
+immutable members and of the methods the layers call most, plus the peer table, the
 handshake payload and the counters not moved to a part yet (docs/mesh.md). The layers
 build on it in one line, each module importing the one before: `state` -> `handshake`
 -> `calls` -> `inbound` -> `routing` -> `ownership` -> `objects` -> `node` (the last
@@ -32,9 +33,8 @@ import msgspec
 
 import transports as t
 
-from .._core.completion import Cell, CompletionSource
+from .._core.completion import CompletionSource
 from .._core.errors import (
-    ProtocolError,
     UnavailableError,
     UnavailableReason,
 )
@@ -50,8 +50,9 @@ from .config import (
     PeerState,
     StateChange,
 )
+from .delivery import Delivery
 from .peers import Peer, PeerTable, Role
-from .shared import CHANNEL, HOLD_PER_PERMIT, NODE, Link, NodeShared, log
+from .shared import CHANNEL, HOLD_PER_PERMIT, NODE, Link, NodeShared
 
 __all__ = [
     "MeshStatistics",
@@ -60,7 +61,6 @@ __all__ = [
     "_Hello",
     "_decode_hello",
     "connection_name",
-    "settle_wait",
 ]
 
 #: The longest libzmq routing id (ZMTP 3: one length byte).
@@ -238,20 +238,6 @@ class _Dial:
     sent: float = 0.0
 
 
-def settle_wait(settle: Cell[None] | Future[None], exc: BaseException | None) -> None:
-    """End a one-way that waited for a full target (`Peer.full_targets`): admitted
-    (`exc` None) or failed. `settle` is its result cell, or, for one the transport had
-    parked and gave back, the transport's `admitted` future its caller listens to."""
-    if isinstance(settle, Future):
-        if not settle.done():
-            if exc is None:
-                settle.set_result(None)
-            else:
-                settle.set_exception(exc)
-    else:
-        settle.try_set(None, exc)
-
-
 class NodeState:
     """What every part of a MeshNode shares (see the module docstring)."""
 
@@ -305,6 +291,11 @@ class NodeState:
         self._reply_error = link.reply_error
         self._reply_value = link.reply_value
         self._error_frames = link.error_frames
+        #: Sender-side one-ways (`delivery.py`); what a peer gone for good leaves of
+        #: our requests fails with them (`_fail_inflight`).
+        self.delivery = delivery = Delivery(shared, link, self._fail_inflight)
+        self._encode = delivery.encode
+        self._send = delivery.send
         self._peers = PeerTable()
         self._dials: dict[bytes, _Dial] = {}
         self._dial_numbers = itertools.count(1)
@@ -366,9 +357,6 @@ class NodeState:
         #: A served request answered more than this long after its caller sent it has
         #: its reply kept for a resend (`inbound.Inbound._answer_served`).
         self._keep_after = config.liveness_interval
-        #: One-ways admitted here for a peer that then went for good before it received
-        #: them (`MeshStatistics.dropped_after_admission`), and by routing id.
-        self.dropped_after_admission = 0
         #: Received one-ways waiting for admission here (a full lane).
         self._sends_waiting = 0
         #: One-ways refused here because the owner lease was fenced, and those that
@@ -381,7 +369,6 @@ class NodeState:
         self.held_while_fenced = 0
         #: One-ways that reached this node on a stale route and went on to the owner.
         self.forwarded_messages = 0
-        self._dropped_by_rid: dict[str, int] = {}
         self._first_seen: dict[str, float] = {}
         #: Duplicate routing ids refused (or refused to us), logged once each (`handshake`).
         self._duplicates: set[tuple[str, object]] = set()
@@ -408,18 +395,6 @@ class NodeState:
     def info(self) -> NodeInfo | None:
         """This node's info once it is bound (`start`); None before."""
         return self.shared.info
-
-    def _encode(self, payload: object, peer: Peer) -> tuple[str, bytes]:
-        """The payload's type name and bytes; `ProtocolError` (nothing sent) when it
-        cannot be encoded or is larger than this node or the peer accepts."""
-        type_name, data = self.codec.encode_payload(payload)
-        limit = peer.max_message_size
-        if limit and len(data) > limit:
-            raise ProtocolError(
-                f"a {type(payload).__qualname__} payload is {len(data)} bytes encoded, more "
-                f"than node {peer.routing_id!r} accepts (its max_message_size, {limit})"
-            )
-        return type_name, data
 
     def _hello_bytes(self) -> bytes:
         shared = self.shared
@@ -479,86 +454,6 @@ class NodeState:
         peer.acked_in = seq
         self._notify_quietly(peer.conn, wire.encode_fields(wire.ACK, route=seq), b"")
 
-    def _acked(self, peer: Peer, seq: int) -> None:
-        """`peer` has every one-way of ours up to `seq`: we stop keeping them.
-
-        Without the peer's `flow` lock (a sender in a loop holds it nearly always, and
-        this runs on the transport's I/O thread): the deque's popleft and the senders'
-        append are atomic, and the resume that rewrites it runs on this thread too."""
-        peer.acked_out = max(peer.acked_out, seq)
-        unacked = peer.unacked
-        try:
-            while unacked and unacked[0][0] <= seq:
-                unacked.popleft()
-        except IndexError:
-            pass  # emptied meanwhile (the peer expired)
-
-    def _expire(self, peer: Peer, why: str) -> None:
-        """`peer`'s lifecycle is gone for good: what it did not acknowledge is lost,
-        counted and logged in one line (nothing is logged when nothing was lost)."""
-        with peer.flow:
-            if peer.expired:
-                return
-            peer.expired = True
-            kept = list(peer.unacked)  # one C-level copy: an ACK may pop meanwhile
-            peer.unacked.clear()
-            peer.kept_replies = {}  # it never asks again
-            lost = sum(
-                1
-                for _, _, admitted in kept
-                if admitted is None or (admitted.done() and admitted.exception() is None)
-            )
-        # Our requests still pending for it (it went silent, they waited for a resume)
-        # end now: it will not answer them.
-        self._fail_inflight(peer, why, UnavailableReason.PEER_LOST)
-        # Held back for a full target of it: never sent, never completed; they fail (not
-        # counted lost: their callers see why). Expired, it gets no more (`Calls._send`).
-        self._fail_target_waits(
-            peer,
-            UnavailableError(f"node {peer.routing_id!r} {why}", reason=UnavailableReason.PEER_LOST),
-        )
-        if not lost:
-            return
-        self._count_lost(peer, lost)
-        log.warning(
-            "mesh %s: peer %s (generation %d) %s: %d one-way message(s) admitted for it "
-            "were never delivered",
-            self.routing_id,
-            peer.routing_id,
-            peer.generation,
-            why,
-            lost,
-        )
-
-    def _count_lost(self, peer: Peer, lost: int) -> None:
-        """`lost` of our one-ways that completed here were never handled at `peer`
-        (`MeshStatistics.dropped_after_admission`, `dropped_by_peer`)."""
-        with self._lock:
-            self.dropped_after_admission += lost
-            rid = peer.routing_id
-            self._dropped_by_rid[rid] = self._dropped_by_rid.get(rid, 0) + lost
-
-    def _dropped_there(self, peer: Peer, total: int) -> None:
-        """DROPPED from `peer`: `total` of our one-ways it had acknowledged were never
-        handled there, in all (their target closed before they ran or refused them, it
-        held them while fenced and their target was gone when it admitted again, or it
-        stopped first): what the total adds is counted and logged as lost."""
-        with self._lock:
-            lost = total - peer.dropped_seen
-            if lost <= 0:
-                return  # told again (its connection was replaced): counted already
-            peer.dropped_seen = total
-        self._count_lost(peer, lost)
-        self._warn_dropped(
-            "dropped there",
-            peer.routing_id,
-            "told",
-            "mesh %s: %d one-way message(s) admitted for %s were never handled there "
-            "(its log says why)",
-            lost,
-            peer.routing_id,
-        )
-
     def _wake_peer_waiters(self) -> None:
         """A peer became READY or was lost: the calls waiting for a connection look
         again (from any thread)."""
@@ -603,15 +498,6 @@ class NodeState:
                     if n is not None and n > 0:
                         owed += n
         self._give_back(conn, owed)
-
-    def _fail_target_waits(self, peer: Peer, exc: BaseException) -> None:
-        """End every one-way waiting here for a full target of `peer` with `exc`."""
-        with peer.flow:
-            waits = list(peer.full_targets.values())
-            peer.full_targets.clear()
-        for waiting in waits:
-            for _, settle in waiting:
-                settle_wait(settle, exc)
 
     def _receive(self, rec: t.Inbound) -> None:
         """Handle one received record (`inbound.py`)."""

@@ -6,16 +6,13 @@ runtime, with an injected clock for the drop log."""
 from __future__ import annotations
 
 import logging
-import threading
-from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
-from contextlib import contextmanager
 
 import pytest
+from _pair import Side, linked, node_shared, pair
 
 import transports as t
 from zlink_actors import (
-    MeshConfig,
     NodeInfo,
     NotFoundError,
     ProtocolError,
@@ -24,114 +21,32 @@ from zlink_actors import (
     UnavailableReason,
 )
 from zlink_actors.mesh import codec as wire
-from zlink_actors.mesh.codec import Codec, TypeRegistry
+from zlink_actors.mesh.codec import Codec
 from zlink_actors.mesh.peers import Peer
 from zlink_actors.mesh.shared import (
     ERROR_TEXT,
     Link,
-    NodeShared,
     admission_error,
     gone_error,
     submit_error,
 )
 from zlink_actors.testing import WAIT, HostHarness, wait_until
 
-FAST = t.TransportConfig(heartbeat_interval=0.1, heartbeat_timeout=5.0)
 
-
-class _Side:
-    """One transport's records and events, as its callbacks hand them over."""
-
-    def __init__(self) -> None:
-        self.records: list[t.Inbound] = []
-        self.events: list[t.PeerEvent] = []
-        self.changed = threading.Condition()
-
-    def on_receive(self, batch: Sequence[t.Inbound]) -> None:
-        with self.changed:
-            self.records.extend(batch)
-            self.changed.notify_all()
-
-    def on_event(self, event: t.PeerEvent) -> None:
-        with self.changed:
-            self.events.append(event)
-            self.changed.notify_all()
-
-    def first(self, match: Callable[[t.Inbound], bool]) -> t.Inbound:
-        """The first record `match` accepts, waited for (bounded, asserted)."""
-        with self.changed:
-            assert self.changed.wait_for(lambda: any(match(r) for r in self.records), WAIT)
-            return next(r for r in self.records if match(r))
-
-
-@contextmanager
-def _pair(
-    a_config: t.TransportConfig = FAST,
-) -> Iterator[tuple[t.Transport, _Side, t.Transport, _Side]]:
-    """A (ours) connected to B, READY on both sides; both closed at the end."""
-    ours, theirs = _Side(), _Side()
-    a = t.Transport(b"A", ours.on_receive, on_event=ours.on_event, config=a_config)
-    try:
-        b = t.Transport(b"B", theirs.on_receive, on_event=theirs.on_event, config=FAST)
-        try:
-            ends = a.bind("tcp://127.0.0.1:*", "tcp://127.0.0.1:*")
-            b.connect(b"A", ends)
-            for side, peer in ((ours, b"B"), (theirs, b"A")):
-                with side.changed:
-                    assert side.changed.wait_for(
-                        lambda side=side, peer=peer: any(
-                            e.peer == peer and e.kind is t.PeerEventKind.READY for e in side.events
-                        ),
-                        WAIT,
-                    )
-            yield a, ours, b, theirs
-        finally:
-            b.close()
-    finally:
-        a.close()
-
-
-def _shared(harness: HostHarness, **channels: int) -> NodeShared:
-    """A context on a real Host's runtime (the Host's own node is not used)."""
-    runtime = harness.host()._runtime
-    return NodeShared(
-        runtime,
-        MeshConfig("m"),
-        "a",
-        Codec(TypeRegistry(), 1 << 20),
-        channels=dict(channels),
-        node_handler=False,
-        object_types=(),
-        location=None,
-    )
-
-
-@contextmanager
-def _linked(
-    harness: HostHarness, config: t.TransportConfig = FAST
-) -> Iterator[tuple[Link, t.Transport, _Side, _Side]]:
-    """A `Link` on transport A of a new pair: (the link, B, A's records, B's)."""
-    shared = _shared(harness)
-    link = Link(shared)
-    with _pair(config) as (a, ours, b, theirs):
-        shared.attach(a)
-        yield link, b, ours, theirs
-
-
-def _request(b: t.Transport, ours: _Side, route: int, payload: bytes = b"") -> t.Inbound:
+def _request(b: t.Transport, ours: Side, route: int, payload: bytes = b"") -> t.Inbound:
     """B sends A a request; A's record of it."""
     b.submit_request(b"A", route, [wire.encode_fields(wire.REQUEST), payload])
     return ours.first(lambda r: r.kind is t.InboundKind.REQUEST and r.route_id == route)
 
 
-def _reply(theirs: _Side, route: int) -> wire.Envelope:
+def _reply(theirs: Side, route: int) -> wire.Envelope:
     rec = theirs.first(lambda r: r.kind is t.InboundKind.REPLY and r.route_id == route)
     env = wire.decode_envelope(rec.frames[0])
     assert env is not None
     return env
 
 
-def _reply_error(theirs: _Side, route: int) -> BaseException:
+def _reply_error(theirs: Side, route: int) -> BaseException:
     """The error B's request `route` was answered with."""
     env = _reply(theirs, route)
     assert env.error_kind >= 0, "answered with a value"
@@ -139,7 +54,7 @@ def _reply_error(theirs: _Side, route: int) -> BaseException:
 
 
 def test_the_context_s_changing_fields_each_have_one_method(harness: HostHarness) -> None:
-    shared = _shared(harness, c=3)
+    shared = node_shared(harness, c=3)
     with shared.lock:
         assert not shared.begin_drain()  # not started: nothing to drain
         shared.set_weight("c", 7)
@@ -153,7 +68,7 @@ def test_the_context_s_changing_fields_each_have_one_method(harness: HostHarness
     assert shared.lease_state == "fenced"
     assert shared.generation > 0
     assert shared.node_key != ""
-    with _pair() as (a, _, _, _):
+    with pair() as (a, _, _, _):
         shared.attach(a)
         with shared.lock:
             assert not shared.begin_drain()  # bound, but no info yet
@@ -167,7 +82,7 @@ def test_the_context_s_changing_fields_each_have_one_method(harness: HostHarness
 def test_a_reply_error_is_cut_at_the_limit_and_counted_by_its_reason(
     harness: HostHarness,
 ) -> None:
-    with _linked(harness) as (link, b, ours, theirs):
+    with linked(harness) as (link, b, ours, theirs):
         rec = _request(b, ours, 11)
         too_long = UnavailableError("x" * (ERROR_TEXT + 500), reason=UnavailableReason.QUEUE_FULL)
         link.reply_error(rec.peer, rec.route_id, too_long)
@@ -187,7 +102,7 @@ def test_a_reply_too_large_becomes_a_protocol_error_reply(harness: HostHarness) 
     small = t.TransportConfig(
         heartbeat_interval=0.1, heartbeat_timeout=5.0, max_message_size=4096, min_charge=256
     )
-    with _linked(harness, small) as (link, b, ours, theirs):
+    with linked(harness, small) as (link, b, ours, theirs):
         rec = _request(b, ours, 21)
         link.reply_value(rec.peer, rec.route_id, "y" * 10_000)  # 10 KB over a 4 KB limit
         exc = _reply_error(theirs, 21)
@@ -201,7 +116,7 @@ def test_a_reply_too_large_becomes_a_protocol_error_reply(harness: HostHarness) 
 def test_a_bad_request_is_counted_answered_and_its_credit_given_back(
     harness: HostHarness,
 ) -> None:
-    with _linked(harness) as (link, b, ours, theirs):
+    with linked(harness) as (link, b, ours, theirs):
         rec = _request(b, ours, 31, b"z" * 4000)
         assert rec.charge > 0
         assert b.statistics().credit_in_use >= rec.charge
@@ -216,8 +131,8 @@ def test_a_bad_request_is_counted_answered_and_its_credit_given_back(
 def test_credit_and_notices_go_back_quietly_also_once_the_peer_is_gone(
     harness: HostHarness,
 ) -> None:
-    Link(_shared(harness)).notify(b"B", wire.encode_fields(wire.ACK), b"")  # no transport
-    with _linked(harness) as (link, b, ours, theirs):
+    Link(node_shared(harness)).notify(b"B", wire.encode_fields(wire.ACK), b"")  # no transport
+    with linked(harness) as (link, b, ours, theirs):
         b.submit(b"A", [wire.encode_fields(wire.SEND, route=1), b"p" * 3000])
         rec = ours.first(lambda r: r.kind is t.InboundKind.MESSAGE)
         assert b.statistics().credit_in_use > 0
@@ -251,7 +166,7 @@ def test_the_drop_log_is_rate_limited_and_its_held_count_swept_later(
     harness: HostHarness, caplog: pytest.LogCaptureFixture
 ) -> None:
     clock = _Clock()
-    link = Link(_shared(harness), clock=clock)
+    link = Link(node_shared(harness), clock=clock)
     caplog.set_level(logging.WARNING, logger="zlink_actors.mesh")
 
     def lines() -> list[str]:
@@ -273,7 +188,7 @@ def test_the_drop_log_is_rate_limited_and_its_held_count_swept_later(
 def test_transport_refusals_of_a_submit_map_to_typed_errors(harness: HostHarness) -> None:
     peer = Peer("b", "tcp://127.0.0.1:1", 1, b"nobody")
     small = t.TransportConfig(heartbeat_interval=0.1, heartbeat_timeout=5.0, max_message_size=1024)
-    with _pair(small) as (a, _, _, _):
+    with pair(small) as (a, _, _, _):
         for frames, conn, expected in (
             ([b"e", b"x"], b"nobody", UnavailableError),
             ([b"e", b"x" * 4096], b"B", ProtocolError),
