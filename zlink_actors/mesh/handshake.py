@@ -3,7 +3,6 @@ second connection, UPDATE and BYE, and a lost connection (docs/mesh.md "Topology
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 
@@ -158,13 +157,11 @@ class Handshake(NodeState):
         log.log(level, "mesh %s: connection to %s failed: %s", self.routing_id, dial.endpoint, why)
         for record in dial.early:
             self._bad(record, f"the connection's handshake failed: {why}")
-        transport = self.shared.transport
         if told:
             with self._lock:
                 self._closing.append((time.monotonic() + _CLOSE_DELAY, alias))
-        elif transport is not None:
-            with contextlib.suppress(t.TransportError):
-                transport.disconnect(alias)
+        else:
+            self._disconnect(alias)
         for source in dial.sources:
             if duplicate:
                 source.set_exception(AlreadyExistsError(f"cannot join {dial.endpoint}: {why}"))
@@ -228,11 +225,8 @@ class Handshake(NodeState):
                 if when <= now or alias.partition(b"|")[2] == address
             ]
             self._closing = [entry for entry in self._closing if entry[1] not in due]
-        transport = self.shared.transport
         for alias in due:
-            if transport is not None:
-                with contextlib.suppress(t.TransportError):
-                    transport.disconnect(alias)
+            self._disconnect(alias)
 
     def _refused_once(self, key: tuple[str, object]) -> bool:
         """True the first time `key` (a routing id and a lifecycle or an endpoint) is
@@ -372,11 +366,8 @@ class Handshake(NodeState):
             peer.lost_reason.value,
             reason,
         )
-        transport = self.shared.transport
         for other in others:
-            if transport is not None:
-                with contextlib.suppress(t.TransportError):
-                    transport.disconnect(other)
+            self._disconnect(other)
         if not (silent and peer.resends):
             # Its connection closed (its process ended: within milliseconds), or an
             # older peer: what it had not answered fails now. One that went silent may
