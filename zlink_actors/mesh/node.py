@@ -147,14 +147,15 @@ class MeshNode(GlobalObjects):
                 target=self._keep_peers, name=f"zlink-mesh-{self.routing_id}", daemon=True
             )
             self._keeper.start()
-        if self.location is not None:
+        keeper = self.lease_keeper
+        if self.location is not None and keeper is not None:
             loop = self.runtime.io.loop
-            self.acquire_lease(loop)
+            keeper.acquire(loop)
             self._discovery = asyncio.run_coroutine_threadsafe(self._discover(self.location), loop)
-            self._leasing = asyncio.run_coroutine_threadsafe(
-                self.keep_lease(self._lease_stop.is_set, self._lease_stopping), loop
-            )
-            self.runtime.finishers.append(self._release_objects)
+            keeper.start(loop, _LeaseWork(self))
+            # A shutdown finisher (every object closed, the I/O loop still runs): the
+            # keeper deletes the records still ours and releases the lease.
+            self.runtime.finishers.append(keeper.stop)
 
     def begin_drain(self, seconds: float = 30.0) -> None:
         """Shutdown begins: tell peers we drain (never selected again), wait until each
@@ -210,14 +211,6 @@ class MeshNode(GlobalObjects):
                 self.routing_id,
                 len(waiting),
             )
-
-    def _release_objects(self, seconds: float) -> None:
-        """A shutdown finisher (every object closed, the I/O loop still runs): the
-        lease keeper deletes the records still ours and releases the lease."""
-        self.loop_calls.stop_task(self._lease_stop, self._lease_stopping)
-        if self._leasing is not None:
-            with contextlib.suppress(Exception):
-                self._leasing.result(max(seconds, WITHDRAW_WAIT))
 
     def close(self, seconds: float) -> None:
         """The runtime stopped: wait (at most `seconds`) until every peer has admitted
@@ -302,7 +295,7 @@ class MeshNode(GlobalObjects):
         if self.location is not None:
             # As `statistics().mesh.lease_admitting` says: also before the lease is
             # acquired and while a recovery claims the objects held here again.
-            admitting = self.lease_admitting()
+            admitting = self._lease_admitting()
             if not admitting:
                 why = f" (the Location Store: {self._store_error})" if self._store_error else ""
                 missing.append(f"its owner lease is not admitting{why}")
@@ -327,16 +320,19 @@ class MeshNode(GlobalObjects):
     def set_channel_weight(self, channel: str, weight: int) -> None:
         with self._lock:
             self.shared.set_weight(channel, weight)
-            peers = [p for p in self._peers.by_rid.values() if p.state is not PeerState.LOST]
         if self.shared.info is None:
             return  # not started: the handshake will carry the weight
-        update = self._hello_bytes()
-        for peer in peers:
-            self._notify_quietly(peer.conn, wire.encode_fields(wire.UPDATE), update)
+        self._tell_update()
+
+    def _lease_admitting(self) -> bool:
+        """`LeaseKeeper.lease_admitting` (False without a Location Store: no lease)."""
+        keeper = self.lease_keeper
+        return keeper is not None and keeper.lease_admitting()
 
     def statistics(self) -> MeshStatistics:
         transport = self.shared.transport
         link = self.link
+        keeper = self.lease_keeper
         with contextlib.ExitStack() as flows:
             # Every peer's one-ways held back for a full target, counted with the
             # transport's parked ones at one moment: FULL moves them from there to here
@@ -362,10 +358,10 @@ class MeshNode(GlobalObjects):
                 decode_errors=link.decode_errors + (stats.dropped_frames if stats else 0),
                 dropped_messages=self.dropped_messages,
                 late_replies=self.late_replies,
-                lease_admitting=self.lease_admitting(),
+                lease_admitting=self._lease_admitting(),
                 lease_state=self.shared.lease_state,
-                lease_generation=self._lease_generation(),
-                lease_recoveries=self.lease_recoveries,
+                lease_generation=0 if keeper is None else keeper.generation,
+                lease_recoveries=0 if keeper is None else keeper.recoveries,
                 objects_reclaimed=self.objects_reclaimed,
                 ownership_lost=self.ownership_lost,
                 owned_objects=len(self._owned),
@@ -469,7 +465,8 @@ class MeshNode(GlobalObjects):
                     # Our descriptor is gone long before its TTL: the store lost its
                     # data (a Redis restarted without persistence). The lease keeper
                     # checks its lease now, not at its next renewal; we publish again.
-                    self.check_lease_now()
+                    if self.lease_keeper is not None:
+                        self.lease_keeper.check_now()
                     next_publish = now
                 # Off the loop: a dial waits for the transport's I/O thread, and this loop
                 # also runs the store's and the HTTP clients' work.
@@ -577,3 +574,33 @@ def _free_port_pair(host: str) -> int:
                     continue
             return int(port)
     raise UnavailableError(f"no free pair of ports on {host}", reason=UnavailableReason.UNREACHABLE)
+
+
+class _LeaseWork:
+    """What the lease keeper has the node do (`LeaseWork`), while the node is one class:
+    each call goes to the layer that holds it."""
+
+    __slots__ = ("_node",)
+
+    def __init__(self, node: MeshNode) -> None:
+        self._node = node
+
+    async def reclaim_all(self, wiped: bool) -> None:
+        await self._node._reclaim_all(wiped)
+
+    async def release_all(self) -> None:
+        await self._node.release_all()
+
+    def take_episode(self) -> tuple[int, int]:
+        return self._node.take_episode()
+
+    def tell_update(self) -> None:
+        self._node._tell_update()
+
+    def admitting_again(self) -> None:
+        node = self._node
+        if node._fence_held is not None:
+            node._deliver_held()
+
+    def purge(self, now: float) -> None:
+        self._node._purge_routes(now)

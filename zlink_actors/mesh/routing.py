@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
@@ -47,12 +46,13 @@ from ..location.authority import (
     OwnerFence,
 )
 from ..location.keys import lease_key
-from ..location.lease import LeaseGrant, OwnerLease, decode_lease
+from ..location.lease import decode_lease
 from ..location.spi import Found, LocationStore
 from . import codec as wire
 from .codec import Codec, Envelope
-from .config import MeshConfig, PeerState
+from .config import MeshConfig, PeerState, StateChange
 from .inbound import Inbound
+from .lease import LeaseKeeper
 from .loop_calls import LoopCalls, failure, outcome, wait
 from .operations import (
     _HERE,
@@ -88,7 +88,10 @@ class Routing(Inbound):
         node_handler: bool,
         object_types: Sequence[str],
         location: LocationStore | None,
+        on_state_change: Callable[[StateChange], object] | None = None,
+        shut_host_down: Callable[[], object] | None = None,
     ) -> None:
+        """`on_state_change` and `shut_host_down`: the lease keeper's (`LeaseKeeper`)."""
         super().__init__(
             runtime,
             config,
@@ -103,15 +106,17 @@ class Routing(Inbound):
         #: The global objects' steps on the I/O loop, each under one pending entry.
         self.loop_calls = LoopCalls(runtime)
         self.authority = Authority(store) if store is not None else None
-        self.lease = (
-            OwnerLease(store, self.routing_id, self.config.lease) if store is not None else None
+        #: The owner lease's keeper (None without a Location Store); `lease` is its lease.
+        self.lease_keeper = (
+            LeaseKeeper(self.shared, on_state_change=on_state_change, shut_host_down=shut_host_down)
+            if store is not None
+            else None
         )
+        self.lease = None if self.lease_keeper is None else self.lease_keeper.lease
         self._owned: dict[tuple[ObjectKind, str], AuthorityRecord] = {}
         self._deleting: dict[tuple[ObjectKind, str], Future[None]] = {}
         self._inflight: dict[tuple[ObjectKind, str], _Inflight] = {}
         #: Owner routing id -> (lease generation, local monotonic bound of its lease).
-        if store is not None:
-            runtime.fence_until(-math.inf)  # fenced until the lease is acquired
         self._owner_leases: dict[str, tuple[int, float]] = {}
         #: Calls waiting for the resolution of their target, in submission order:
         #: (kind, id) -> [(submit, finish)] (`_in_order`; under the lock).
@@ -127,8 +132,6 @@ class Routing(Inbound):
         #: (kind, id) -> the latest monotonic end of the waits of the calls in `_queued`
         #: (under the lock): the resolution waits for a connecting owner until then.
         self._queue_ends: dict[tuple[ObjectKind, str], float] = {}
-        #: `acquire_lease`'s acquisition (it may outlive its bounded wait).
-        self._acquiring: Future[LeaseGrant] | None = None
         #: Lease reads in progress, by owner (the I/O loop only).
         self._lease_reads: dict[str, asyncio.Future[tuple[int, float] | None]] = {}
         #: Owners whose lease a background read refreshes now.

@@ -24,7 +24,7 @@ import itertools
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,7 +48,6 @@ from .config import (
     NodeInfo,
     PeerInfo,
     PeerState,
-    StateChange,
 )
 from .delivery import Delivery
 from .peers import Peer, PeerTable, Role
@@ -331,19 +330,10 @@ class NodeState:
         self.unpermitted_records = 0
         #: Serialises flow decisions with the `set_flow` calls that apply them.
         self._flow_lock = threading.Lock()
-        self.lease_recoveries = 0
         self.objects_reclaimed = 0
         self.ownership_lost = 0
         #: (objects claimed again, objects lost) since the node was last fenced.
         self._episode = (0, 0)
-        #: Discovery asks the lease keeper to renew at once (`check_lease_now`).
-        self._lease_check_now = False
-        #: `on_lease_lost="shutdown"` began the Host's shutdown.
-        self._lease_lost_shutdown = False
-        #: `Host(on_state_change=...)`: told of every `StateChange` (the dispatcher runs it).
-        self.on_state_change: Callable[[StateChange], object] | None = None
-        #: `on_lease_lost="shutdown"`: what shuts the Host down (set by the Host).
-        self.shut_host_down: Callable[[], object] | None = None
         self.dropped_messages = 0
         self.late_replies = 0
         #: One-ways a peer sent again after a pause that had reached us already.
@@ -380,11 +370,7 @@ class NodeState:
         self._discovery_stop = threading.Event()
         #: Set (on the I/O loop) with `_discovery_stop`: wakes discovery.
         self._stopping = asyncio.Event()
-        #: The lease keeper's: it runs until every object closed (a shutdown finisher).
-        self._lease_stop = threading.Event()
-        self._lease_stopping = asyncio.Event()
         self._discovery: Future[None] | None = None
-        self._leasing: Future[None] | None = None
         self._keeper: threading.Thread | None = None
         self._ticker: threading.Thread | None = None
         #: The peer each endpoint we dialled led to (its advertised endpoint may be
@@ -422,6 +408,16 @@ class NodeState:
                 True,
             )
         )
+
+    def _tell_update(self) -> None:
+        """Tell every live peer this node's state now (an UPDATE notice carrying its
+        hello: weights, draining, fenced); a notice waits behind no credit and no
+        PAUSED peer."""
+        with self._lock:
+            peers = [p for p in self._peers.by_rid.values() if p.state is not PeerState.LOST]
+        update = self._hello_bytes()
+        for peer in peers:
+            self._notify_quietly(peer.conn, wire.encode_fields(wire.UPDATE), update)
 
     def _use_window(self, conn: bytes, granted: int) -> None:
         """The receiver's credit window bounds what we send it (ours bounds it too: the

@@ -10,6 +10,7 @@ from contextlib import contextmanager
 
 import transports as t
 from zlink_actors import MeshConfig
+from zlink_actors.location.spi import LocationStore
 from zlink_actors.mesh.codec import Codec, TypeRegistry
 from zlink_actors.mesh.shared import Link, NodeShared
 from zlink_actors.testing import WAIT, HostHarness
@@ -71,18 +72,25 @@ def pair(
         a.close()
 
 
-def node_shared(harness: HostHarness, **channels: int) -> NodeShared:
-    """A node context on a real Host's runtime (the Host's own node is not used)."""
+def node_shared(
+    harness: HostHarness,
+    *,
+    config: MeshConfig | None = None,
+    location: LocationStore | None = None,
+    **channels: int,
+) -> NodeShared:
+    """A node context on a real Host's runtime (the Host's own node is not used), node
+    "a" of mesh "m" unless `config` says otherwise."""
     runtime = harness.host()._runtime
     return NodeShared(
         runtime,
-        MeshConfig("m"),
+        config if config is not None else MeshConfig("m"),
         "a",
         Codec(TypeRegistry(), 1 << 20),
         channels=dict(channels),
         node_handler=False,
         object_types=(),
-        location=None,
+        location=location,
     )
 
 
