@@ -345,10 +345,10 @@ class Host(CallSurface):
                 node_handler=node_handler is not None,
                 object_types=object_types,
                 location=location,
+                on_state_change=on_state_change,
+                shut_host_down=self._shut_down_for_lost_lease,
             )
             runtime.remote = self._mesh
-            self._mesh.on_state_change = on_state_change
-            self._mesh.shut_host_down = self._shut_down_for_lost_lease
             if location is not None:
                 runtime.objects = self._mesh  # Spots and Actors are global (design/mesh.md §2)
             runtime.services.provide(MESH_NODE, self._mesh)

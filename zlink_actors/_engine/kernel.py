@@ -76,7 +76,7 @@ class Runtime:
         #: The owner lease's admission deadline (local monotonic seconds; None: this Host
         #: holds no owner lease, `location=` is not set). Past it the Host is `fenced`.
         #: Set only through `fence_until` (the mesh's lease keeper, at each renewal:
-        #: `mesh/ownership.py`); the check itself reads the clock, so it holds even when
+        #: `mesh/lease.py`); the check itself reads the clock, so it holds even when
         #: the keeper's loop stalls. Read as an attribute on the hot paths.
         self.admission_deadline: float | None = None
         #: Tier work a shutdown runs once every object closed, before the threads stop

@@ -3,25 +3,21 @@ the replies that come back (docs/mesh.md "What each call waits for")."""
 
 from __future__ import annotations
 
-import _thread
 import math
 import threading
-from collections import deque
-from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
 from typing import Any, Final
 
 import transports as t
 
 from .._core.cancellation import CancellationToken
-from .._core.completion import Cell, Completion, failed, settled
+from .._core.completion import Completion, failed
 from .._core.errors import (
     CancelledError,
     NotFoundError,
     ProtocolError,
     UnavailableError,
     UnavailableReason,
-    ZlinkError,
     shutting_down,
 )
 from .._core.pending import (
@@ -42,14 +38,14 @@ from .config import (
 )
 from .handshake import Handshake
 from .peers import LOCAL, Peer, unusable
-from .state import (
-    _CHANNEL,
-    _HANDSHAKE_BASE,
-    _NODE,
-    _refuse_cancel,
-    _Route,
+from .shared import (
+    CHANNEL,
+    HANDSHAKE_BASE,
+    KIND_NAMES,
+    NODE,
+    Route,
+    admission_error,
     log,
-    settle_wait,
 )
 
 __all__ = ["Calls"]
@@ -57,10 +53,6 @@ __all__ = ["Calls"]
 #: A request envelope's leading fields: command, op, route, target kind, target, mesh.
 _Head = tuple[int, bytes, int, str, str, str]
 
-#: The envelope's `target_kind` of a route's kind (`ObjectKind.value` is a Python-level
-#: property: two calls per message); None is the global objects' own request.
-_KIND_NAMES: Final[dict[ObjectKind | None, str]] = {kind: kind.value for kind in ObjectKind}
-_KIND_NAMES[None] = wire.OBJECTS
 _SERVING: Final = HostState.SERVING
 #: Read on every request (an Enum member read from its class costs about 0.1 us more
 #: than a module constant on Python 3.11).
@@ -69,54 +61,14 @@ _READY: Final = PeerState.READY
 _WAIT_MAX: Final = threading.TIMEOUT_MAX
 
 
-#: The lock the cells of parked one-ways share (`_ParkedSend`): held for a few
-#: instructions by whoever completes or waits for one, never while calling out.
-_PARKED_LOCK: Final = _thread.allocate_lock()
-
-
-class _ParkedSend(Cell[None]):
-    """A one-way parked for credit, in one small object: its cell, the done-callback of
-    its transport `admitted` future, and its `Peer.unacked` entry, which reads as the
-    tuple (seq, frames, admitted) the others are (its sequence number read back from its
-    envelope, not kept). No lock of its own, no closure: 100,000 parked one-ways stay
-    cheap (docs/mesh.md, "What a parked one-way costs its sender")."""
-
-    __slots__ = ("_peer", "admitted", "frames")
-
-    def __init__(self, peer: Peer, frames: Sequence[bytes], admitted: Future[None]) -> None:
-        super().__init__(_PARKED_LOCK)
-        self._peer = peer
-        self.frames = frames
-        #: Its admission; None once it was sent again on resume (`Handshake._resume`).
-        self.admitted: Future[None] | None = admitted
-
-    def __call__(self, done: Future[None]) -> None:
-        """The message was admitted (None) or failed: the send ends so."""
-        self.try_set(None, _submit_failure(done, self._peer))
-
-    # -- as a `Peer.unacked` entry ----------------------------------------------------
-
-    def __getitem__(self, index: int) -> Any:
-        if index == 0:
-            return wire.route_of(self.frames[0])
-        if index == 1:
-            return self.frames
-        if index == 2:
-            return self.admitted
-        raise IndexError(index)
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter((self[0], self.frames, self.admitted))
-
-
 class Calls(Handshake):
     """Calls (see the module docstring)."""
 
     def route(self, kind: ObjectKind, target: str) -> object:
-        if kind is _CHANNEL:
+        if kind is CHANNEL:
             with self._lock:
-                local = None if self._draining else self._weights.get(target)
-                picked = self._peers.select(target, local, self.lease_state == "fenced")
+                local = None if self.shared.draining else self.shared.weights.get(target)
+                picked = self._peers.select(target, local, self.shared.lease_state == "fenced")
             if picked is None:
                 return failed(NotFoundError(f"no READY server of channel {target!r} in the mesh"))
             if picked is LOCAL:
@@ -126,9 +78,9 @@ class Calls(Handshake):
             # a microsecond to build, on every call).
             route = picked.channel_routes.get(target)
             if route is None:
-                route = picked.channel_routes[target] = _Route(picked, kind, target)
+                route = picked.channel_routes[target] = Route(picked, kind, target)
             return route
-        if kind is _NODE:
+        if kind is NODE:
             mesh, _, rid = target.partition("\x00")
             if mesh != self.config.name:
                 return failed(
@@ -152,97 +104,15 @@ class Calls(Handshake):
                 return failed(NotFoundError(f"node {rid!r} has no node_handler"))
             route = peer.node_route  # made once per peer, as the channel routes above
             if route is None:
-                route = peer.node_route = _Route(peer, kind, rid)
+                route = peer.node_route = Route(peer, kind, rid)
             return route
         return None  # Spots and Actors: the global objects (routing.py) decide
 
     def send(
         self, route: object, payload: object, metadata: dict[str, object] | None
     ) -> Completion[None]:
-        assert isinstance(route, _Route)
-        return self._send(route, payload, metadata, None)
-
-    def _send(
-        self,
-        route: _Route,
-        payload: object,
-        metadata: dict[str, object] | None,
-        intent: str | None,
-    ) -> Completion[None]:
-        """`send`, with the instance intent of a Spot message (None: none).
-
-        Each one-way to a peer carries the next sequence number of that peer's lifecycle
-        (in `route`), given and submitted under the peer's `flow` lock so the numbers
-        reach it in order; it is kept (`Peer.unacked`) until the peer acknowledges it,
-        and sent again if the peer comes back after a pause (`_resume`). One to a
-        target that said FULL waits here, unnumbered, until OPEN (`_open_target`)."""
-        peer = route.peer
-        try:
-            type_name, data = self._encode(payload, peer)
-        except ProtocolError as exc:
-            return failed(exc)
-        transport = self._transport
-        assert transport is not None
-        kind = _KIND_NAMES[route.kind]
-        # One at a time per peer with what FULL and OPEN do (`_receive_notice`) and with
-        # the resend on resume: a one-way never overtakes an older one to the same
-        # target, and the numbers reach the peer in the order they are given.
-        with peer.flow:
-            if peer.state is PeerState.LOST or peer.state is PeerState.CONNECTING:
-                return failed(self._gone_error(peer))
-            if peer.fin_sent:
-                return failed(
-                    UnavailableError(
-                        f"node {peer.routing_id!r} is draining",
-                        reason=UnavailableReason.DRAINING,
-                    )
-                )
-            if peer.fenced and route.kind is not _NODE and route.kind is not _CHANNEL:
-                # Its objects admit nothing now: it would only hold this one.
-                return failed(
-                    UnavailableError(
-                        f"{kind} {route.target!r}: its node {peer.routing_id!r} has a fenced "
-                        "owner lease (it admits nothing until it recovers)",
-                        reason=UnavailableReason.FENCED,
-                    )
-                )
-            # A target of this peer that is full: its one-ways wait here, numbered only
-            # when they go to the transport (`_submit_waited`).
-            waiting = peer.full_targets.get((kind, route.target)) if peer.full_targets else None
-            seq = 0 if waiting is not None else peer.out_seq + 1
-            try:
-                env = wire.encode_send(
-                    seq, kind, route.target, self.config.name, metadata, type_name, intent
-                )
-            except ProtocolError as exc:
-                return failed(exc)
-            frames = (env, data)  # the tuple the transport keeps too (`_checked_frames`)
-            if waiting is not None:
-                held: Cell[None] = Cell(_PARKED_LOCK)
-                waiting.append((frames, held))
-                # SC §5/§7: a waiting send has no timeout, refuses caller cancellation.
-                return Completion(held, _refuse_cancel)
-            try:
-                result = transport.submit(peer.conn, frames)
-            except t.UnknownPeer:
-                return failed(self._gone_error(peer))
-            except t.Closed:
-                return failed(shutting_down())
-            except t.PayloadTooLarge as exc:
-                return failed(ProtocolError(str(exc)))
-            peer.out_seq = seq
-            if result.status is t.SubmitStatus.OK:
-                peer.unacked.append((seq, frames, None))
-                if peer.acked_out >= seq:  # sent directly, and acknowledged before this
-                    self._acked(peer, peer.acked_out)
-                return settled(None)
-            admitted = result.admitted
-            assert admitted is not None
-            cell = _ParkedSend(peer, frames, admitted)  # its unacked entry too
-            peer.unacked.append(cell)
-        admitted.add_done_callback(cell)
-        # SC §5/§7: a waiting send has no timeout and refuses caller cancellation.
-        return Completion(cell, _refuse_cancel)
+        assert isinstance(route, Route)
+        return self.delivery.send(route, payload, metadata, None)
 
     def _receive_notice(self, rec: t.Inbound) -> None:
         """FULL and OPEN of a target of the peer; the other notices as `Handshake`'s."""
@@ -256,113 +126,16 @@ class Calls(Handshake):
         peer = self._peers.by_conn.get(rec.peer)
         if peer is None:
             return  # from a connection whose peer is gone: nothing waits for it
-        key = (env.target_kind, env.target)
         if env.command == wire.OPEN:
-            self._open_target(peer, key, env.route)
-            return
-        transport = self._transport
-        with peer.flow:
-            # After our FIN we send it nothing more: what is parked for the target is
-            # below the FIN's number, and goes once the credit comes back.
-            if not peer.fin_sent:
-                waiting = peer.full_targets.get(key)
-                if waiting is None:
-                    waiting = peer.full_targets[key] = deque()
-                if transport is not None:
-                    self._take_back_for(transport, peer, key, waiting)
-        # Now the credit of what waits there for the target may come back.
-        held = wire.encode_fields(
-            wire.HELD, target_kind=key[0], target=key[1], mesh=self.config.name
-        )
-        self._notify_quietly(rec.peer, held, b"")
-
-    def _open_target(self, peer: Peer, key: tuple[str, str], room: int) -> None:
-        """Target `key` of `peer` has room for `room` more records: send that many of the
-        one-ways waiting for it, oldest first. While more wait it stays full here, and a
-        WAITING record behind those asks it for the next OPEN."""
-        transport = self._transport
-        if transport is None:
-            return
-        sent: list[tuple[Cell[None] | Future[None], Future[None] | BaseException | None]] = []
-        with peer.flow:  # nothing else goes to the target meanwhile: FIFO
-            waiting = peer.full_targets.get(key)
-            if waiting is None:
-                return
-            while waiting and len(sent) < room:
-                frames, cell = waiting.popleft()
-                sent.append((cell, self._submit_waited(transport, peer, frames)))
-            if not waiting:
-                del peer.full_targets[key]
-            else:
-                ask = wire.encode_fields(
-                    wire.WAITING, target_kind=key[0], target=key[1], mesh=self.config.name
-                )
-                self._submit_waited(transport, peer, [ask, b""], number=False)
-        self._settle_sent(sent, peer)
-
-    def _settle_when_admitted(
-        self, admitted: Future[None], settle: Cell[None] | Future[None], peer: Peer
-    ) -> None:
-        """Settle a one-way that waited for its target once the transport admits it."""
-        if isinstance(settle, Future):  # its first admission's: that one's callback maps it
-            admitted.add_done_callback(lambda done: settle_wait(settle, done.exception()))
+            self.delivery.open(peer, (env.target_kind, env.target), env.route)
         else:
-            admitted.add_done_callback(
-                lambda done: settle.try_set(None, _submit_failure(done, peer))
-            )
-
-    def _take_back_for(
-        self, transport: t.Transport, peer: Peer, key: tuple[str, str], waiting: deque[Any]
-    ) -> None:
-        """Under `peer.flow`: its one-ways to target `key` that the transport parked (for
-        credit) and whose callers still wait wait here too, in front (they are older):
-        nothing for another target waits behind them. They leave `peer.unacked` (their
-        numbers never reach the peer): each gets a new one when it goes again."""
-        pending = {seq for seq, _, admitted in peer.unacked if admitted is not None}
-        if not pending:
-            return
-        taken = transport.withdraw_matching(peer.conn, _SendsTo(key, pending))
-        if not taken:
-            return
-        gone = {id(admitted) for _, admitted in taken}
-        kept = [entry for entry in peer.unacked if id(entry[2]) not in gone]
-        peer.unacked.clear()
-        peer.unacked.extend(kept)
-        waiting.extendleft(reversed(taken))
-
-    def _submit_waited(
-        self, transport: t.Transport, peer: Peer, frames: Sequence[bytes], number: bool = True
-    ) -> Future[None] | BaseException | None:
-        """Under `peer.flow`: hand a one-way that waited for its target to the transport
-        with the next sequence number (`number`; False: a WAITING record): None (sent),
-        the future of its admission (parked for credit), or why it failed."""
-        seq = peer.out_seq + 1
-        if number:
-            frames = [wire.renumbered(frames[0], seq), *frames[1:]]
-        try:
-            result = transport.submit(peer.conn, frames)
-        except t.UnknownPeer:
-            return self._gone_error(peer)
-        except t.Closed:
-            return shutting_down()
-        except t.PayloadTooLarge as exc:
-            return ProtocolError(str(exc))
-        admitted = result.admitted if result.status is not t.SubmitStatus.OK else None
-        if number:
-            peer.out_seq = seq
-            peer.unacked.append((seq, tuple(frames), admitted))
-        return admitted
+            self.delivery.full(rec.peer, env, peer)
 
     def _resume(self, peer: Peer, conn: bytes, hello: Any) -> bool:
-        """`Handshake._resume`, then, still under `peer.flow` (nothing overtakes them),
-        the one-ways held back here for its full targets go too, numbered after the
-        resent ones: the peer told FULL on the old connection, and tells it again on
-        this one if the target is still full."""
-        with peer.flow:
-            if not super()._resume(peer, conn, hello):
-                return False
-            sent = self._submit_held(peer)
-        self._settle_sent(sent, peer)
+        """`Handshake._resume` (its one-ways go again), then our requests still pending
+        for it are sent again (`_resend`)."""
+        if not super()._resume(peer, conn, hello):
+            return False
         again = self._resend(peer, conn)
         if again:
             log.info(
@@ -373,49 +146,6 @@ class Calls(Handshake):
             )
         return True
 
-    def _submit_held(
-        self, peer: Peer
-    ) -> list[tuple[Cell[None] | Future[None], Future[None] | BaseException | None]]:
-        """Under `peer.flow`: hand every one-way held back for a full target of `peer`
-        to the transport, oldest first per target; what `_settle_sent` settles."""
-        transport = self._transport
-        sent: list[tuple[Cell[None] | Future[None], Future[None] | BaseException | None]] = []
-        if transport is None:
-            return sent
-        for waiting in peer.full_targets.values():
-            for frames, settle in waiting:
-                sent.append((settle, self._submit_waited(transport, peer, frames)))
-        peer.full_targets.clear()
-        return sent
-
-    def _settle_sent(
-        self,
-        sent: list[tuple[Cell[None] | Future[None], Future[None] | BaseException | None]],
-        peer: Peer,
-    ) -> None:
-        """Settle one-ways that waited for their target once they went to the transport
-        (outside the peer's `flow` lock: a listener may send again)."""
-        for settle, outcome in sent:
-            if isinstance(outcome, Future):
-                self._settle_when_admitted(outcome, settle, peer)
-            else:
-                settle_wait(settle, outcome)
-
-    def _gone_error(self, peer: Peer) -> UnavailableError:
-        """The error of a call to a peer that is not connected: why it was lost
-        (`PEER_PAUSED` when it went silent: it may come back and resume until
-        `peer_expiry`), `PEER_LOST` once it expired; one never connected is connecting."""
-        reason = unusable(peer)
-        if reason is UnavailableReason.CONNECTING:
-            return UnavailableError(f"node {peer.routing_id!r} is not connected yet", reason=reason)
-        if reason is UnavailableReason.PEER_PAUSED:
-            return UnavailableError(
-                f"node {peer.routing_id!r} is silent (paused or cut off; it may come back "
-                f"within peer_expiry, {self.config.peer_expiry:g} s)",
-                reason=reason,
-            )
-        return UnavailableError(f"node {peer.routing_id!r} is lost", reason=reason)
-
     def request(
         self,
         route: object,
@@ -425,12 +155,12 @@ class Calls(Handshake):
         timeout: float,
         cancel: CancellationToken | None,
     ) -> Completion[Any]:
-        assert isinstance(route, _Route)
+        assert isinstance(route, Route)
         return self._request(route, payload, metadata, reply, timeout, cancel, None, None)
 
     def _request(
         self,
-        route: _Route,
+        route: Route,
         payload: object,
         metadata: dict[str, object] | None,
         reply: type | None,
@@ -471,7 +201,7 @@ class Calls(Handshake):
         other path when it passes, as a local `submit_sync()` does
         `RequestCall._request_sync` (both `pending.block`)."""
         runtime = self.runtime
-        if type(route) is not _Route or not runtime.real_time or timeout > _WAIT_MAX:
+        if type(route) is not Route or not runtime.real_time or timeout > _WAIT_MAX:
             # Not a node's or channel's route, or only the timer can keep this deadline.
             done = self.request(route, payload, metadata, reply, timeout, None)
             return result_or_cancel(done)
@@ -485,7 +215,7 @@ class Calls(Handshake):
     def _launch(
         self,
         out: _Outgoing,
-        route: _Route,
+        route: Route,
         data: bytes,
         type_name: str,
         metadata: dict[str, object] | None,
@@ -500,7 +230,7 @@ class Calls(Handshake):
         route_id = out.route_id
         pending = self.runtime.pending
         with self._lock:
-            live = peer.state is _READY and not self._closed
+            live = peer.state is _READY and not self.shared.closed
             if live:
                 peer.inflight.add(route_id)
                 self._calls[route_id] = out
@@ -517,13 +247,13 @@ class Calls(Handshake):
             # entered above: clean up here, and send nothing.
             out.on_settled(*out.outcome())
             return
-        transport = self._transport
+        transport = self.shared.transport
         assert transport is not None
         fields: _Head = (
             wire.REQUEST,
             OPERATION_HIGH_BYTES + route_id.to_bytes(8, "big"),  # `operation_bytes`, inline
             route_id,
-            _KIND_NAMES[route.kind],
+            KIND_NAMES[route.kind],
             route.target,
             self.config.name,
         )
@@ -551,7 +281,7 @@ class Calls(Handshake):
         peer = out.peer
         route_id = out.route_id
         pending = self.runtime.pending
-        transport = self._transport
+        transport = self.shared.transport
         if transport is None:
             pending.finish(route_id, exc=shutting_down())
             return
@@ -586,7 +316,7 @@ class Calls(Handshake):
             parked = result.admitted
 
             def admitted(done: Future[None]) -> None:
-                exc = _submit_failure(done, peer)
+                exc = admission_error(done, peer)
                 if exc is not None and not self._lost_while_parked(out, done):
                     pending.finish(route_id, exc=exc)
 
@@ -650,7 +380,7 @@ class Calls(Handshake):
         return parked is not None and self._take_back(peer, parked)
 
     def _take_back(self, peer: Peer, parked: Future[None]) -> bool:
-        transport = self._transport
+        transport = self.shared.transport
         if parked.done() or transport is None:
             return False
         return transport.withdraw(peer.conn, parked)
@@ -668,7 +398,7 @@ class Calls(Handshake):
                 raise ProtocolError("a reply with no envelope")
         except ProtocolError as bad:
             with self._lock:
-                self.decode_errors += 1
+                self.link.decode_errors += 1  # (under `_lock`, the link's)
                 call = self._calls.get(route)
             self._warn_dropped(
                 "bad reply", rec.peer, str(bad), "mesh %s: a bad reply from %r: %s", rec.peer, bad
@@ -678,7 +408,7 @@ class Calls(Handshake):
                     route, exc=ProtocolError(f"an undecodable reply: {bad}")
                 )
             return
-        if route & _HANDSHAKE_BASE:
+        if route & HANDSHAKE_BASE:
             self._receive_admit(rec, env)
             return
         call = self._calls.get(route)  # one dict read: atomic
@@ -687,7 +417,7 @@ class Calls(Handshake):
                 if call is None:
                     self.late_replies += 1
                 else:  # another node answering our request: not its to answer
-                    self.decode_errors += 1
+                    self.link.decode_errors += 1  # (under `_lock`, the link's)
             if call is not None:
                 self._warn_dropped(
                     "misrouted reply",
@@ -723,29 +453,6 @@ class Calls(Handshake):
         if not self.runtime.pending.finish(route, value, exc):
             with self._lock:
                 self.late_replies += 1
-
-
-class _SendsTo:
-    """Matches the frames of a one-way to one target whose sequence number is one of
-    `seqs` (`Transport.withdraw_matching`): one whose caller still waits for it, not one
-    sent again on resume (it completed: it stays parked, and goes)."""
-
-    __slots__ = ("key", "seqs")
-
-    def __init__(self, key: tuple[str, str], seqs: set[int]) -> None:
-        self.key = key
-        self.seqs = seqs
-
-    def __call__(self, frames: Sequence[bytes]) -> bool:
-        try:
-            env = wire._ENVELOPE_DECODER.decode(frames[0])
-        except Exception:
-            return False
-        return (
-            env.command == wire.SEND
-            and (env.target_kind, env.target) == self.key
-            and env.route in self.seqs
-        )
 
 
 class _Outgoing(PendingCell):
@@ -803,25 +510,3 @@ class _Outgoing(PendingCell):
             wire.encode_request(fields, budget, metadata, type_name, intent, wire_due, seq),
             data,
         ]
-
-
-def _submit_failure(done: Future[None], peer: Peer) -> BaseException | None:
-    """Why a one-way or request whose admission `done` failed ends so (None: admitted)."""
-    exc = done.exception()
-    if exc is None:
-        return None
-    if isinstance(exc, ZlinkError):  # set by the node itself (`settle_wait`): as is
-        return exc
-    if isinstance(exc, t.Closed):
-        return shutting_down()
-    return UnavailableError(
-        f"node {peer.routing_id!r} was lost while the call waited: {exc}",
-        reason=_lost_reason(exc),
-    )
-
-
-def _lost_reason(exc: BaseException) -> UnavailableReason:
-    """PEER_PAUSED for a transport `PeerLost` of a peer that went silent, else PEER_LOST."""
-    if isinstance(exc, t.PeerLost) and exc.silent:
-        return UnavailableReason.PEER_PAUSED
-    return UnavailableReason.PEER_LOST

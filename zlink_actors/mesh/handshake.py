@@ -3,7 +3,6 @@ second connection, UPDATE and BYE, and a lost connection (docs/mesh.md "Topology
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 
@@ -32,15 +31,13 @@ from .config import (
     split_key,
 )
 from .peers import Peer
+from .shared import HANDSHAKE_BASE, log
 from .state import (
-    _HANDSHAKE_BASE,
     NodeState,
     _decode_hello,
     _Dial,
     _Hello,
     connection_name,
-    log,
-    settle_wait,
 )
 
 #: Duplicate refusals remembered for logging them once (cleared when full).
@@ -63,7 +60,7 @@ class Handshake(NodeState):
         *,
         expect: str | None = None,
     ) -> None:
-        transport = self._transport
+        transport = self.shared.transport
         if transport is None:
             raise InvalidOperationError("the node is not started")
         with self._lock:
@@ -80,7 +77,7 @@ class Handshake(NodeState):
                         pending.sources.append(source)
                     return
             alias = b"\x01dial-%d|" % next(self._dial_numbers) + endpoint.encode()
-            route = _HANDSHAKE_BASE | next(self._handshakes)
+            route = HANDSHAKE_BASE | next(self._handshakes)
             self._dials[alias] = _Dial(
                 endpoint, route, [] if source is None else [source], expect=expect
             )
@@ -130,7 +127,7 @@ class Handshake(NodeState):
             self._conn_lost(event.peer, event.reason, event.silent)
 
     def _send_hello(self, alias: bytes, dial: _Dial) -> None:
-        transport = self._transport
+        transport = self.shared.transport
         assert transport is not None
         env = Envelope(wire.HELLO, mesh=self.config.name, target=self.routing_id)
         dial.sent = time.monotonic()  # before it leaves: the ADMIT's clock sample
@@ -160,13 +157,11 @@ class Handshake(NodeState):
         log.log(level, "mesh %s: connection to %s failed: %s", self.routing_id, dial.endpoint, why)
         for record in dial.early:
             self._bad(record, f"the connection's handshake failed: {why}")
-        transport = self._transport
         if told:
             with self._lock:
                 self._closing.append((time.monotonic() + _CLOSE_DELAY, alias))
-        elif transport is not None:
-            with contextlib.suppress(t.TransportError):
-                transport.disconnect(alias)
+        else:
+            self._disconnect(alias)
         for source in dial.sources:
             if duplicate:
                 source.set_exception(AlreadyExistsError(f"cannot join {dial.endpoint}: {why}"))
@@ -199,7 +194,7 @@ class Handshake(NodeState):
                 )
             return AlreadyExistsError(
                 f"duplicate routing id {rid!r}: a live node of mesh {self.config.name!r} "
-                f"holds it (the node at {self._info.endpoint if self._info else '?'})"
+                f"holds it (the node at {self.shared.info.endpoint if self.shared.info else '?'})"
             )
         with self._lock:
             old = self._peers.by_rid.get(rid)
@@ -230,11 +225,8 @@ class Handshake(NodeState):
                 if when <= now or alias.partition(b"|")[2] == address
             ]
             self._closing = [entry for entry in self._closing if entry[1] not in due]
-        transport = self._transport
         for alias in due:
-            if transport is not None:
-                with contextlib.suppress(t.TransportError):
-                    transport.disconnect(alias)
+            self._disconnect(alias)
 
     def _refused_once(self, key: tuple[str, object]) -> bool:
         """True the first time `key` (a routing id and a lifecycle or an endpoint) is
@@ -286,7 +278,7 @@ class Handshake(NodeState):
         elif peer is not None and peer.generation != hello.generation:
             # Counted before the new lifecycle is READY: whoever sees it READY sees the
             # old one's losses too.
-            self._expire(peer, "restarted (a new lifecycle)")
+            self.delivery.expire(peer, "restarted (a new lifecycle)")
         with self._lock:
             peer = self._peers.by_rid.get(hello.routing_id)
             if peer is not None and peer.state is not PeerState.CONNECTING:
@@ -311,7 +303,7 @@ class Handshake(NodeState):
                 replaced, "restarted (another lifecycle generation)", UnavailableReason.PEER_LOST
             )
             if replaced.generation != hello.generation:
-                self._expire(replaced, "restarted (a new lifecycle)")  # if it was not yet
+                self.delivery.expire(replaced, "restarted (a new lifecycle)")  # if it was not yet
         log.info("mesh %s: peer %s READY (%s)", self.routing_id, peer.routing_id, peer.endpoint)
         self._wake_peer_waiters()
         return peer
@@ -319,10 +311,9 @@ class Handshake(NodeState):
     def _resume(self, peer: Peer, conn: bytes, hello: _Hello) -> bool:
         """`peer` came back with the same lifecycle before it expired: it is READY again
         on `conn`, and first of all it is sent again, in order, every one-way of ours it
-        has not acknowledged (it drops those that had reached it: their sequence numbers
-        are not above the last it saw). New one-ways wait for the peer's `flow` lock, so
-        they follow. False when it expired meanwhile (then it is replaced)."""
-        transport = self._transport
+        has not acknowledged, then those held for its full targets (`Delivery.resend`).
+        New one-ways wait for the peer's `flow` lock, so they follow. False when it
+        expired meanwhile (then it is replaced)."""
         with peer.flow:
             with self._lock:
                 if peer.expired or self._peers.by_rid.get(peer.routing_id) is not peer:
@@ -334,25 +325,14 @@ class Handshake(NodeState):
                 self._update_locked(peer, hello)
                 self._changed.notify_all()
             self._wake_peer_waiters()
-            kept = [
-                entry
-                for entry in peer.unacked
-                if entry[2] is None or (entry[2].done() and entry[2].exception() is None)
-            ]
-            peer.unacked.clear()
-            peer.unacked.extend((seq, frames, None) for seq, frames, _ in kept)
-            if transport is not None:
-                for _, frames, _ in kept:
-                    try:
-                        transport.submit(conn, frames)
-                    except t.TransportError:
-                        break  # lost again: kept, for the next resume or the expiry
+            resent, held = self.delivery.resend(peer, conn)
+        self.delivery.settle_sent(held, peer)
         log.warning(
             "mesh %s: peer %s came back (same lifecycle): resumed, %d one-way message(s) "
             "sent again",
             self.routing_id,
             peer.routing_id,
-            len(kept),
+            resent,
         )
         return True
 
@@ -377,7 +357,7 @@ class Handshake(NodeState):
             self._dial_failed(conn, reason)
         if peer is None or not primary:
             return
-        level = logging.INFO if self._closed or was_lost else logging.WARNING
+        level = logging.INFO if self.shared.closed or was_lost else logging.WARNING
         log.log(
             level,
             "mesh %s: peer %s LOST (%s): %s",
@@ -386,11 +366,8 @@ class Handshake(NodeState):
             peer.lost_reason.value,
             reason,
         )
-        transport = self._transport
         for other in others:
-            if transport is not None:
-                with contextlib.suppress(t.TransportError):
-                    transport.disconnect(other)
+            self._disconnect(other)
         if not (silent and peer.resends):
             # Its connection closed (its process ended: within milliseconds), or an
             # older peer: what it had not answered fails now. One that went silent may
@@ -444,8 +421,7 @@ class Handshake(NodeState):
                 refused,
             )
         else:
-            with self._lock:
-                self.decode_errors += 1
+            self.link.count_bad()
             self._warn_dropped(
                 "refused handshake",
                 rec.peer,
@@ -481,14 +457,13 @@ class Handshake(NodeState):
         with self._lock:
             self._peers.mark_lost(peer)
             self._changed.notify_all()
-        self._expire(peer, "refused this node")
+        self.delivery.expire(peer, "refused this node")
 
     def _receive_update(self, peer: Peer, rec: t.Inbound) -> None:
         try:
             hello = _decode_hello(rec.frames[1])
         except (msgspec.DecodeError, IndexError) as exc:
-            with self._lock:
-                self.decode_errors += 1
+            self.link.count_bad()
             self._warn_dropped(
                 "bad update",
                 peer.routing_id,
@@ -502,31 +477,7 @@ class Handshake(NodeState):
             self._update_locked(peer, hello)
             self._changed.notify_all()
         if hello.draining:
-            self._fin(peer)
-
-    def _fin(self, peer: Peer) -> None:
-        """`peer` drains: tell it (FIN) the last one-way we sent it, and send it no more
-        (it handles every one up to that before it stops admitting them)."""
-        with peer.flow:
-            if peer.fin_sent:
-                return
-            peer.fin_sent = True
-            # The last number handed to the transport that may not have reached it (a
-            # number taken back for a full target never does): or all it acknowledged.
-            try:
-                seq = peer.unacked[-1][0]
-            except IndexError:
-                seq = peer.acked_out
-            held = [settle for waiting in peer.full_targets.values() for _, settle in waiting]
-            peer.full_targets.clear()
-        self._notify_quietly(peer.conn, wire.encode_fields(wire.FIN, route=seq), b"")
-        # Held back for a full target of it, never sent: they end as a call to a
-        # draining node does.
-        exc = UnavailableError(
-            f"node {peer.routing_id!r} is draining", reason=UnavailableReason.DRAINING
-        )
-        for settle in held:
-            settle_wait(settle, exc)
+            self.delivery.fin(peer)
 
     def _receive_notice(self, rec: t.Inbound) -> None:
         """UPDATE (weights, draining), BYE, ACK, FIN or REJECT (`_refused_by`) on the
@@ -548,20 +499,20 @@ class Handshake(NodeState):
             self._receive_update(peer, rec)
             return
         if env.command == wire.ACK:
-            self._acked(peer, env.route)
+            self.delivery.acked(peer, env.route)
             return
         if env.command == wire.FIN:
             with self._lock:
                 peer.fin_seq = env.route
             return
         if env.command == wire.DROPPED:
-            self._dropped_there(peer, env.route)
+            self.delivery.dropped_there(peer, env.route)
             return
         with self._lock:
             self._peers.mark_lost(peer)
             self._changed.notify_all()
         log.info("mesh %s: peer %s left the mesh", self.routing_id, peer.routing_id)
-        self._expire(peer, "left the mesh")
+        self.delivery.expire(peer, "left the mesh")
 
     def _receive_admit(self, rec: t.Inbound, env: Envelope) -> None:
         with self._lock:

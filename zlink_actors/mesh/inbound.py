@@ -34,15 +34,11 @@ from .calls import Calls
 from .codec import Envelope
 from .config import PeerState
 from .peers import Peer
-from .state import (
-    _KINDS,
-    _NODE,
-    log,
-)
+from .shared import KINDS, NODE, log
 
 __all__ = ["Inbound", "caller_deadline"]
 
-_NODE_KIND: Final = _NODE.value
+_NODE_KIND: Final = NODE.value
 _TIMEOUT_MAX: Final = threading.TIMEOUT_MAX
 #: The record kinds, read for every record (an Enum member read from its class costs
 #: about 0.1 us more than a module constant on Python 3.11).
@@ -81,7 +77,7 @@ class Inbound(Calls):
                     )
         finally:
             self._batch_owed = None
-            transport = self._transport
+            transport = self.shared.transport
             if owed and transport is not None:
                 for conn, charge in owed.items():
                     # Not `contextlib.suppress`: three frames more, once per batch.
@@ -196,10 +192,10 @@ class Inbound(Calls):
                 self._peers.mark_lost(peer)
                 self._changed.notify_all()
             log.info("mesh %s: peer %s left the mesh", self.routing_id, peer.routing_id)
-            self._expire(peer, "left the mesh")
+            self.delivery.expire(peer, "left the mesh")
         elif command == wire.ACK:
             self._release(rec)
-            self._acked(peer, env.route)
+            self.delivery.acked(peer, env.route)
         else:
             self._bad(rec, f"an unknown command {command}")
 
@@ -280,7 +276,7 @@ class Inbound(Calls):
         """The clock offset of `peer` as the heartbeat of connection `conn` bounds it; while
         that connection has no sample yet, the last one another connection of the same
         lifecycle gave (the same process: the same clock)."""
-        transport = self._transport
+        transport = self.shared.transport
         clock = None if transport is None else transport.clock_offset(conn)
         if clock is None:
             return peer.clock
@@ -288,10 +284,10 @@ class Inbound(Calls):
         return clock
 
     def _local_target(self, env: Envelope) -> tuple[ObjectKind, str] | ZlinkError:
-        kind = _KINDS.get(env.target_kind)
+        kind = KINDS.get(env.target_kind)
         if kind is None:
             return ProtocolError(f"an unknown target kind {env.target_kind!r}")
-        if kind is _NODE:
+        if kind is NODE:
             if env.mesh != self.config.name or env.target != self.routing_id:
                 return NotFoundError(f"no node {env.target!r} in mesh {env.mesh!r} here")
             if not self.has_node_handler:
@@ -336,7 +332,7 @@ class Inbound(Calls):
                 elif not self._paused and used >= self._pause_at:
                     self._paused = True
                 paused = self._paused
-            transport = self._transport
+            transport = self.shared.transport
             if transport is not None:
                 state = t.FlowState.PAUSED if paused else t.FlowState.RUNNING
                 with contextlib.suppress(t.TransportError):
@@ -434,12 +430,6 @@ class Inbound(Calls):
                 return
             told[rec.peer] = -1  # from now on, what waits from it releases at once
         self._give_back(rec.peer, owed)
-
-    def _give_back(self, conn: bytes, nbytes: int) -> None:
-        transport = self._transport
-        if nbytes and transport is not None:
-            with contextlib.suppress(t.TransportError):
-                transport.release(conn, nbytes)
 
     def _target_asked(self, conn: bytes, env: Envelope) -> None:
         """A WAITING record: `conn` holds more one-ways for the target it names. OPEN
@@ -636,10 +626,10 @@ class Inbound(Calls):
     def _drop_message(self, rec: t.Inbound, peer: Peer, why: str, *, decode: bool) -> None:
         """A one-way from `peer` that cannot be delivered (`why`): counted, logged and its
         credit given back; its sender, which saw it acknowledged, is told (DROPPED)."""
+        if decode:
+            self.link.count_bad()
         with self._lock:
-            if decode:
-                self.decode_errors += 1
-            else:
+            if not decode:
                 self.dropped_messages += 1
             peer.dropped_in += 1
         self._warn_dropped(
@@ -665,7 +655,7 @@ class Inbound(Calls):
             ):
                 # This node's handler, the common case: what `_local_target` decides,
                 # without its two frames (the global objects' override adds nothing here).
-                kind, target = _NODE, self.node_key
+                kind, target = NODE, self.node_key
             else:
                 where = self._local_target(env)
                 if isinstance(where, ZlinkError):
@@ -678,8 +668,7 @@ class Inbound(Calls):
         except ZlinkError as exc:
             self._release(rec)
             if isinstance(exc, ProtocolError):
-                with self._lock:
-                    self.decode_errors += 1
+                self.link.count_bad()
                 self._warn_dropped(
                     "bad request",
                     peer.routing_id,
@@ -693,7 +682,7 @@ class Inbound(Calls):
         now = self._now()
         # `_caller_due` and `_caller_clock`, inlined: this runs for every request.
         due = env.due
-        transport = self._transport
+        transport = self.shared.transport
         if due and self._real_time and transport is not None:
             clock = transport.clock_offset(rec.peer)
             if clock is None:
@@ -815,15 +804,6 @@ class Inbound(Calls):
                 if kept:
                     for route in [r for r, (due, _) in kept.items() if due <= now]:
                         del kept[route]
-
-    def _reply_value(self, conn: bytes, route: int, value: object) -> None:
-        """Answer request `route` with `value` (`ProtocolError` if it cannot cross)."""
-        try:
-            type_name, data = self.codec.encode_payload(value)
-        except ProtocolError as error:
-            self._reply_error(conn, route, error)
-            return
-        self._reply_frames(conn, route, [wire.encode_fields(wire.REPLY, type_name=type_name), data])
 
 
 class _TargetPermits:

@@ -22,7 +22,6 @@ import transports as t
 from .._core import handoff
 from .._core.errors import (
     DeadlineExceededError,
-    NotFoundError,
     UnavailableError,
     UnavailableReason,
     shutting_down,
@@ -47,17 +46,16 @@ from .config import (
 from .loop_calls import pause
 from .objects import GlobalObjects
 from .peers import Peer
-from .state import (
-    _CLOSE_POLL,
-    _DIAL_GRACE,
-    _ENVELOPE_ROOM,
-    _POLL,
-    _REDIAL_MAX,
-    _WITHDRAW_WAIT,
-    MeshStatistics,
-    connection_name,
+from .shared import (
+    CLOSE_POLL,
+    DIAL_GRACE,
+    ENVELOPE_ROOM,
+    POLL,
+    REDIAL_MAX,
+    WITHDRAW_WAIT,
     log,
 )
+from .state import MeshStatistics, connection_name
 
 __all__ = ["MeshNode", "MeshStatistics"]
 
@@ -81,7 +79,7 @@ class MeshNode(GlobalObjects):
         transport_config = t.TransportConfig(
             credit_window=config.credit_window,
             min_charge=min(256, config.credit_window),
-            max_message_size=config.max_message_size + _ENVELOPE_ROOM,
+            max_message_size=config.max_message_size + ENVELOPE_ROOM,
             heartbeat_interval=config.liveness_interval,
             heartbeat_timeout=config.liveness_timeout,
             curve=self._curve(),
@@ -89,7 +87,7 @@ class MeshNode(GlobalObjects):
         # What the I/O thread logs goes to handlers it does not own: its kept wakes are
         # made first (`handoff`; the package's own logger has the filter already).
         handoff.flush_before_logging("zlink_actors.mesh", "transports")
-        self._transport = t.Transport(
+        transport = t.Transport(
             connection_name(self.routing_id, self.generation),
             self._on_receive,
             on_event=self._on_event,
@@ -99,16 +97,17 @@ class MeshNode(GlobalObjects):
             # handed its reply) wait for the I/O thread's sleep: docs/decisions.md.
             before_sleep=handoff.sleeping,
         )
+        self.shared.attach(transport)
         try:
-            application = self._bind(self._transport)
+            application = self._bind(transport)
         except BaseException:
-            self._transport.close()
-            self._transport = None  # nothing to drain or close: the Host never served
+            transport.close()
+            self.shared.attach(None)  # nothing to drain or close: the Host never served
             raise
         endpoint = advertised(application, config.advertise_host)
         if config.curve is not None:  # a dialling peer needs our public key
             endpoint = f"{endpoint}|{config.curve.public_z85()}"
-        self._info = NodeInfo(config.name, self.routing_id, endpoint)
+        self.shared.attach(transport, NodeInfo(config.name, self.routing_id, endpoint))
 
     def _curve(self) -> t.CurveConfig | None:
         curve = self.config.curve
@@ -148,14 +147,15 @@ class MeshNode(GlobalObjects):
                 target=self._keep_peers, name=f"zlink-mesh-{self.routing_id}", daemon=True
             )
             self._keeper.start()
-        if self.location is not None:
+        keeper = self.lease_keeper
+        if self.location is not None and keeper is not None:
             loop = self.runtime.io.loop
-            self.acquire_lease(loop)
+            keeper.acquire(loop)
             self._discovery = asyncio.run_coroutine_threadsafe(self._discover(self.location), loop)
-            self._leasing = asyncio.run_coroutine_threadsafe(
-                self.keep_lease(self._lease_stop.is_set, self._lease_stopping), loop
-            )
-            self.runtime.finishers.append(self._release_objects)
+            keeper.start(loop, _LeaseWork(self))
+            # A shutdown finisher (every object closed, the I/O loop still runs): the
+            # keeper deletes the records still ours and releases the lease.
+            self.runtime.finishers.append(keeper.stop)
 
     def begin_drain(self, seconds: float = 30.0) -> None:
         """Shutdown begins: tell peers we drain (never selected again), wait until each
@@ -163,9 +163,8 @@ class MeshNode(GlobalObjects):
         here (at most `seconds` / 2, and at most `liveness_timeout`), and withdraw the
         descriptor."""
         with self._lock:
-            if self._draining or self._transport is None or self._info is None:
+            if not self.shared.begin_drain():
                 return
-            self._draining = True
             peers = [p for p in self._peers.by_rid.values() if p.state is not PeerState.LOST]
             silent = [p for p in self._peers.by_rid.values() if p.state is PeerState.LOST]
         # Our requests waiting for a silent peer to resume end now: the drain does not
@@ -182,12 +181,12 @@ class MeshNode(GlobalObjects):
         self._await_fins(peers, min(seconds / 2, self.config.liveness_timeout))
         self.loop_calls.stop_task(self._discovery_stop, self._stopping)
         if self._keeper is not None:
-            self._keeper.join(_WITHDRAW_WAIT)
+            self._keeper.join(WITHDRAW_WAIT)
         if self._ticker is not None:
-            self._ticker.join(_WITHDRAW_WAIT)
+            self._ticker.join(WITHDRAW_WAIT)
         if self._discovery is not None:
             with contextlib.suppress(Exception):
-                self._discovery.result(_WITHDRAW_WAIT * 2)
+                self._discovery.result(WITHDRAW_WAIT * 2)
 
     def _await_fins(self, peers: list[Peer], seconds: float) -> None:
         """Until `seconds` pass: wait for every peer still connected to have said FIN
@@ -205,7 +204,7 @@ class MeshNode(GlobalObjects):
             if (not waiting and not admitting) or time.monotonic() >= end:
                 break
             # Bounded, shutdown only, as `close`: nothing announces the last arrival.
-            time.sleep(_CLOSE_POLL)
+            time.sleep(CLOSE_POLL)
         if waiting:
             log.info(
                 "mesh %s: drain: %d peer(s) did not confirm their last one-way in time",
@@ -213,43 +212,34 @@ class MeshNode(GlobalObjects):
                 len(waiting),
             )
 
-    def _release_objects(self, seconds: float) -> None:
-        """A shutdown finisher (every object closed, the I/O loop still runs): the
-        lease keeper deletes the records still ours and releases the lease."""
-        self.loop_calls.stop_task(self._lease_stop, self._lease_stopping)
-        if self._leasing is not None:
-            with contextlib.suppress(Exception):
-                self._leasing.result(max(seconds, _WITHDRAW_WAIT))
-
     def close(self, seconds: float) -> None:
         """The runtime stopped: wait (at most `seconds`) until every peer has admitted
         what we sent it (its credit came back), say BYE, then close the transport (what
         is still parked fails, and its calls end with `ShuttingDownError`)."""
         with self._lock:
-            if self._closed:
+            if not self.shared.mark_closed():
                 return
-            self._closed = True
-            transport = self._transport
+            transport = self.shared.transport
             peers = [p for p in self._peers.by_rid.values() if p.state is not PeerState.LOST]
         if transport is None:
             return
         end = time.monotonic() + seconds
         # Bounded, shutdown only: the transport has no event for "all credit returned".
         while transport.statistics().credit_in_use and time.monotonic() < end:
-            time.sleep(_CLOSE_POLL)
+            time.sleep(CLOSE_POLL)
         # Held while the lease was fenced, never handed on: their senders count them.
         self._drop_held("the node shut down while its owner lease was fenced")
         for peer in peers:
             self._ack(peer)  # what reached us: before BYE, on the same connection
             self._notify_quietly(peer.conn, wire.encode_fields(wire.BYE), b"")
         transport.close()
-        self._bad_log.flush()  # what the last second of dropped records held back
+        self.link.flush()  # what the last second of dropped records held back
         with self._lock:
             calls = list(self._calls)
             self._changed.notify_all()
             every = list(self._peers.by_rid.values())
         for peer in every:  # one-ways still waiting for a full target never went
-            self._fail_target_waits(peer, shutting_down("the one-way was sent"))
+            self.delivery.fail_target_waits(peer, shutting_down("the one-way was sent"))
         for route in calls:
             self.runtime.pending.finish(route, exc=shutting_down("the call finished"))
 
@@ -267,7 +257,7 @@ class MeshNode(GlobalObjects):
                 ]
                 if len(ready) >= count:
                     return ready
-                if self._closed or self._draining:
+                if self.shared.closed or self.shared.draining:
                     raise shutting_down()
                 left = end - time.monotonic()
                 if left <= 0:
@@ -285,7 +275,7 @@ class MeshNode(GlobalObjects):
             if not missing:
                 return
             with self._lock:
-                if self._closed or self._draining:
+                if self.shared.closed or self.shared.draining:
                     raise shutting_down()
                 left = end - time.monotonic()
                 if left <= 0:
@@ -305,7 +295,7 @@ class MeshNode(GlobalObjects):
         if self.location is not None:
             # As `statistics().mesh.lease_admitting` says: also before the lease is
             # acquired and while a recovery claims the objects held here again.
-            admitting = self.lease_admitting()
+            admitting = self._lease_admitting()
             if not admitting:
                 why = f" (the Location Store: {self._store_error})" if self._store_error else ""
                 missing.append(f"its owner lease is not admitting{why}")
@@ -329,18 +319,20 @@ class MeshNode(GlobalObjects):
 
     def set_channel_weight(self, channel: str, weight: int) -> None:
         with self._lock:
-            if channel not in self._weights:
-                raise NotFoundError(f"this node serves no channel {channel!r}")
-            self._weights[channel] = weight
-            peers = [p for p in self._peers.by_rid.values() if p.state is not PeerState.LOST]
-        if self._info is None:
+            self.shared.set_weight(channel, weight)
+        if self.shared.info is None:
             return  # not started: the handshake will carry the weight
-        update = self._hello_bytes()
-        for peer in peers:
-            self._notify_quietly(peer.conn, wire.encode_fields(wire.UPDATE), update)
+        self._tell_update()
+
+    def _lease_admitting(self) -> bool:
+        """`LeaseKeeper.lease_admitting` (False without a Location Store: no lease)."""
+        keeper = self.lease_keeper
+        return keeper is not None and keeper.lease_admitting()
 
     def statistics(self) -> MeshStatistics:
-        transport = self._transport
+        transport = self.shared.transport
+        link = self.link
+        keeper = self.lease_keeper
         with contextlib.ExitStack() as flows:
             # Every peer's one-ways held back for a full target, counted with the
             # transport's parked ones at one moment: FULL moves them from there to here
@@ -363,28 +355,28 @@ class MeshNode(GlobalObjects):
                 permits=self._permits,
                 frames_in=stats.received_frames if stats else 0,
                 frames_out=stats.sent_frames if stats else 0,
-                decode_errors=self.decode_errors + (stats.dropped_frames if stats else 0),
+                decode_errors=link.decode_errors + (stats.dropped_frames if stats else 0),
                 dropped_messages=self.dropped_messages,
                 late_replies=self.late_replies,
-                lease_admitting=self.lease_admitting(),
-                lease_state=self.lease_state,
-                lease_generation=self._lease_generation(),
-                lease_recoveries=self.lease_recoveries,
+                lease_admitting=self._lease_admitting(),
+                lease_state=self.shared.lease_state,
+                lease_generation=0 if keeper is None else keeper.generation,
+                lease_recoveries=0 if keeper is None else keeper.recoveries,
                 objects_reclaimed=self.objects_reclaimed,
                 ownership_lost=self.ownership_lost,
                 owned_objects=len(self._owned),
                 route_cache_hits=self.route_cache_hits,
                 route_cache_misses=self.route_cache_misses,
                 route_cache_size=len(self._routes),
-                unavailable=dict(self.unavailable),
+                unavailable=dict(link.unavailable),
                 target_permits=self._target_cap,
                 full_targets=sum(
                     1 for held in self._target_held.values() if held.count >= self._target_cap
                 ),
                 unpermitted_records=self.unpermitted_records,
                 target_waits=waits,
-                dropped_after_admission=self.dropped_after_admission,
-                dropped_by_peer=dict(self._dropped_by_rid),
+                dropped_after_admission=self.delivery.dropped_after_admission,
+                dropped_by_peer=dict(self.delivery.dropped_by_peer),
                 duplicate_messages=self.duplicate_messages,
                 held_while_fenced=self.held_while_fenced,
                 forwarded_messages=self.forwarded_messages,
@@ -409,7 +401,7 @@ class MeshNode(GlobalObjects):
                     if self._dropped_untold(peer):
                         self._tell_dropped(peer)
                 elif peer.lost_at and not peer.expired and now - peer.lost_at > expiry:
-                    self._expire(peer, f"silent past peer_expiry ({expiry:g} s)")
+                    self.delivery.expire(peer, f"silent past peer_expiry ({expiry:g} s)")
             self._close_told(now)
             if any(peer.kept_replies for peer in peers):
                 self._forget_kept_replies(self._now())
@@ -433,17 +425,18 @@ class MeshNode(GlobalObjects):
                 elif now >= due and not stop.is_set():
                     # Again and again while it fails, each time later (up to 30 s): a
                     # peer that refuses us is not asked five times a second.
-                    backoff[endpoint] = (now + delay, min(delay * 2, _REDIAL_MAX))
+                    backoff[endpoint] = (now + delay, min(delay * 2, REDIAL_MAX))
                     self._dial(endpoint, None)
 
     def _descriptor(self, state: NodeDescriptorState) -> NodeDescriptor:
-        assert self._info is not None
+        info = self.shared.info
+        assert info is not None
         with self._lock:
-            channels = dict(self._weights)
+            channels = dict(self.shared.weights)
         return NodeDescriptor(
             self.config.name,
             self.routing_id,
-            (self._info.endpoint,),
+            (info.endpoint,),
             self.generation,
             state,
             channels,
@@ -472,7 +465,8 @@ class MeshNode(GlobalObjects):
                     # Our descriptor is gone long before its TTL: the store lost its
                     # data (a Redis restarted without persistence). The lease keeper
                     # checks its lease now, not at its next renewal; we publish again.
-                    self.check_lease_now()
+                    if self.lease_keeper is not None:
+                        self.lease_keeper.check_now()
                     next_publish = now
                 # Off the loop: a dial waits for the transport's I/O thread, and this loop
                 # also runs the store's and the HTTP clients' work.
@@ -481,10 +475,10 @@ class MeshNode(GlobalObjects):
             except Exception as exc:  # the store is down: keep serving, try again
                 self._store_error = f"{type(exc).__name__}: {exc}"
                 log.warning("mesh %s: discovery: %s", self.routing_id, exc)
-            await pause(_POLL, self._stopping)
+            await pause(POLL, self._stopping)
         with contextlib.suppress(Exception):
             await asyncio.wait_for(
-                withdraw_node(store, self.config.name, self.routing_id), _WITHDRAW_WAIT
+                withdraw_node(store, self.config.name, self.routing_id), WITHDRAW_WAIT
             )
 
     def _discover_all(self, nodes: list[NodeDescriptor], now: float) -> None:
@@ -543,7 +537,7 @@ class MeshNode(GlobalObjects):
                 )
                 self._changed.notify_all()
             first = self._first_seen.setdefault(rid, now)
-        if rid < self.routing_id and now - first < _DIAL_GRACE:
+        if rid < self.routing_id and now - first < DIAL_GRACE:
             return  # it dials us; we only step in if it does not
         self._dial(endpoint, None, expect=rid)
 
@@ -580,3 +574,33 @@ def _free_port_pair(host: str) -> int:
                     continue
             return int(port)
     raise UnavailableError(f"no free pair of ports on {host}", reason=UnavailableReason.UNREACHABLE)
+
+
+class _LeaseWork:
+    """What the lease keeper has the node do (`LeaseWork`), while the node is one class:
+    each call goes to the layer that holds it."""
+
+    __slots__ = ("_node",)
+
+    def __init__(self, node: MeshNode) -> None:
+        self._node = node
+
+    async def reclaim_all(self, wiped: bool) -> None:
+        await self._node._reclaim_all(wiped)
+
+    async def release_all(self) -> None:
+        await self._node.release_all()
+
+    def take_episode(self) -> tuple[int, int]:
+        return self._node.take_episode()
+
+    def tell_update(self) -> None:
+        self._node._tell_update()
+
+    def admitting_again(self) -> None:
+        node = self._node
+        if node._fence_held is not None:
+            node._deliver_held()
+
+    def purge(self, now: float) -> None:
+        self._node._purge_routes(now)

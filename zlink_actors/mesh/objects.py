@@ -44,7 +44,7 @@ from ..location.spi import Conflict
 from . import codec as wire
 from .codec import Envelope
 from .config import PeerState
-from .loop_calls import outcome, quietly, wait
+from .loop_calls import outcome, quietly, refuse_cancel, wait
 from .operations import (
     _RETRY,
     ATTEMPTS,
@@ -59,7 +59,7 @@ from .operations import (
 )
 from .ownership import Ownership
 from .peers import Peer, Role
-from .state import _refuse_cancel, _Route
+from .shared import Route
 
 __all__ = ["GlobalObjects"]
 
@@ -121,8 +121,8 @@ class GlobalObjects(Ownership):
                 return failed(exc)
             ops.append((peer, PublishOp(channel, topic, name, data)))
         for peer, op in ops:
-            self._send(_Route(peer, None, ""), op, metadata, None)._add_inline(sent)
-        return Completion(cell, _refuse_cancel)
+            self._send(Route(peer, None, ""), op, metadata, None)._add_inline(sent)
+        return Completion(cell, refuse_cancel)
 
     async def _activate(self, msg: _Intent, forwarded: bool) -> object:
         authority = self.authority
@@ -250,7 +250,7 @@ class GlobalObjects(Ownership):
         )
 
     async def _send_with_intent(self, peer: Peer, msg: _Intent) -> object:
-        route = _Route(peer, _SPOT, msg.spot_id)
+        route = Route(peer, _SPOT, msg.spot_id)
         intent = "" if msg.type_name is None else msg.type_name
         if msg.due is None:
             sent: Completion[Any] = self._send(route, msg.payload, msg.metadata, intent)
@@ -394,8 +394,7 @@ class GlobalObjects(Ownership):
             payload = self._decode_plain(op.payload_type, op.payload)
             call = PublishCall(self.runtime, op.channel, op.topic, payload, here=True)
         except (ProtocolError, TypeError, ValueError) as exc:
-            with self._lock:
-                self.decode_errors += 1
+            self.link.count_bad()
             self._warn_dropped(
                 "bad publish",
                 rec.peer,

@@ -1,16 +1,10 @@
 """Global objects, second layer: what this node owns (docs/mesh.md "Create and
 get-or-create", "Close", "Owner leases").
 
-- **Owner lease**: acquired before the node serves, renewed from the I/O loop; past its
-  admission deadline the node is fenced (`runtime.fenced`): no new message, timer tick,
-  creation or Ready commit for its objects; its peers hear it at once (an UPDATE: it
-  leaves placement and channel selection) and so does `Host(on_state_change=...)`.
-  It recovers by itself once the store answers: the same lease if it renews in time,
-  else a new one (a higher generation: the lost one never admits again); either way it
-  first claims again, by compare-and-set, the records of the objects it still holds
-  that are missing or still name it, and closes with `CloseReason.OWNERSHIP_LOST` those
-  another node claimed meanwhile. `MeshConfig(on_lease_lost="shutdown")` shuts the
-  Host down instead once the lease is found lost.
+- **Owner lease**: kept by `lease.LeaseKeeper`; after a lost lease, before the node
+  admits again, it claims again, by compare-and-set, the records of the objects it still
+  holds that are missing or still name it (`_reclaim_all`), and closes with
+  `CloseReason.OWNERSHIP_LOST` those another node claimed meanwhile.
 - **Create / get-or-create** reserve the id by compare-and-set before the factory runs,
   here when this node registers the type, else on a READY peer that does (placement
   weight). Callers here that arrive while the attempt runs join it (`_inflight`); callers
@@ -28,17 +22,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
-import threading
-import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any, Final
 
 from .._calls.create import close_here, create_here
 from .._core.cancellation import CancellationToken
 from .._core.completion import Completion
-from .._core.dispatcher import get_dispatcher
 from .._core.errors import (
     AlreadyExistsError,
     InvalidOperationError,
@@ -47,7 +37,6 @@ from .._core.errors import (
     UnavailableReason,
     shutting_down,
 )
-from .._core.state import HostState, ShutdownReason
 from .._engine.lifecycle import close_activation
 from .._engine.objects import (
     ActorRef,
@@ -65,15 +54,13 @@ from ..location.authority import (
     OwnerFence,
 )
 from ..location.spi import Conflict
-from . import codec as wire
-from .config import PeerState, StateChange, StateChangeKind
-from .loop_calls import pause, quietly, wait
+from .config import PeerState
+from .loop_calls import quietly, wait
 from .operations import (
     _RETRY,
     ATTEMPT_BOUND,
     ATTEMPTS,
     AUTHORITY_KIND,
-    RELEASE_WAIT,
     CloseOp,
     CreateOp,
     CreateReply,
@@ -85,7 +72,7 @@ from .operations import (
 )
 from .peers import Peer, unusable
 from .routing import Routing
-from .state import _POLL, log
+from .shared import log
 
 __all__ = ["Ownership"]
 
@@ -142,179 +129,6 @@ class Ownership(Routing):
             # RuntimeError: the loop has stopped (shutdown deleted what it could).
             with contextlib.suppress(RuntimeError):
                 self._deleting[key] = self.loop_calls.spawn(self._delete(key, record))
-
-    def acquire_lease(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Acquire this run's owner lease before the node serves creations (bounded by
-        `renew_timeout`; if the store does not answer, `keep_lease` goes on trying)."""
-        lease = self.lease
-        assert lease is not None
-        self._acquiring = asyncio.run_coroutine_threadsafe(lease.acquire(), loop)
-        try:
-            grant = self._acquiring.result(self.config.lease.renew_timeout)
-            self.runtime.fence_until(grant.admission_deadline)
-        except Exception as exc:  # the store is down: keep_lease goes on trying
-            log.warning("mesh %s: acquiring the owner lease: %r", self.routing_id, exc)
-
-    def _acquiring_now(self) -> bool:
-        """`acquire_lease`'s acquisition is still on its way (it timed out there)."""
-        acquiring = self._acquiring
-        return acquiring is not None and not acquiring.done()
-
-    async def keep_lease(self, stop: Callable[[], bool], wake: asyncio.Event) -> None:
-        """Acquire this run's owner lease, renew it, fence the node while it does not
-        admit, and recover (module docstring); at the end (`stop()`, signalled by
-        `wake`: at shutdown, once every object closed), wait for the deletions of the
-        records of the objects that closed, delete the records still ours and release
-        the lease."""
-        lease = self.lease
-        assert lease is not None
-        config = self.config.lease
-        next_renewal = time.monotonic() + config.renew_interval
-        acquired = lease.grant is not None
-        #: The records of the objects still held are claimed again before admitting.
-        reclaim = False
-        #: The store lost its data since the lease was lost (`OwnerLease.counter_lost`):
-        #: a record missing there may be claimed again; otherwise it was deleted.
-        wiped = False
-        detail = ""
-        next_purge = time.monotonic() + self.config.route_cache_max_age
-        while not stop():
-            now = time.monotonic()
-            acquired = acquired or lease.grant is not None  # also by `acquire_lease`'s late answer
-            if self._lease_check_now:
-                self._lease_check_now = False
-                next_renewal = now  # discovery saw the store lose its data
-            try:
-                if lease.grant is None and not acquired:
-                    if not self._acquiring_now():
-                        await lease.acquire()
-                        acquired = True
-                        next_renewal = time.monotonic() + config.renew_interval
-                elif lease.grant is None:
-                    # Lost (expired, or gone with the store's data): its records may be
-                    # taken over, and its generation never admits again.
-                    if self.config.on_lease_lost == "shutdown":
-                        self._shut_down_for_lost_lease(detail)
-                        next_renewal = time.monotonic() + _POLL  # until the shutdown stops it
-                    else:
-                        await lease.acquire()  # a new generation, above the lost one
-                        reclaim = True
-                        wiped = lease.counter_lost
-                        next_renewal = time.monotonic() + config.renew_interval
-                elif now >= next_renewal:
-                    await lease.renew()
-                    next_renewal = time.monotonic() + config.renew_interval
-                if reclaim and lease.admitting():
-                    await self._reclaim_all(wiped)
-                    wiped = False
-                    reclaim = False
-            except Exception as exc:  # the store is down, or the lease was lost
-                detail = f"{type(exc).__name__}: {exc}"
-                log.warning("mesh %s: owner lease: %s", self.routing_id, detail)
-                next_renewal = time.monotonic() + min(config.renew_interval, 0.5)
-            if now >= next_purge:
-                self._purge_routes(now)
-                next_purge = now + self.config.route_cache_max_age
-            grant = lease.grant
-            admit = not (reclaim or self._lease_lost_shutdown)
-            self.runtime.fence_until(
-                grant.admission_deadline if grant is not None and admit else -math.inf
-            )
-            if self.runtime.fenced:
-                if self.lease_state == "admitting":
-                    reclaim = True  # whatever the store kept, checked before admitting
-                    self._lease_changed("fenced", StateChangeKind.FENCED, detail or "lapsed")
-            elif self.lease_state != "admitting":
-                recovered = self.lease_state == "fenced"
-                self._lease_changed(
-                    "admitting", StateChangeKind.RECOVERED if recovered else None, ""
-                )
-            if self._fence_held is not None and not self.runtime.fenced:
-                self._deliver_held()  # the one-ways that arrived while it was fenced
-            due = next_renewal
-            if lease.grant is not None and lease.remaining() > 0:
-                due = min(due, time.monotonic() + lease.remaining())
-            await pause(max(0.01, min(due - time.monotonic(), _POLL)), wake)
-            if not stop():
-                wake.clear()  # set by `check_lease_now` (the stop sets it once more)
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(self.release_all(), RELEASE_WAIT)
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(lease.release(forget=True), RELEASE_WAIT)
-        self.lease_state = "released"
-
-    def check_lease_now(self) -> None:
-        """On the I/O loop: the keeper renews (or finds lost) the lease at once instead
-        of at its next renewal (discovery saw the store lose its data)."""
-        self._lease_check_now = True
-        self._lease_stopping.set()  # only wakes the keeper: it ends on `_lease_stop`
-
-    def lease_admitting(self) -> bool:
-        """Whether this node's owner lease admits work now (False without `location=`,
-        before the lease is acquired, while fenced and while recovering): what
-        readiness waits for."""
-        return self.lease is not None and not self.runtime.fenced
-
-    def _lease_changed(self, state: str, kind: StateChangeKind | None, detail: str) -> None:
-        """The keeper's decision changed: peers hear it at once (an UPDATE: placement
-        and channel selection leave or take this node back), and so does the Host's
-        `on_state_change`."""
-        with self._lock:
-            self.lease_state = state
-            episode, self._episode = self._episode, (0, 0)
-            if kind is StateChangeKind.RECOVERED:
-                self.lease_recoveries += 1
-            peers = [p for p in self._peers.by_rid.values() if p.state is not PeerState.LOST]
-        if kind is StateChangeKind.FENCED:
-            log.warning("mesh %s: owner lease fenced: %s", self.routing_id, detail)
-        elif kind is StateChangeKind.RECOVERED:
-            log.warning(
-                "mesh %s: owner lease admitting again (generation %d): %d objects claimed "
-                "again, %d lost to other nodes",
-                self.routing_id,
-                self._lease_generation(),
-                *episode,
-            )
-        if self._info is not None and kind is not None:
-            update = self._hello_bytes()
-            for peer in peers:  # a notice: it must not wait behind credit or a PAUSED peer
-                self._notify_quietly(peer.conn, wire.encode_fields(wire.UPDATE), update)
-        if kind is not None:
-            reclaimed, lost = episode if kind is StateChangeKind.RECOVERED else (0, 0)
-            generation = self._lease_generation()
-            self._tell(StateChange(kind, self.routing_id, generation, detail, reclaimed, lost))
-
-    def _lease_generation(self) -> int:
-        grant = None if self.lease is None else self.lease.grant
-        return 0 if grant is None else grant.generation
-
-    def _tell(self, change: StateChange) -> None:
-        """Hand `change` to `Host(on_state_change=...)` on the completion dispatcher (in
-        order; what the callback raises is logged there)."""
-        callback = self.on_state_change
-        if callback is not None:
-            get_dispatcher().post(callback, change, None)
-
-    def _shut_down_for_lost_lease(self, detail: str) -> None:
-        """`on_lease_lost="shutdown"`: the Host shuts itself down (once), its result
-        saying why, for a supervisor to restart it."""
-        if self._lease_lost_shutdown:
-            return
-        self._lease_lost_shutdown = True
-        if self.runtime.state is HostState.SERVING:
-            self.runtime.shutdown_reason = ShutdownReason.LEASE_LOST
-        log.error(
-            "mesh %s: the owner lease was lost (%s): the Host shuts down (on_lease_lost="
-            "'shutdown')",
-            self.routing_id,
-            detail or "expired or gone from the store",
-        )
-        self._tell(StateChange(StateChangeKind.LEASE_LOST, self.routing_id, 0, detail))
-        shut = self.shut_host_down
-        if shut is not None:
-            threading.Thread(
-                target=shut, name=f"zlink-lease-lost-{self.routing_id}", daemon=True
-            ).start()
 
     async def _reclaim_all(self, wiped: bool) -> None:
         """Claim again, for the lease held now, every object this node still holds whose
@@ -641,19 +455,21 @@ class Ownership(Routing):
         )
 
     def _fence(self, what: str) -> OwnerFence:
-        lease = self.lease
-        grant = None if lease is None else lease.grant
-        if grant is None or not self._admitting():
-            raise UnavailableError(
-                f"{what}: this node holds no admitting owner lease",
-                reason=UnavailableReason.FENCED,
-            )
-        return OwnerFence(self.routing_id, grant.generation)
+        """`LeaseKeeper.fence` (only with a Location Store, as every store write)."""
+        keeper = self.lease_keeper
+        assert keeper is not None
+        return keeper.fence(what)
 
     def _admitting(self) -> bool:
-        """The lease admits, and the keeper let admission resume (not while a recovery
-        still claims the records of the objects held here)."""
-        return self.lease is not None and self.lease.admitting() and not self.runtime.fenced
+        """`LeaseKeeper.admitting` (False without a Location Store: no lease)."""
+        keeper = self.lease_keeper
+        return keeper is not None and keeper.admitting()
+
+    def take_episode(self) -> tuple[int, int]:
+        """Under the node lock: (objects claimed again, objects lost) since the node was
+        last fenced, and start counting again (`LeaseWork`)."""
+        episode, self._episode = self._episode, (0, 0)
+        return episode
 
     async def _forward_create(self, peer: Peer, spec: _Spec, request: object, due: float) -> object:
         kind, obj_id = spec.kind, spec.obj_id

@@ -83,7 +83,7 @@ class Peer:
     dropped_unrun: Callable[[], None] | None = field(default=None, repr=False)
     #: Its targets that told us FULL, by (target kind, target): our one-ways to each
     #: that wait here until it says OPEN, oldest first, as (frames, how to settle it:
-    #: `state.settle_wait`); docs/mesh.md "One full target".
+    #: `delivery.settle_wait`); docs/mesh.md "One full target".
     full_targets: dict[tuple[str, str], deque[Any]] = field(default_factory=dict, repr=False)
     #: Guards `full_targets` and the sequence fields below, and orders our one-ways to
     #: it with FULL and OPEN: a one-way's sequence number is given and it goes to the
@@ -98,7 +98,7 @@ class Peer:
     #: sequence order: (seq, frames, the admission future of a send parked for credit,
     #: its caller's, or None: it completed). One held back for a full target is not
     #: here (it gets its number when it goes to the transport): it is in `full_targets`.
-    #: A parked one-way's entry is its cell (`calls._ParkedSend`), which reads as that
+    #: A parked one-way's entry is its cell (`delivery._ParkedSend`), which reads as that
     #: tuple: one object less, and no sequence number kept, while it waits for credit.
     unacked: deque[Unacked] = field(default_factory=deque, repr=False)
     #: The highest number of ours it acknowledged.

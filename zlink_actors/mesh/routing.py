@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
@@ -47,12 +46,13 @@ from ..location.authority import (
     OwnerFence,
 )
 from ..location.keys import lease_key
-from ..location.lease import LeaseGrant, OwnerLease, decode_lease
+from ..location.lease import decode_lease
 from ..location.spi import Found, LocationStore
 from . import codec as wire
 from .codec import Codec, Envelope
-from .config import MeshConfig, PeerState
+from .config import MeshConfig, PeerState, StateChange
 from .inbound import Inbound
+from .lease import LeaseKeeper
 from .loop_calls import LoopCalls, failure, outcome, wait
 from .operations import (
     _HERE,
@@ -63,7 +63,7 @@ from .operations import (
     _Resolve,
 )
 from .peers import Peer, unusable
-from .state import _KINDS, _Route, log
+from .shared import KINDS, Route, log
 
 __all__ = ["Routing"]
 
@@ -88,7 +88,10 @@ class Routing(Inbound):
         node_handler: bool,
         object_types: Sequence[str],
         location: LocationStore | None,
+        on_state_change: Callable[[StateChange], object] | None = None,
+        shut_host_down: Callable[[], object] | None = None,
     ) -> None:
+        """`on_state_change` and `shut_host_down`: the lease keeper's (`LeaseKeeper`)."""
         super().__init__(
             runtime,
             config,
@@ -103,15 +106,17 @@ class Routing(Inbound):
         #: The global objects' steps on the I/O loop, each under one pending entry.
         self.loop_calls = LoopCalls(runtime)
         self.authority = Authority(store) if store is not None else None
-        self.lease = (
-            OwnerLease(store, self.routing_id, self.config.lease) if store is not None else None
+        #: The owner lease's keeper (None without a Location Store); `lease` is its lease.
+        self.lease_keeper = (
+            LeaseKeeper(self.shared, on_state_change=on_state_change, shut_host_down=shut_host_down)
+            if store is not None
+            else None
         )
+        self.lease = None if self.lease_keeper is None else self.lease_keeper.lease
         self._owned: dict[tuple[ObjectKind, str], AuthorityRecord] = {}
         self._deleting: dict[tuple[ObjectKind, str], Future[None]] = {}
         self._inflight: dict[tuple[ObjectKind, str], _Inflight] = {}
         #: Owner routing id -> (lease generation, local monotonic bound of its lease).
-        if store is not None:
-            runtime.fence_until(-math.inf)  # fenced until the lease is acquired
         self._owner_leases: dict[str, tuple[int, float]] = {}
         #: Calls waiting for the resolution of their target, in submission order:
         #: (kind, id) -> [(submit, finish)] (`_in_order`; under the lock).
@@ -127,8 +132,6 @@ class Routing(Inbound):
         #: (kind, id) -> the latest monotonic end of the waits of the calls in `_queued`
         #: (under the lock): the resolution waits for a connecting owner until then.
         self._queue_ends: dict[tuple[ObjectKind, str], float] = {}
-        #: `acquire_lease`'s acquisition (it may outlive its bounded wait).
-        self._acquiring: Future[LeaseGrant] | None = None
         #: Lease reads in progress, by owner (the I/O loop only).
         self._lease_reads: dict[str, asyncio.Future[tuple[int, float] | None]] = {}
         #: Owners whose lease a background read refreshes now.
@@ -189,7 +192,7 @@ class Routing(Inbound):
         def step(found: object) -> Completion[Any]:
             if found is _HERE:
                 return deliver_send(runtime, kind, target, payload, metadata)
-            assert isinstance(found, _Route)
+            assert isinstance(found, Route)
             return self._send(found, payload, metadata, None)
 
         # A one-way has no deadline: it waits for a connecting owner as long as a request
@@ -207,7 +210,7 @@ class Routing(Inbound):
         timeout: float,
         cancel: CancellationToken | None,
     ) -> Completion[Any]:
-        if isinstance(route, _Route):
+        if isinstance(route, Route):
             kind = route.kind
             # What `Calls.request` does for the other kinds, without its frame.
             key = (kind, route.target) if kind is _SPOT or kind is _ACTOR else None
@@ -224,7 +227,7 @@ class Routing(Inbound):
             left = self.loop_calls.left(due)
             if found is _HERE:
                 return local_request(runtime, kind, target, payload, metadata, reply, left, cancel)
-            assert isinstance(found, _Route)
+            assert isinstance(found, Route)
             return self._request(
                 found, payload, metadata, reply, left, cancel, None, (kind, target), due
             )
@@ -323,10 +326,10 @@ class Routing(Inbound):
                     f"the owner {owner!r} of {kind} {target!r} is {state}", reason=unusable(peer)
                 )
             )
-        return _Route(peer, kind, target)
+        return Route(peer, kind, target)
 
     async def _resolve(self, kind: ObjectKind, target: str, until: Callable[[], float]) -> object:
-        """The Ready owner of `target`: `_HERE`, a `_Route`, or it raises the call's error.
+        """The Ready owner of `target`: `_HERE`, a `Route`, or it raises the call's error.
         An owner with a live lease whose connection is still coming up is waited for
         until the monotonic time `until()` (read again as it waits: `_connected_peer`)."""
         authority = self.authority
@@ -351,7 +354,7 @@ class Routing(Inbound):
         what = f"the owner {owner!r} of {kind} {target!r}"
         peer = await self._connected_peer(owner, 0.0, what, until)
         self._remember_record(record)
-        return _Route(peer, kind, target)
+        return Route(peer, kind, target)
 
     async def _connected_peer(
         self, rid: str, wait: float, what: str, until: Callable[[], float] | None = None
@@ -372,7 +375,7 @@ class Routing(Inbound):
                     return peer
                 coming = peer is None or (peer.state is PeerState.CONNECTING and not peer.lost_at)
                 left = (end if until is None else until()) - time.monotonic()
-                if not coming or left <= 0 or self._closed or self._draining:
+                if not coming or left <= 0 or self.shared.closed or self.shared.draining:
                     break
                 waiter: asyncio.Future[None] = loop.create_future()
                 self._peer_waiters.append(waiter)
@@ -383,7 +386,8 @@ class Routing(Inbound):
             except TimeoutError:
                 with self._lock, contextlib.suppress(ValueError):
                     self._peer_waiters.remove(waiter)
-        if self._closed or self._draining:  # this node stops: the wait is not the owner's
+        shared = self.shared
+        if shared.closed or shared.draining:  # this node stops: the wait is not the owner's
             raise shutting_down()
         if peer is None or coming:
             state, reason = "not connected yet", UnavailableReason.CONNECTING
@@ -581,7 +585,7 @@ class Routing(Inbound):
         lost, and its sender told (DROPPED)."""
         try:
             env = wire._ENVELOPE_DECODER.decode(rec.frames[0])  # decoded once already
-            kind = _KINDS[env.target_kind]
+            kind = KINDS[env.target_kind]
             payload = self.codec.decode_payload(
                 env.type_name, rec.frames[1] if len(rec.frames) > 1 else b""
             )
@@ -623,7 +627,7 @@ class Routing(Inbound):
         """One of our own requests to `peer`, within what is left of `due`."""
         left = self.loop_calls.left(due)
         return await wait(
-            self._request(_Route(peer, None, ""), op, None, reply, left, token, None, None, due)
+            self._request(Route(peer, None, ""), op, None, reply, left, token, None, None, due)
         )
 
 

@@ -1,14 +1,18 @@
-"""The state of one MeshNode and what every part of it uses: the peer table's lock,
-the handshake payload, sending a reply or a notice, counting a bad record
-(docs/mesh.md). The parts build on it in one line, each module importing the one
-before: `state` -> `handshake` -> `calls` -> `inbound` -> `routing` -> `ownership` ->
-`objects` -> `node` (the last three with `operations`: the global objects; a contract in
-pyproject.toml keeps the order).
+"""The state of one MeshNode while it is still one class built in layers: it builds the
+parts every layer shares (`shared.NodeShared`, the context; `shared.Link`, the edge to
+the transport; `delivery.Delivery`, the one-ways it sends) and keeps aliases of their
+immutable members and of the methods the layers call most, plus the peer table, the
+handshake payload and the counters not moved to a part yet (docs/mesh.md). The layers
+build on it in one line, each module importing the one before: `state` -> `handshake`
+-> `calls` -> `inbound` -> `routing` -> `ownership` -> `objects` -> `node` (the last
+three with `operations`: the global objects; a contract in pyproject.toml keeps the
+order).
 
 Threads: the transport's I/O thread runs the receiving side; application threads and
-handler turns run the calls; the I/O executor's loop runs discovery. `_lock` guards the
-peer table and the counters; it is never held while a completion or a callback runs, and
-the only transport method called under a lock is `set_flow` (`inbound.py`).
+handler turns run the calls; the I/O executor's loop runs discovery. `_lock` (the shared
+lock) guards the peer table and the counters; it is never held while a completion or a
+callback runs, and the only transport method called under a lock is `set_flow`
+(`inbound.py`).
 """
 
 from __future__ import annotations
@@ -17,104 +21,46 @@ import asyncio
 import contextlib
 import hashlib
 import itertools
-import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any
 
 import msgspec
 
 import transports as t
 
-from .._core.completion import Cell, CompletionSource
+from .._core.completion import CompletionSource
 from .._core.errors import (
-    ProtocolError,
     UnavailableError,
     UnavailableReason,
 )
 from .._engine.kernel import Runtime
 from .._engine.objects import ObjectKind
-from .._engine.remote import node_key
 from ..location.spi import LocationStore
 from . import codec as wire
-from .codec import Codec, Envelope
+from .codec import Codec
 from .config import (
     MeshConfig,
     NodeInfo,
     PeerInfo,
     PeerState,
-    StateChange,
 )
-from .loop_calls import refuse_cancel as _refuse_cancel
+from .delivery import Delivery
 from .peers import Peer, PeerTable, Role
+from .shared import CHANNEL, HOLD_PER_PERMIT, NODE, Link, NodeShared
 
 __all__ = [
     "MeshStatistics",
     "NodeState",
-    "_CHANNEL",
-    "_CLOSE_POLL",
-    "_DIAL_GRACE",
     "_Dial",
-    "_ENVELOPE_ROOM",
-    "_HANDSHAKE_BASE",
     "_Hello",
-    "_KINDS",
-    "_NODE",
-    "_POLL",
-    "_REDIAL_MAX",
-    "_Route",
-    "_WITHDRAW_WAIT",
     "_decode_hello",
-    "_refuse_cancel",
     "connection_name",
-    "log",
-    "new_generation",
-    "settle_wait",
 ]
-
-log = logging.getLogger("zlink_actors.mesh")
-
-_CHANNEL: Final = ObjectKind.CHANNEL
-_NODE: Final = ObjectKind.NODE
-_KINDS: Final = {kind.value: kind for kind in ObjectKind}
-#: Handshake route ids live above every pending-table route id.
-_HANDSHAKE_BASE: Final = 1 << 63
-#: How often discovery polls the Location Store (mesh.md: "about once a second").
-_POLL = 1.0
-#: A discovered node with a lower routing id dials us; we dial it ourselves only if it
-#: has not after this long (so two nodes rarely dial each other at once).
-_DIAL_GRACE = 3.0
-#: Seconds shutdown waits for the descriptor to be withdrawn.
-_WITHDRAW_WAIT = 2.0
-#: The longest wait between two dials of a `peers=` endpoint that keeps failing.
-_REDIAL_MAX = 30.0
-#: The longest error message a reply carries (characters; the rest is cut).
-_ERROR_TEXT = 16 * 1024
-#: One-ways a fenced node holds (docs/mesh.md "One-ways to a fenced node"): at most this
-#: many per inbound permit (16,384 with the default permits on 2 CPUs).
-_HOLD_PER_PERMIT: Final = 64
-#: Seconds between looks at the credit still in use while the node closes.
-_CLOSE_POLL = 0.002
-#: Frames above the payload the transport must accept: the envelope and a margin.
-_ENVELOPE_ROOM = 64 * 1024
-
-
-_generation_lock = threading.Lock()
-_last_generation = 0
-
-
-def new_generation() -> int:
-    """A node lifecycle generation: the wall clock in ns, and larger than every one this
-    process made before (two Hosts made in one clock tick still differ)."""
-    global _last_generation
-    with _generation_lock:
-        _last_generation = max(time.time_ns(), _last_generation + 1)
-        return _last_generation
-
 
 #: The longest libzmq routing id (ZMTP 3: one length byte).
 _NAME_MAX = 255
@@ -291,29 +237,6 @@ class _Dial:
     sent: float = 0.0
 
 
-@dataclass(frozen=True, slots=True)
-class _Route:
-    """A call's remote target: the peer, and the kind and target it names there."""
-
-    peer: Peer
-    kind: ObjectKind | None  # None: the global objects' own request (`wire.OBJECTS`)
-    target: str
-
-
-def settle_wait(settle: Cell[None] | Future[None], exc: BaseException | None) -> None:
-    """End a one-way that waited for a full target (`Peer.full_targets`): admitted
-    (`exc` None) or failed. `settle` is its result cell, or, for one the transport had
-    parked and gave back, the transport's `admitted` future its caller listens to."""
-    if isinstance(settle, Future):
-        if not settle.done():
-            if exc is None:
-                settle.set_result(None)
-            else:
-                settle.set_exception(exc)
-    else:
-        settle.try_set(None, exc)
-
-
 class NodeState:
     """What every part of a MeshNode shares (see the module docstring)."""
 
@@ -329,19 +252,49 @@ class NodeState:
         object_types: Sequence[str],
         location: LocationStore | None,
     ) -> None:
+        #: The parts every other one is handed (`shared.py`).
+        self.shared = shared = NodeShared(
+            runtime,
+            config,
+            routing_id,
+            codec,
+            channels=channels,
+            node_handler=node_handler,
+            object_types=object_types,
+            location=location,
+        )
+        self.link = link = Link(shared)
+        # Aliases of the same objects, while the node is still one class: its methods
+        # read them as before (each of them is immutable; what changes is read from
+        # `shared` and `link`, its one home).
         self.config = config
         self.runtime = runtime
         self.routing_id = routing_id
         self.codec = codec
         self.location = location
-        self.first = frozenset({_CHANNEL, _NODE})
-        self.node_key = node_key(config.name, routing_id)
-        self.generation = new_generation()
+        self.first = frozenset({CHANNEL, NODE})
+        self.node_key = shared.node_key
+        self.generation = shared.generation
         self.has_node_handler = node_handler
-        self.object_types = tuple(object_types)
-        self._weights = dict(channels)
-        self._lock = threading.Lock()
-        self._changed = threading.Condition(self._lock)
+        self.object_types = shared.object_types
+        self._lock = shared.lock
+        self._changed = shared.changed
+        self._release = link.release
+        self._give_back = link.give_back
+        self._notify_quietly = link.notify
+        self._submit_quietly = link.submit_quietly
+        self._disconnect = link.disconnect
+        self._bad = link.bad
+        self._warn_dropped = link.warn_dropped
+        self._reply_frames = link.reply_frames
+        self._reply_error = link.reply_error
+        self._reply_value = link.reply_value
+        self._error_frames = link.error_frames
+        #: Sender-side one-ways (`delivery.py`); what a peer gone for good leaves of
+        #: our requests fails with them (`_fail_inflight`).
+        self.delivery = delivery = Delivery(shared, link, self._fail_inflight)
+        self._encode = delivery.encode
+        self._send = delivery.send
         self._peers = PeerTable()
         self._dials: dict[bytes, _Dial] = {}
         self._dial_numbers = itertools.count(1)
@@ -363,8 +316,8 @@ class NodeState:
         self._batch_owed: dict[bytes, int] | None = None
         #: The Host clock (deadlines), and whether it is the real `time.monotonic()`:
         #: then a request's deadline is read on its caller's clock (`Inbound._caller_due`).
-        self._now = runtime.timers._now
-        self._real_time = runtime.real_time
+        self._now = shared.now
+        self._real_time = shared.real_time
         self._permits = config.permits()
         self._permits_in_use = 0
         self._pause_at = max(1, (self._permits * 8) // 10)
@@ -377,30 +330,11 @@ class NodeState:
         self.unpermitted_records = 0
         #: Serialises flow decisions with the `set_flow` calls that apply them.
         self._flow_lock = threading.Lock()
-        self._draining = False
-        #: What the owner lease keeper decided last (`MeshStatistics.lease_state`).
-        self.lease_state = "none" if location is None else "acquiring"
-        self.lease_recoveries = 0
         self.objects_reclaimed = 0
         self.ownership_lost = 0
         #: (objects claimed again, objects lost) since the node was last fenced.
         self._episode = (0, 0)
-        #: Discovery asks the lease keeper to renew at once (`check_lease_now`).
-        self._lease_check_now = False
-        #: `on_lease_lost="shutdown"` began the Host's shutdown.
-        self._lease_lost_shutdown = False
-        #: `Host(on_state_change=...)`: told of every `StateChange` (the dispatcher runs it).
-        self.on_state_change: Callable[[StateChange], object] | None = None
-        #: `on_lease_lost="shutdown"`: what shuts the Host down (set by the Host).
-        self.shut_host_down: Callable[[], object] | None = None
-        self._closed = False
-        self.decode_errors = 0
         self.dropped_messages = 0
-        #: What peers send that we drop: counted each (above), logged at most once a
-        #: second per (event, peer, reason) (`_warn_dropped`)
-        self._bad_log = t.RateLimitedLog(log)
-        #: A sweep of `_bad_log` is scheduled on the I/O loop (`_warn_dropped`).
-        self._bad_sweep = False
         self.late_replies = 0
         #: One-ways a peer sent again after a pause that had reached us already.
         self.duplicate_messages = 0
@@ -413,9 +347,6 @@ class NodeState:
         #: A served request answered more than this long after its caller sent it has
         #: its reply kept for a resend (`inbound.Inbound._answer_served`).
         self._keep_after = config.liveness_interval
-        #: One-ways admitted here for a peer that then went for good before it received
-        #: them (`MeshStatistics.dropped_after_admission`), and by routing id.
-        self.dropped_after_admission = 0
         #: Received one-ways waiting for admission here (a full lane).
         self._sends_waiting = 0
         #: One-ways refused here because the owner lease was fenced, and those that
@@ -424,13 +355,10 @@ class NodeState:
         #: none is held (the one check on the path of every received one-way).
         self._fence_held: deque[tuple[t.Inbound, Peer]] | None = None
         #: Past this many held, the newest is lost (its sender told).
-        self._hold_max = _HOLD_PER_PERMIT * self._permits
+        self._hold_max = HOLD_PER_PERMIT * self._permits
         self.held_while_fenced = 0
         #: One-ways that reached this node on a stale route and went on to the owner.
         self.forwarded_messages = 0
-        self._dropped_by_rid: dict[str, int] = {}
-        #: Requests from peers this node answered `UnavailableError`, by reason value.
-        self.unavailable: dict[str, int] = {}
         self._first_seen: dict[str, float] = {}
         #: Duplicate routing ids refused (or refused to us), logged once each (`handshake`).
         self._duplicates: set[tuple[str, object]] = set()
@@ -442,60 +370,31 @@ class NodeState:
         self._discovery_stop = threading.Event()
         #: Set (on the I/O loop) with `_discovery_stop`: wakes discovery.
         self._stopping = asyncio.Event()
-        #: The lease keeper's: it runs until every object closed (a shutdown finisher).
-        self._lease_stop = threading.Event()
-        self._lease_stopping = asyncio.Event()
         self._discovery: Future[None] | None = None
-        self._leasing: Future[None] | None = None
         self._keeper: threading.Thread | None = None
         self._ticker: threading.Thread | None = None
         #: The peer each endpoint we dialled led to (its advertised endpoint may be
         #: spelt otherwise): the keeper dials an endpoint again only once that peer is lost.
         self._dialled: dict[str, Peer] = {}
-        self._info: NodeInfo | None = None
-        self._transport: t.Transport | None = None
 
     @property
     def info(self) -> NodeInfo | None:
-        return self._info
-
-    def _encode(self, payload: object, peer: Peer) -> tuple[str, bytes]:
-        """The payload's type name and bytes; `ProtocolError` (nothing sent) when it
-        cannot be encoded or is larger than this node or the peer accepts."""
-        type_name, data = self.codec.encode_payload(payload)
-        limit = peer.max_message_size
-        if limit and len(data) > limit:
-            raise ProtocolError(
-                f"a {type(payload).__qualname__} payload is {len(data)} bytes encoded, more "
-                f"than node {peer.routing_id!r} accepts (its max_message_size, {limit})"
-            )
-        return type_name, data
-
-    def _notify_quietly(self, conn: bytes, env: bytes, payload: bytes) -> None:
-        transport = self._transport
-        if transport is None:
-            return
-        with contextlib.suppress(t.TransportError):
-            transport.notify(conn, [env, payload])
-
-    def _submit_quietly(self, conn: bytes, env: Envelope, payload: bytes) -> None:
-        transport = self._transport
-        if transport is None:
-            return
-        with contextlib.suppress(t.TransportError):
-            transport.submit(conn, [wire.encode_envelope(env), payload])
+        """This node's info once it is bound (`start`); None before."""
+        return self.shared.info
 
     def _hello_bytes(self) -> bytes:
-        assert self._info is not None
+        shared = self.shared
+        info = shared.info
+        assert info is not None
         with self._lock:
-            channels = dict(self._weights)
-            draining = self._draining
-            fenced = self.lease_state == "fenced"
+            channels = dict(shared.weights)
+            draining = shared.draining
+            fenced = shared.lease_state == "fenced"
         return _encode_hello(
             _Hello(
                 self.routing_id,
                 self.generation,
-                self._info.endpoint,
+                info.endpoint,
                 channels,
                 Role.OBJECT_SERVER if self.object_types else Role.OBJECT_CLIENT,
                 list(self.object_types),
@@ -510,10 +409,20 @@ class NodeState:
             )
         )
 
+    def _tell_update(self) -> None:
+        """Tell every live peer this node's state now (an UPDATE notice carrying its
+        hello: weights, draining, fenced); a notice waits behind no credit and no
+        PAUSED peer."""
+        with self._lock:
+            peers = [p for p in self._peers.by_rid.values() if p.state is not PeerState.LOST]
+        update = self._hello_bytes()
+        for peer in peers:
+            self._notify_quietly(peer.conn, wire.encode_fields(wire.UPDATE), update)
+
     def _use_window(self, conn: bytes, granted: int) -> None:
         """The receiver's credit window bounds what we send it (ours bounds it too: the
         transport's libzmq backstop is sized by our own window)."""
-        transport = self._transport
+        transport = self.shared.transport
         own = self.config.credit_window
         if transport is None or not 0 < granted < own:
             return
@@ -540,86 +449,6 @@ class NodeState:
             return
         peer.acked_in = seq
         self._notify_quietly(peer.conn, wire.encode_fields(wire.ACK, route=seq), b"")
-
-    def _acked(self, peer: Peer, seq: int) -> None:
-        """`peer` has every one-way of ours up to `seq`: we stop keeping them.
-
-        Without the peer's `flow` lock (a sender in a loop holds it nearly always, and
-        this runs on the transport's I/O thread): the deque's popleft and the senders'
-        append are atomic, and the resume that rewrites it runs on this thread too."""
-        peer.acked_out = max(peer.acked_out, seq)
-        unacked = peer.unacked
-        try:
-            while unacked and unacked[0][0] <= seq:
-                unacked.popleft()
-        except IndexError:
-            pass  # emptied meanwhile (the peer expired)
-
-    def _expire(self, peer: Peer, why: str) -> None:
-        """`peer`'s lifecycle is gone for good: what it did not acknowledge is lost,
-        counted and logged in one line (nothing is logged when nothing was lost)."""
-        with peer.flow:
-            if peer.expired:
-                return
-            peer.expired = True
-            kept = list(peer.unacked)  # one C-level copy: an ACK may pop meanwhile
-            peer.unacked.clear()
-            peer.kept_replies = {}  # it never asks again
-            lost = sum(
-                1
-                for _, _, admitted in kept
-                if admitted is None or (admitted.done() and admitted.exception() is None)
-            )
-        # Our requests still pending for it (it went silent, they waited for a resume)
-        # end now: it will not answer them.
-        self._fail_inflight(peer, why, UnavailableReason.PEER_LOST)
-        # Held back for a full target of it: never sent, never completed; they fail (not
-        # counted lost: their callers see why). Expired, it gets no more (`Calls._send`).
-        self._fail_target_waits(
-            peer,
-            UnavailableError(f"node {peer.routing_id!r} {why}", reason=UnavailableReason.PEER_LOST),
-        )
-        if not lost:
-            return
-        self._count_lost(peer, lost)
-        log.warning(
-            "mesh %s: peer %s (generation %d) %s: %d one-way message(s) admitted for it "
-            "were never delivered",
-            self.routing_id,
-            peer.routing_id,
-            peer.generation,
-            why,
-            lost,
-        )
-
-    def _count_lost(self, peer: Peer, lost: int) -> None:
-        """`lost` of our one-ways that completed here were never handled at `peer`
-        (`MeshStatistics.dropped_after_admission`, `dropped_by_peer`)."""
-        with self._lock:
-            self.dropped_after_admission += lost
-            rid = peer.routing_id
-            self._dropped_by_rid[rid] = self._dropped_by_rid.get(rid, 0) + lost
-
-    def _dropped_there(self, peer: Peer, total: int) -> None:
-        """DROPPED from `peer`: `total` of our one-ways it had acknowledged were never
-        handled there, in all (their target closed before they ran or refused them, it
-        held them while fenced and their target was gone when it admitted again, or it
-        stopped first): what the total adds is counted and logged as lost."""
-        with self._lock:
-            lost = total - peer.dropped_seen
-            if lost <= 0:
-                return  # told again (its connection was replaced): counted already
-            peer.dropped_seen = total
-        self._count_lost(peer, lost)
-        self._warn_dropped(
-            "dropped there",
-            peer.routing_id,
-            "told",
-            "mesh %s: %d one-way message(s) admitted for %s were never handled there "
-            "(its log says why)",
-            lost,
-            peer.routing_id,
-        )
 
     def _wake_peer_waiters(self) -> None:
         """A peer became READY or was lost: the calls waiting for a connection look
@@ -664,92 +493,7 @@ class NodeState:
                     n = told.pop(conn, None)
                     if n is not None and n > 0:
                         owed += n
-        transport = self._transport
-        if owed and transport is not None:
-            with contextlib.suppress(t.TransportError):
-                transport.release(conn, owed)
-
-    def _fail_target_waits(self, peer: Peer, exc: BaseException) -> None:
-        """End every one-way waiting here for a full target of `peer` with `exc`."""
-        with peer.flow:
-            waits = list(peer.full_targets.values())
-            peer.full_targets.clear()
-        for waiting in waits:
-            for _, settle in waiting:
-                settle_wait(settle, exc)
-
-    def _release(self, rec: t.Inbound) -> None:
-        if rec.charge:
-            transport = self._transport
-            if transport is not None:
-                # Not `contextlib.suppress`: three frames more, on every received record.
-                try:  # noqa: SIM105
-                    transport.release(rec.peer, rec.charge)
-                except t.TransportError:
-                    pass
-
-    def _bad(self, rec: t.Inbound, why: str) -> None:
-        """A record we cannot use: logged, counted, answered with ProtocolError when it
-        was a request; its credit goes back."""
-        with self._lock:
-            self.decode_errors += 1
-        self._warn_dropped(
-            "bad record", rec.peer, why, "mesh %s: a bad record from %r: %s", rec.peer, why
-        )
-        self._release(rec)
-        if rec.kind is t.InboundKind.REQUEST:
-            self._reply_error(rec.peer, rec.route_id, ProtocolError(why))
-
-    def _warn_dropped(
-        self, event: str, peer: object, reason: object, msg: str, *args: object
-    ) -> None:
-        """Log something a peer sent that was dropped (already counted): `msg` gets this
-        node's routing id, then `args`; at most once a second per (event, peer, reason).
-        A line held back schedules a sweep a little over a second later, so the count of
-        a flood that stopped is logged then, not at the next drop or at close."""
-        bad = self._bad_log
-        if bad.log(logging.WARNING, event, peer, reason, msg, self.routing_id, *args):
-            return
-        if self._bad_sweep or not bad.suppressed:  # one sweep at a time; nothing held
-            return
-        self._bad_sweep = True
-        with contextlib.suppress(RuntimeError):  # the loop has stopped: close flushes
-            self.runtime.io.loop.call_soon_threadsafe(
-                self.runtime.io.loop.call_later, 1.1 * bad.interval, self._sweep_dropped
-            )
-
-    def _sweep_dropped(self) -> None:
-        """On the I/O loop: log what `_bad_log`'s ended windows held back."""
-        self._bad_sweep = False
-        self._bad_log.tick()
-
-    def _reply_error(self, conn: bytes, route: int, exc: BaseException) -> None:
-        self._reply_frames(conn, route, self._error_frames(exc))
-
-    def _error_frames(self, exc: BaseException) -> list[bytes]:
-        """The frames of a reply that says `exc` (an `UnavailableError` is counted by
-        its reason in `MeshStatistics.unavailable`)."""
-        kind, message = self.codec.encode_error(exc)
-        if len(message) > _ERROR_TEXT:  # an error message never outgrows a reply
-            message = message[:_ERROR_TEXT] + " [...]"
-        reason = self.codec.encode_reason(exc)
-        if reason:
-            with self._lock:
-                self.unavailable[reason] = self.unavailable.get(reason, 0) + 1
-        return [wire.encode_fields(wire.REPLY, error_kind=kind, error=message, reason=reason)]
-
-    def _reply_frames(self, conn: bytes, route: int, frames: list[bytes]) -> None:
-        transport = self._transport
-        if transport is None:
-            return
-        try:
-            transport.reply(conn, route, frames)
-        except (t.UnknownPeer, t.Closed):
-            pass  # the peer (or this node) is gone: its caller hears of the loss
-        except t.TransportError as exc:  # a reply too large: the caller must still hear
-            log.warning("mesh %s: a reply could not be sent: %s", self.routing_id, exc)
-            if len(frames) > 1:
-                self._reply_error(conn, route, ProtocolError(f"the reply could not be sent: {exc}"))
+        self._give_back(conn, owed)
 
     def _receive(self, rec: t.Inbound) -> None:
         """Handle one received record (`inbound.py`)."""

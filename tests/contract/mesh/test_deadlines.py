@@ -98,7 +98,7 @@ def test_a_peers_clock_band_outlives_the_connection_that_measured_it(nodes: Node
     assert a.request_to_node(MESH, b.node.routing_id, Work(3), reply=int).submit_sync() == 3
     node = b._node()
     peer = node._peers.by_rid[a.node.routing_id]
-    transport = node._transport
+    transport = node.shared.transport
     assert transport is not None
     kept = peer.clock  # kept on the peer as the request was judged
     assert kept is not None

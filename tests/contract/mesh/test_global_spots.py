@@ -239,7 +239,7 @@ def test_a_one_way_with_instance_intent_sent_again_after_a_pause_runs_once(
         peer.out_seq, "Spot", "m", node.config.name, None, type_name, Match.type_name
     )
     before = mesh_stats(owner).duplicate_messages
-    node._transport.submit(peer.conn, (again, data))  # type: ignore[union-attr]
+    node.shared.transport.submit(peer.conn, (again, data))  # type: ignore[union-attr]
     assert wait_until(lambda: mesh_stats(owner).duplicate_messages == before + 1)
     # What the sender sends next runs, after it: the duplicate did not.
     client.send_to_spot("m", Hit("c", 1)).activate(Match).submit_sync()

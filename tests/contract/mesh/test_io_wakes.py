@@ -57,7 +57,7 @@ def _after_each_reply(monkeypatch: pytest.MonkeyPatch, host: z.Host, step: Any) 
 
 def test_the_nodes_io_thread_keeps_its_wakes_until_it_sleeps(harness: HostHarness) -> None:
     _, client = _hosts(harness)
-    io = client._node()._transport._io  # type: ignore[union-attr]
+    io = client._node().shared.transport._io  # type: ignore[union-attr]
     assert io.before_sleep is handoff.sleeping
 
 

@@ -94,9 +94,10 @@ def test_a_broken_link_between_live_nodes_heals_through_discovery(harness: HostH
         a.wait_for_peers(1, timeout=WAIT)
         node = a._mesh
         assert node is not None
-        assert node._transport is not None
-        for conn in list(node._transport.peers()):
-            node._transport.disconnect(conn)  # the link breaks; both nodes live on
+        transport = node.shared.transport
+        assert transport is not None
+        for conn in list(transport.peers()):
+            transport.disconnect(conn)  # the link breaks; both nodes live on
         assert wait_for_state(a, b.node.routing_id, z.PeerState.LOST, z.PeerState.CONNECTING)
         # Both descriptors are still listed: discovery dials again, and the pair is READY.
         assert wait_until(lambda: peer_state(a, b.node.routing_id) is z.PeerState.READY, 3 * WAIT)
