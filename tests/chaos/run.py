@@ -499,13 +499,17 @@ class _Run:
 
 @contextlib.contextmanager
 def interrupts_as_keyboard() -> Iterator[None]:
-    """SIGTERM ends the run as Ctrl-C does (its `finally` blocks clean up)."""
+    """SIGTERM ends the run as Ctrl-C does (its `finally` blocks clean up), and Ctrl-C
+    does so even when the run was started with SIGINT ignored (a background job of a
+    shell script inherits that, and Python then installs no handler of its own)."""
 
     def raise_interrupt(*_: object) -> None:
         raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGTERM, raise_interrupt)
+    previous_int = signal.signal(signal.SIGINT, raise_interrupt)
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_int)
