@@ -311,10 +311,10 @@ class Handshake(NodeState):
 
     def _resume(self, peer: Peer, conn: bytes, hello: _Hello) -> bool:
         """`peer` came back with the same lifecycle before it expired: it is READY again
-        on `conn`, and first of all it is sent again, in order, every one-way of ours it
-        has not acknowledged, then those held for its full targets (`Delivery.resend`).
-        New one-ways wait for the peer's `flow` lock, so they follow. False when it
-        expired meanwhile (then it is replaced)."""
+        on `conn` (told our ACK and DROPPED totals again), and first of all it is sent
+        again, in order, every one-way of ours it has not acknowledged, then those held for
+        its full targets (`Delivery.resend`). New one-ways wait for the peer's `flow` lock,
+        so they follow. False when it expired meanwhile (then it is replaced)."""
         with peer.flow:
             with self._lock:
                 if peer.expired or self._peers.by_rid.get(peer.routing_id) is not peer:
@@ -323,6 +323,12 @@ class Handshake(NodeState):
                 peer.conn = conn
                 self._peers.add(peer)
                 peer.state = PeerState.READY
+                # Our ACK and DROPPED totals may have been lost with the connection that
+                # closed under them (one it dialled keeps its name here, so a changed
+                # `conn` does not show it): the ticker tells them again on this one.
+                # Both are running totals: heard twice, they count once.
+                peer.acked_in = 0
+                peer.dropped_told = 0
                 self._update_locked(peer, hello)
                 self._changed.notify_all()
             self._wake_peer_waiters()

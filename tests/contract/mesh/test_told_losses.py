@@ -202,3 +202,83 @@ def test_an_ack_told_before_the_admit_of_a_resumed_connection_frees_what_it_cove
     assert before.acked_out == 3
     assert len(journal().items("note")) == 3  # the three sent again were not run twice
     assert mesh_stats(client).dropped_after_admission == 0
+
+
+def _losing(node: Any, name: str) -> threading.Event:
+    """While the returned event is set, `node` ignores what its method `name` (`_acked`,
+    `_dropped_there`) would apply: a notice lost on its way, with the connection it
+    came on."""
+    losing = threading.Event()
+    losing.set()
+    real = getattr(node, name)
+
+    def apply(peer: Any, number: int) -> None:
+        if not losing.is_set():
+            real(peer, number)
+
+    setattr(node, name, apply)
+    return losing
+
+
+def _dial_again(client: Host, owner: Host) -> Any:
+    """The client's connection to the owner closes, and the client dials again: the same
+    lifecycle on both sides, a resume (the client's view of the owner is returned)."""
+    dialler = client._node()
+    before = dialler._peers.by_rid[owner.node.routing_id]
+    assert dialler._transport is not None
+    dialler._transport.disconnect(before.conn)
+    assert wait_until(lambda: before.state is PeerState.LOST)
+    return before
+
+
+def test_an_ack_lost_with_its_connection_is_told_again_when_the_peer_resumes(
+    mesh: GlobalMesh,
+) -> None:
+    """The owner's ACK of the client's one-ways is lost on its way (with the connection,
+    which closes: a pause, a partition). The client dials again and both resume; the
+    owner's connection keeps its name (the dialling node's lifecycle), so its ACK was
+    not told again and the client kept those one-ways as unacknowledged (sent again at
+    the next pause, counted lost if the owner then died). Now each side tells its ACK
+    and DROPPED totals again when a peer resumes: they are running totals, so a total
+    heard twice counts once."""
+    owner = mesh.add(spots=[Room])
+    client = mesh.add()  # it dials the owner (`GlobalMesh.add`)
+    owner.spots.get_or_create("r", Room).submit_sync()
+    seen = owner._node()._peers.by_rid[client.node.routing_id]  # the owner's view
+    losing = _losing(client._node(), "_acked")
+    for n in range(3):
+        assert client.send_to_spot("r", Note(n)).submit_sync() is None
+    assert wait_until(lambda: len(journal().items("note")) == 3)
+    assert wait_until(lambda: seen.acked_in == seen.in_seq > 0)  # acknowledged, lost
+    before = _dial_again(client, owner)
+    assert len(before.unacked) == 3
+    losing.clear()
+    client.connect_peer(owner.node.endpoint).result(WAIT)
+    assert client._node()._peers.by_rid[owner.node.routing_id] is before  # resumed
+    assert wait_until(lambda: not before.unacked), list(before.unacked)
+    assert before.acked_out == 3
+    assert len(journal().items("note")) == 3  # the three sent again were not run twice
+    assert mesh_stats(client).dropped_after_admission == 0
+
+
+def test_a_dropped_total_lost_with_its_connection_is_told_again_when_the_peer_resumes(
+    mesh: GlobalMesh,
+) -> None:
+    """As above with DROPPED: the owner loses one of the client's one-ways (as a fenced
+    node does when it admits again) and its notice is lost on its way. Before, the total
+    was never told again (its connection kept its name): the client never counted it."""
+    owner = mesh.add(spots=[Room])
+    client = mesh.add()  # it dials the owner (`GlobalMesh.add`)
+    _lose_one(owner, client, "a")
+    assert wait_until(lambda: mesh_stats(client).dropped_after_admission == 1)
+    node = owner._node()
+    seen = node._peers.by_rid[client.node.routing_id]  # the owner's view of the client
+    losing = _losing(client._node(), "_dropped_there")
+    node._lost_here(seen, "lost as its sender went away (the test)")
+    assert seen.dropped_told == 2  # told on the live connection, and lost on its way
+    _dial_again(client, owner)
+    losing.clear()
+    assert mesh_stats(client).dropped_after_admission == 1
+    client.connect_peer(owner.node.endpoint).result(WAIT)
+    assert wait_until(lambda: mesh_stats(client).dropped_after_admission == 2)
+    assert mesh_stats(client).dropped_by_peer == {owner.node.routing_id: 2}
