@@ -14,6 +14,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+import pytest
+
 from zlink_actors import Completion, Host, PeerState
 from zlink_actors.testing import WAIT, wait_until
 
@@ -141,8 +143,8 @@ def test_a_dropped_total_told_before_the_admit_of_a_resumed_connection_is_counte
     node._admit = admit  # type: ignore[method-assign]
     dialler = client._node()
     before = dialler._peers.by_rid[owner.node.routing_id]
-    assert dialler._transport is not None
-    dialler._transport.disconnect(before.conn)  # the client's connection is gone
+    assert dialler.shared.transport is not None
+    dialler.shared.transport.disconnect(before.conn)  # the client's connection is gone
     assert wait_until(lambda: before.state is PeerState.LOST)
     client.connect_peer(owner.node.endpoint).result(WAIT)  # the same lifecycle: resumed
     assert resumed.wait(WAIT)
@@ -192,8 +194,8 @@ def test_an_ack_told_before_the_admit_of_a_resumed_connection_frees_what_it_cove
     dialler = client._node()
     before = dialler._peers.by_rid[owner.node.routing_id]
     assert len(before.unacked) == 3  # reached the owner, not acknowledged yet
-    assert dialler._transport is not None
-    dialler._transport.disconnect(before.conn)
+    assert dialler.shared.transport is not None
+    dialler.shared.transport.disconnect(before.conn)
     assert wait_until(lambda: before.state is PeerState.LOST)
     client.connect_peer(owner.node.endpoint).result(WAIT)  # the same lifecycle: resumed
     assert resumed.wait(WAIT)
@@ -204,19 +206,20 @@ def test_an_ack_told_before_the_admit_of_a_resumed_connection_frees_what_it_cove
     assert mesh_stats(client).dropped_after_admission == 0
 
 
-def _losing(node: Any, name: str) -> threading.Event:
-    """While the returned event is set, `node` ignores what its method `name` (`_acked`,
-    `_dropped_there`) would apply: a notice lost on its way, with the connection it
-    came on."""
+def _losing(delivery: Any, name: str, monkeypatch: pytest.MonkeyPatch) -> threading.Event:
+    """While the returned event is set, `delivery` (a node's `Delivery`) ignores what its
+    method `name` (`acked`, `dropped_there`) would apply: a notice lost on its way, with
+    the connection it came on. The other nodes' are untouched."""
     losing = threading.Event()
     losing.set()
-    real = getattr(node, name)
+    cls = type(delivery)
+    real = getattr(cls, name)
 
-    def apply(peer: Any, number: int) -> None:
-        if not losing.is_set():
-            real(peer, number)
+    def apply(self: Any, peer: Any, number: int) -> None:
+        if not (self is delivery and losing.is_set()):
+            real(self, peer, number)
 
-    setattr(node, name, apply)
+    monkeypatch.setattr(cls, name, apply)
     return losing
 
 
@@ -225,14 +228,14 @@ def _dial_again(client: Host, owner: Host) -> Any:
     lifecycle on both sides, a resume (the client's view of the owner is returned)."""
     dialler = client._node()
     before = dialler._peers.by_rid[owner.node.routing_id]
-    assert dialler._transport is not None
-    dialler._transport.disconnect(before.conn)
+    assert dialler.shared.transport is not None
+    dialler.shared.transport.disconnect(before.conn)
     assert wait_until(lambda: before.state is PeerState.LOST)
     return before
 
 
 def test_an_ack_lost_with_its_connection_is_told_again_when_the_peer_resumes(
-    mesh: GlobalMesh,
+    mesh: GlobalMesh, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The owner's ACK of the client's one-ways is lost on its way (with the connection,
     which closes: a pause, a partition). The client dials again and both resume; the
@@ -245,7 +248,7 @@ def test_an_ack_lost_with_its_connection_is_told_again_when_the_peer_resumes(
     client = mesh.add()  # it dials the owner (`GlobalMesh.add`)
     owner.spots.get_or_create("r", Room).submit_sync()
     seen = owner._node()._peers.by_rid[client.node.routing_id]  # the owner's view
-    losing = _losing(client._node(), "_acked")
+    losing = _losing(client._node().delivery, "acked", monkeypatch)
     for n in range(3):
         assert client.send_to_spot("r", Note(n)).submit_sync() is None
     assert wait_until(lambda: len(journal().items("note")) == 3)
@@ -262,7 +265,7 @@ def test_an_ack_lost_with_its_connection_is_told_again_when_the_peer_resumes(
 
 
 def test_a_dropped_total_lost_with_its_connection_is_told_again_when_the_peer_resumes(
-    mesh: GlobalMesh,
+    mesh: GlobalMesh, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """As above with DROPPED: the owner loses one of the client's one-ways (as a fenced
     node does when it admits again) and its notice is lost on its way. Before, the total
@@ -273,7 +276,7 @@ def test_a_dropped_total_lost_with_its_connection_is_told_again_when_the_peer_re
     assert wait_until(lambda: mesh_stats(client).dropped_after_admission == 1)
     node = owner._node()
     seen = node._peers.by_rid[client.node.routing_id]  # the owner's view of the client
-    losing = _losing(client._node(), "_dropped_there")
+    losing = _losing(client._node().delivery, "dropped_there", monkeypatch)
     node._lost_here(seen, "lost as its sender went away (the test)")
     assert seen.dropped_told == 2  # told on the live connection, and lost on its way
     _dial_again(client, owner)
