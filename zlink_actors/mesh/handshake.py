@@ -156,7 +156,8 @@ class Handshake(NodeState):
             level = logging.DEBUG
         log.log(level, "mesh %s: connection to %s failed: %s", self.routing_id, dial.endpoint, why)
         for record in dial.early:
-            self._bad(record, f"the connection's handshake failed: {why}")
+            if record.kind is not t.InboundKind.NOTICE:  # a notice has nothing to answer
+                self._bad(record, f"the connection's handshake failed: {why}")
         if told:
             with self._lock:
                 self._closing.append((time.monotonic() + _CLOSE_DELAY, alias))
@@ -310,10 +311,10 @@ class Handshake(NodeState):
 
     def _resume(self, peer: Peer, conn: bytes, hello: _Hello) -> bool:
         """`peer` came back with the same lifecycle before it expired: it is READY again
-        on `conn`, and first of all it is sent again, in order, every one-way of ours it
-        has not acknowledged, then those held for its full targets (`Delivery.resend`).
-        New one-ways wait for the peer's `flow` lock, so they follow. False when it
-        expired meanwhile (then it is replaced)."""
+        on `conn` (told our ACK and DROPPED totals again), and first of all it is sent
+        again, in order, every one-way of ours it has not acknowledged, then those held for
+        its full targets (`Delivery.resend`). New one-ways wait for the peer's `flow` lock,
+        so they follow. False when it expired meanwhile (then it is replaced)."""
         with peer.flow:
             with self._lock:
                 if peer.expired or self._peers.by_rid.get(peer.routing_id) is not peer:
@@ -322,6 +323,12 @@ class Handshake(NodeState):
                 peer.conn = conn
                 self._peers.add(peer)
                 peer.state = PeerState.READY
+                # Our ACK and DROPPED totals may have been lost with the connection that
+                # closed under them (one it dialled keeps its name here, so a changed
+                # `conn` does not show it): the ticker tells them again on this one.
+                # Both are running totals: heard twice, they count once.
+                peer.acked_in = 0
+                peer.dropped_told = 0
                 self._update_locked(peer, hello)
                 self._changed.notify_all()
             self._wake_peer_waiters()
@@ -478,6 +485,23 @@ class Handshake(NodeState):
             self._changed.notify_all()
         if hello.draining:
             self.delivery.fin(peer)
+
+    def _early_notice(self, rec: t.Inbound) -> bool:
+        """A notice on a connection with no peer: True when it came on our dial before
+        that dial's ADMIT was read, kept in `_Dial.early` and handled right after the
+        ADMIT. The peer admitted us before it answered, and a notice another of its
+        threads sent meanwhile (the ticker's ACK, a DROPPED total told again on a
+        resume) may leave before the ADMIT. It comes from the node that admits us on
+        that very connection, for the lifecycle the ADMIT names: ACK and DROPPED are
+        that lifecycle's totals. A dial that fails drops them (`_dial_failed`)."""
+        with self._lock:
+            if rec.peer in self._peers.by_conn:
+                return False
+            dial = self._dials.get(rec.peer)
+            if dial is None:
+                return False
+            dial.early.append(rec)
+            return True
 
     def _receive_notice(self, rec: t.Inbound) -> None:
         """UPDATE (weights, draining), BYE, ACK, FIN or REJECT (`_refused_by`) on the

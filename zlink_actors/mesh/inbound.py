@@ -91,7 +91,8 @@ class Inbound(Calls):
             self._receive_reply(rec)
             return
         if rec.kind is _NOTICE:
-            self._receive_notice(rec)
+            if rec.peer in self._peers.by_conn or not self._early_notice(rec):
+                self._receive_notice(rec)
             return
         if rec.rejected is not None:
             self._bad(rec, f"refused by the transport: {rec.rejected}")

@@ -230,8 +230,10 @@ class _Dial:
     #: The routing id a descriptor named for this endpoint (its CONNECTING entry).
     expect: str | None = None
     #: Records the peer sent on this connection before its ADMIT was read (the ADMIT
-    #: travels on the completion connection, which is read after the application one):
-    #: handled, in order, once it is.
+    #: travels on the completion connection, which is read after the application one),
+    #: and its notices that came before the ADMIT (it admitted us first, and a notice
+    #: of another of its threads can leave before the ADMIT: an ACK or DROPPED total
+    #: on a resume): handled, in order, once it is (`Handshake._early_notice`).
     early: list[t.Inbound] = field(default_factory=list)
     #: Our `time.monotonic()` before the HELLO was submitted (0.0: not yet).
     sent: float = 0.0
