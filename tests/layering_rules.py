@@ -11,8 +11,9 @@ they are about what is imported and what is built from it:
    marked `#: base: <why>` on the line above its `class` statement (a small base that exists
    to be inherited).
 2. **No private name crosses a module boundary**: no `from X import _name` where X is another
-   module of `zlink_actors` or `transports` (`from . import _errors` imports a private
-   module, not a name: the layers say who may import a module).
+   module of `zlink_actors` or `transports`, and no `X._name` read through such a module
+   (`from . import codec as wire` ... `wire._DECODER`). `from . import _errors` imports a
+   private module, not a name: the layers say who may import a module.
 
 `ALLOWLIST` holds the violations that code not yet moved still has, each with its reason. It
 can only shrink: an entry that no longer occurs is itself reported, so whoever removes a
@@ -126,6 +127,11 @@ ALLOWLIST: dict[str, tuple[str, ...]] = {
         "zlink_actors.mesh.routing imports zlink_actors.mesh.operations._HERE",
         "zlink_actors.mesh.routing imports zlink_actors.mesh.operations._Inflight",
         "zlink_actors.mesh.routing imports zlink_actors.mesh.operations._Resolve",
+    ),
+    "the envelope decoder, called on the receive paths without a frame around it": (
+        "zlink_actors.mesh.calls reads zlink_actors.mesh.codec._ENVELOPE_DECODER",
+        "zlink_actors.mesh.inbound reads zlink_actors.mesh.codec._ENVELOPE_DECODER",
+        "zlink_actors.mesh.routing reads zlink_actors.mesh.codec._ENVELOPE_DECODER",
     ),
     "the PeerLost of a silent peer, raised by the I/O thread only (its public type is PeerLost)": (
         "transports._io imports transports._errors._SilentPeerLost",
@@ -378,7 +384,7 @@ class Finding:
     module: str
     line: int
     who: str  # dotted: the class that inherits, or the module that imports
-    rule: str  # "inherits" or "imports"
+    rule: str  # "inherits", "imports" or "reads"
     what: str  # dotted: the base class, or the private name
 
     @property
@@ -390,12 +396,13 @@ class Finding:
         if self.rule == "inherits":
             short = self.who.rsplit(".", 1)[-1]
             return f"{self.module}:{self.line} {short} inherits {self.what}: {_WHY[self.rule]}"
-        return f"{self.module}:{self.line} imports {self.what}: {_WHY[self.rule]}"
+        return f"{self.module}:{self.line} {self.rule} {self.what}: {_WHY[self.rule]}"
 
 
 _WHY = {
     "inherits": "a part holds its collaborators",
     "imports": "a private name stays in its module",
+    "reads": "a private name stays in its module",
 }
 
 
@@ -440,25 +447,47 @@ def inheritance_violations(root: pathlib.Path, package: str = MESH) -> list[Find
 def private_import_violations(
     root: pathlib.Path, packages: tuple[str, ...] = PACKAGES
 ) -> list[Finding]:
-    """Every `from X import _name` in `packages` where X is another module of `packages`
-    (anywhere in the module: `TYPE_CHECKING` and function-level imports count)."""
+    """Every private name of a module of `packages` that another of them takes: `from X
+    import _name` anywhere in the module (`TYPE_CHECKING` and function-level imports
+    count), and `X._name` read through a module X bound at the module's top
+    (`from . import codec as wire` ... `wire._DECODER`)."""
     found = []
     for path in module_paths(root, packages):
         importer = module_name(root, path)
-        is_package = path.name == "__init__.py"
-        for node in ast.walk(_parse(path)):
-            if not isinstance(node, ast.ImportFrom):
+        module = _module(root, importer)
+        assert module is not None
+        for node in ast.walk(module.tree):
+            if isinstance(node, ast.ImportFrom):
+                source = resolve(importer, path.name == "__init__.py", node)
+                names = [(source, alias.name) for alias in node.names]
+                rule = "imports"
+            elif isinstance(node, ast.Attribute):
+                source = _module_named(root, module, node.value)
+                names = [(source, node.attr)]
+                rule = "reads"
+            else:
                 continue
-            source = resolve(importer, is_package, node)
-            if source.split(".")[0] not in packages or source == importer:
+            if source.split(".", maxsplit=1)[0] not in packages or source == importer:
                 continue
-            for alias in node.names:
-                if not _is_private(alias.name) or exists(root, f"{source}.{alias.name}"):
-                    continue
-                found.append(
-                    Finding(importer, node.lineno, importer, "imports", f"{source}.{alias.name}")
-                )
+            found.extend(
+                Finding(importer, node.lineno, importer, rule, f"{source}.{name}")
+                for source, name in names
+                if _is_private(name) and not exists(root, f"{source}.{name}")
+            )
     return found
+
+
+def _module_named(root: pathlib.Path, module: _Module, expr: ast.expr) -> str:
+    """The module `expr` names in `module` (a name bound to a module at its top, or a
+    sub-module read from one), or "" if it names none."""
+    if isinstance(expr, ast.Name):
+        bound = module.bindings.get(expr.id)
+        return bound[1] if bound is not None and bound[0] == "module" else ""
+    if isinstance(expr, ast.Attribute):
+        outer = _module_named(root, module, expr.value)
+        sub = f"{outer}.{expr.attr}"
+        return sub if outer and exists(root, sub) else ""
+    return ""
 
 
 def _is_private(name: str) -> bool:

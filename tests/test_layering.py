@@ -380,6 +380,16 @@ _INHERITS = "zlink_actors.mesh.b:2 B inherits zlink_actors.mesh.a.A: a part hold
             "transports._io:1 imports transports._errors._Silent: "
             "a private name stays in its module",
         ),
+        (
+            {"zlink_actors/mesh/b.py": "from . import a\ndef f():\n    return a._x\n"},
+            "zlink_actors.mesh.b:3 reads zlink_actors.mesh.a._x: "
+            "a private name stays in its module",
+        ),
+        (
+            {"zlink_actors/mesh/b.py": "import zlink_actors.mesh.a\nx = zlink_actors.mesh.a._x\n"},
+            "zlink_actors.mesh.b:2 reads zlink_actors.mesh.a._x: "
+            "a private name stays in its module",
+        ),
     ],
     ids=[
         "inherits",
@@ -391,6 +401,8 @@ _INHERITS = "zlink_actors.mesh.b:2 B inherits zlink_actors.mesh.a.A: a part hold
         "private-name",
         "private-name-type-checking",
         "private-name-transports",
+        "private-name-read",
+        "private-name-read-absolute",
     ],
 )
 def test_the_composition_check_reports_a_planted_violation(
@@ -424,6 +436,7 @@ def test_the_composition_check_reports_a_planted_violation(
             "transports/_io.py": "from . import _errors\n",
         },
         {"zlink_actors/mesh/b.py": "from .a import __doc__\n"},
+        {"zlink_actors/mesh/b.py": "class B:\n    def f(self):\n        return self._x\n"},
     ],
     ids=[
         "protocol-base",
@@ -434,6 +447,7 @@ def test_the_composition_check_reports_a_planted_violation(
         "private-alias",
         "private-module",
         "dunder",
+        "own-private-attribute",
     ],
 )
 def test_the_composition_check_passes_what_the_rules_allow(
