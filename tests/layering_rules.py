@@ -232,12 +232,15 @@ def _walk(
 
 
 @cache
-def _parse_cached(path: pathlib.Path, mtime_ns: int) -> ast.Module:
+def _parse_cached(path: pathlib.Path, mtime_ns: int, size: int) -> ast.Module:
     return ast.parse(path.read_text(encoding="utf-8"))
 
 
 def _parse(path: pathlib.Path) -> ast.Module:
-    return _parse_cached(path, path.stat().st_mtime_ns)
+    """The module at `path`, parsed once per version of the file (a base is resolved by
+    reading the modules it passes through, again for each class)."""
+    stat = path.stat()
+    return _parse_cached(path, stat.st_mtime_ns, stat.st_size)
 
 
 # -- what a name at a module's top means -------------------------------------------------
