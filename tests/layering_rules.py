@@ -300,7 +300,7 @@ def _definition(root: pathlib.Path, module: str, name: str, depth: int = 0) -> _
 
 def _base(root: pathlib.Path, module: _Module, expr: ast.expr) -> _Definition | None:
     """The class a base expression of a `class` statement in `module` names."""
-    while isinstance(expr, ast.Subscript):  # Generic[T], _Cell[None]
+    while isinstance(expr, ast.Subscript):  # Generic[T], Cell[None]
         expr = expr.value
     chain: list[str] = []
     while isinstance(expr, ast.Attribute):
