@@ -13,7 +13,10 @@ tiers not written yet, and no layered module importing the package's top (`__ini
 2. no import of the package sits inside a function;
 3. the graph of all those imports, `TYPE_CHECKING` ones included, has no cycle;
 4. `transports` imports nothing of `zlink_actors`, and of other libraries only pyzmq and
-   msgspec.
+   msgspec;
+5. no class of `mesh/` inherits a class of another module of `mesh/`, and no private name
+   is imported from another module (tests/layering_rules.py, which import-linter runs too
+   as the contract `mesh_composition`; its `ALLOWLIST` of code not yet moved only shrinks).
 
 The last tests plant each kind of violation in a copy of a small tree and check that the
 checker reports it: a check that cannot fail would be worth nothing.
@@ -22,12 +25,23 @@ checker reports it: a check that cannot fail would be worth nothing.
 from __future__ import annotations
 
 import ast
+import os
 import pathlib
+import shutil
+import subprocess
 import sys
-from collections.abc import Iterator
-from dataclasses import dataclass
+import tomllib
 
+import grimp
 import pytest
+
+from .layering_rules import (
+    ALLOWLIST,
+    PACKAGES,
+    CompositionContract,
+    composition_violations,
+    imports,
+)
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -44,80 +58,6 @@ ALLOWED: dict[str, frozenset[str]] = {
 }
 #: Modules of `zlink_actors` outside the layers: they may import any of them.
 UNLAYERED = frozenset({"", "testing"})
-
-
-@dataclass(frozen=True)
-class Import:
-    """One import of a module of the checked packages."""
-
-    source: str  # dotted module name of the importer
-    target: str  # dotted name of what it imports (a module, or a package)
-    line: int
-    where: str  # "top", "type-checking" or "function"
-
-
-def _module_name(root: pathlib.Path, path: pathlib.Path) -> str:
-    parts = path.relative_to(root).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-def _resolve(root: pathlib.Path, importer: str, is_package: bool, node: ast.ImportFrom) -> str:
-    base = importer.split(".")
-    if not is_package:
-        base = base[:-1]
-    if node.level:
-        base = base[: len(base) - (node.level - 1)]
-        return ".".join([*base, node.module] if node.module else base)
-    return node.module or ""
-
-
-def _is_type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
-
-
-def imports(root: pathlib.Path, packages: tuple[str, ...]) -> Iterator[Import]:
-    """Every import, anywhere in a module, of a module of `packages` under `root`."""
-    for package in packages:
-        for path in sorted((root / package).rglob("*.py")):
-            importer = _module_name(root, path)
-            tree = ast.parse(path.read_text(encoding="utf-8"))
-            yield from _walk(root, importer, path.name == "__init__.py", tree, "top", packages)
-
-
-def _walk(
-    root: pathlib.Path,
-    importer: str,
-    is_package: bool,
-    node: ast.AST,
-    where: str,
-    packages: tuple[str, ...],
-) -> Iterator[Import]:
-    for child in ast.iter_child_nodes(node):
-        inner = where
-        if isinstance(child, ast.If) and _is_type_checking(child.test):
-            inner = "type-checking"
-        elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-            inner = "function"
-        if isinstance(child, ast.ImportFrom):
-            target = _resolve(root, importer, is_package, child)
-            for alias in child.names:
-                # `from . import x` names a sub-module x when one exists.
-                sub = f"{target}.{alias.name}"
-                named = sub if _exists(root, sub) else target
-                if named.split(".")[0] in packages:
-                    yield Import(importer, named, child.lineno, inner)
-        elif isinstance(child, ast.Import):
-            for alias in child.names:
-                if alias.name.split(".")[0] in packages:
-                    yield Import(importer, alias.name, child.lineno, inner)
-        yield from _walk(root, importer, is_package, child, inner, packages)
-
-
-def _exists(root: pathlib.Path, dotted: str) -> bool:
-    path = root.joinpath(*dotted.split("."))
-    return path.with_suffix(".py").exists() or (path / "__init__.py").exists()
 
 
 def _layer(module: str) -> str | None:
@@ -233,6 +173,8 @@ _CLEAN = {
     "zlink_actors/_engine/kernel.py": "from .._core.pool import E\n",
     "zlink_actors/_calls/__init__.py": "",
     "zlink_actors/_calls/call.py": "from .._engine.kernel import E\nclass Call: ...\n",
+    "zlink_actors/mesh/__init__.py": "",
+    "zlink_actors/mesh/a.py": "class A: ...\n",
     "transports/__init__.py": "import zmq\n",
 }
 
@@ -363,3 +305,240 @@ def test_the_fence_check_reports_another_writer(tmp_path: pathlib.Path) -> None:
         },
     )
     assert fence_writes(root) == ["zlink_actors/mesh/b.py:2"]
+
+
+# -- composition: parts are held, private names stay home (issue 27 §1) ------------------
+
+
+def test_no_class_inherits_across_mesh_modules_and_no_private_name_crosses_a_module() -> None:
+    assert composition_violations(ROOT) == []
+
+
+def test_each_allowlist_entry_is_listed_once_under_a_one_line_reason() -> None:
+    entries = [key for keys in ALLOWLIST.values() for key in keys]
+    assert len(entries) == len(set(entries))
+    assert all(reason and "\n" not in reason for reason in ALLOWLIST)
+    assert all(len(key.split()) == 3 for key in entries)
+
+
+#: A class of `mesh/` whose base is in another module of `mesh/`, written as `b.py`.
+_INHERITS = "zlink_actors.mesh.b:2 B inherits zlink_actors.mesh.a.A: a part holds its collaborators"
+
+
+@pytest.mark.parametrize(
+    ("files", "expected"),
+    [
+        ({"zlink_actors/mesh/b.py": "from .a import A\nclass B(A): ...\n"}, _INHERITS),
+        ({"zlink_actors/mesh/b.py": "from . import a\nclass B(a.A): ...\n"}, _INHERITS),
+        (
+            {
+                "zlink_actors/mesh/b.py": "import zlink_actors.mesh.a\n"
+                "class B(zlink_actors.mesh.a.A): ...\n"
+            },
+            _INHERITS,
+        ),
+        (
+            {
+                "zlink_actors/mesh/__init__.py": "from .a import A\n",
+                "zlink_actors/mesh/b.py": "from . import A\nclass B(A): ...\n",
+            },
+            _INHERITS,
+        ),
+        (
+            {
+                "zlink_actors/mesh/a.py": "from typing import Generic, TypeVar\n"
+                "T = TypeVar('T')\nclass A(Generic[T]): ...\n",
+                "zlink_actors/mesh/b.py": "from .a import A\nclass B(A[int]): ...\n",
+            },
+            _INHERITS,
+        ),
+        (
+            {
+                "zlink_actors/mesh/a.py": "#: base:\nclass A: ...\n",
+                "zlink_actors/mesh/b.py": "from .a import A\nclass B(A): ...\n",
+            },
+            _INHERITS,
+        ),
+        (
+            {"zlink_actors/mesh/b.py": "from .a import _x\n"},
+            "zlink_actors.mesh.b:1 imports zlink_actors.mesh.a._x: "
+            "a private name stays in its module",
+        ),
+        (
+            {
+                "zlink_actors/_core/pool.py": "from typing import TYPE_CHECKING\n"
+                "if TYPE_CHECKING:\n    from .errors import _E\n"
+            },
+            "zlink_actors._core.pool:3 imports zlink_actors._core.errors._E: "
+            "a private name stays in its module",
+        ),
+        (
+            {
+                "transports/_errors.py": "class _Silent(Exception): ...\n",
+                "transports/_io.py": "from ._errors import _Silent\n",
+            },
+            "transports._io:1 imports transports._errors._Silent: "
+            "a private name stays in its module",
+        ),
+        (
+            {"zlink_actors/mesh/b.py": "from . import a\ndef f():\n    return a._x\n"},
+            "zlink_actors.mesh.b:3 reads zlink_actors.mesh.a._x: "
+            "a private name stays in its module",
+        ),
+        (
+            {"zlink_actors/mesh/b.py": "import zlink_actors.mesh.a\nx = zlink_actors.mesh.a._x\n"},
+            "zlink_actors.mesh.b:2 reads zlink_actors.mesh.a._x: "
+            "a private name stays in its module",
+        ),
+    ],
+    ids=[
+        "inherits",
+        "inherits-module-attribute",
+        "inherits-absolute",
+        "inherits-re-exported",
+        "inherits-generic",
+        "base-marker-without-reason",
+        "private-name",
+        "private-name-type-checking",
+        "private-name-transports",
+        "private-name-read",
+        "private-name-read-absolute",
+    ],
+)
+def test_the_composition_check_reports_a_planted_violation(
+    tmp_path: pathlib.Path, files: dict[str, str], expected: str
+) -> None:
+    root = _tree(tmp_path, {**_CLEAN, **files})
+    assert composition_violations(root, allowlist={}) == [expected]
+
+
+@pytest.mark.parametrize(
+    "files",
+    [
+        {
+            "zlink_actors/mesh/a.py": "from typing import Protocol\nclass A(Protocol): ...\n",
+            "zlink_actors/mesh/b.py": "from .a import A\nclass B(A): ...\n",
+        },
+        {
+            "zlink_actors/mesh/a.py": "import typing\nclass A(typing.Protocol): ...\n",
+            "zlink_actors/mesh/b.py": "from .a import A\nclass B(A): ...\n",
+        },
+        {
+            "zlink_actors/mesh/a.py": "#: base: a small base that exists to be inherited\n"
+            "class A: ...\n",
+            "zlink_actors/mesh/b.py": "from .a import A\nclass B(A): ...\n",
+        },
+        {"zlink_actors/mesh/a.py": "class A: ...\nclass B(A): ...\n"},
+        {"zlink_actors/mesh/b.py": "from .._core.errors import E\nclass B(E): ...\n"},
+        {"zlink_actors/_core/pool.py": "from .errors import E as _E\n"},
+        {
+            "transports/_errors.py": "",
+            "transports/_io.py": "from . import _errors\n",
+        },
+        {"zlink_actors/mesh/b.py": "from .a import __doc__\n"},
+        {"zlink_actors/mesh/b.py": "class B:\n    def f(self):\n        return self._x\n"},
+    ],
+    ids=[
+        "protocol-base",
+        "typing-protocol-base",
+        "marked-base",
+        "same-module",
+        "base-outside-mesh",
+        "private-alias",
+        "private-module",
+        "dunder",
+        "own-private-attribute",
+    ],
+)
+def test_the_composition_check_passes_what_the_rules_allow(
+    tmp_path: pathlib.Path, files: dict[str, str]
+) -> None:
+    root = _tree(tmp_path, {**_CLEAN, **files})
+    assert composition_violations(root, allowlist={}) == []
+
+
+def test_the_allowlist_hides_a_listed_violation_and_reports_a_stale_entry(
+    tmp_path: pathlib.Path,
+) -> None:
+    listed = {"moved later": ("zlink_actors.mesh.b.B inherits zlink_actors.mesh.a.A",)}
+    planted = _tree(
+        tmp_path / "planted",
+        {**_CLEAN, "zlink_actors/mesh/b.py": "from .a import A\nclass B(A): ...\n"},
+    )
+    clean = _tree(tmp_path / "clean", _CLEAN)
+    assert composition_violations(planted, allowlist=listed) == []
+    assert composition_violations(clean, allowlist=listed) == [
+        "allowlist: zlink_actors.mesh.b.B inherits zlink_actors.mesh.a.A no longer occurs: "
+        "delete its entry"
+    ]
+
+
+def _lint_imports(root: pathlib.Path) -> subprocess.CompletedProcess[str]:
+    """`lint-imports --no-cache` run in `root`, with `tests.layering_rules` from here."""
+    # lint-imports puts its cwd first on sys.path, so it reads the packages under `root`.
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "400"}
+    command = "from importlinter.cli import lint_imports_command; lint_imports_command()"
+    return subprocess.run(
+        [sys.executable, "-c", command, "--no-cache"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+
+
+def test_the_import_linter_contract_is_broken_by_a_planted_violation(
+    tmp_path: pathlib.Path,
+) -> None:
+    # A copy of the package and of its import-linter configuration, as they are: kept.
+    for package in ("zlink_actors", "transports"):
+        shutil.copytree(ROOT / package, tmp_path / package, ignore=_NOT_SOURCE)
+    shutil.copy(ROOT / "pyproject.toml", tmp_path)
+    kept = _lint_imports(tmp_path)
+    assert kept.returncode == 0, kept.stdout + kept.stderr
+    assert f"{_COMPOSITION} KEPT" in kept.stdout
+    # Plus a class inheriting a class of another mesh module, and a private name imported.
+    _tree(
+        tmp_path,
+        {
+            "zlink_actors/mesh/planted_a.py": "class A: ...\n_x = 1\n",
+            "zlink_actors/mesh/planted_b.py": "from .planted_a import A, _x\nclass B(A): ...\n",
+        },
+    )
+    broken = _lint_imports(tmp_path)
+    assert broken.returncode == 1, broken.stdout + broken.stderr
+    assert f"{_COMPOSITION} BROKEN" in broken.stdout
+    assert ", 1 broken." in broken.stdout
+    problems = [line for line in broken.stdout.splitlines() if line.startswith("- ")]
+    assert problems == [
+        "- zlink_actors.mesh.planted_b:2 B inherits zlink_actors.mesh.planted_a.A: "
+        "a part holds its collaborators",
+        "- zlink_actors.mesh.planted_b:1 imports zlink_actors.mesh.planted_a._x: "
+        "a private name stays in its module",
+    ]
+
+
+def test_the_import_linter_contract_checks_the_tree_of_its_graph_only() -> None:
+    graph = grimp.build_graph(*PACKAGES)
+    contract = CompositionContract("composition", {"root_packages": list(PACKAGES)}, {})
+    assert contract.check(graph, verbose=False).kept
+    graph.remove_module("zlink_actors.mesh.peers")
+    graph.add_module("zlink_actors.mesh.elsewhere")
+    check = contract.check(graph, verbose=False)
+    assert not check.kept
+    assert check.metadata["problems"] == [
+        "import-linter's graph has zlink_actors.mesh.elsewhere, which the checker did not read",
+        "the checker read zlink_actors.mesh.peers, which is not in import-linter's graph",
+    ]
+
+
+_NOT_SOURCE = shutil.ignore_patterns("__pycache__")
+_PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+#: The name pyproject.toml gives the contract that runs tests/layering_rules.py.
+(_COMPOSITION,) = [
+    contract["name"]
+    for contract in _PYPROJECT["tool"]["importlinter"]["contracts"]
+    if contract["type"] == "mesh_composition"
+]
