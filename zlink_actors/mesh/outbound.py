@@ -396,12 +396,12 @@ class Outbound:
     def _lost_while_parked(self, out: _Outgoing, done: Future[None] | None) -> bool:
         """True when request `out` stays pending although the transport gave it back
         (its admission `done` failed, or None: its connection was unknown): its peer went
-        silent, may resume, and is sent it again then (`_resend`)."""
+        silent, may resume, and is sent it again then (`resend`)."""
         peer = out.peer
         if not peer.resends or peer.expired:
             return False
         if done is None:
-            # The loss is (or will be) handled by `_conn_lost`, which decides for every
+            # The loss is (or will be) handled by `Handshake._conn_lost`, which decides for every
             # request in flight: unless it was found closed, not silent.
             return not (
                 peer.state is PeerState.LOST and peer.lost_reason is UnavailableReason.PEER_LOST
@@ -463,9 +463,8 @@ class Outbound:
         """A reply whose envelope could not be decoded (`why`): counted and logged; the
         request it answers, if it is ours and pending, ends with a `ProtocolError`."""
         route = rec.route_id
-        with self._lock:
-            self._link.decode_errors += 1  # (under the node lock, the link's)
-            call = self._calls.get(route)
+        self._link.count_bad()
+        call = self._calls.get(route)  # one dict read: atomic
         self._warn_dropped(
             "bad reply", rec.peer, why, "mesh %s: a bad reply from %r: %s", rec.peer, why
         )
@@ -481,12 +480,11 @@ class Outbound:
         route = rec.route_id
         call = self._calls.get(route)  # one dict read: atomic
         if call is None or rec.peer not in call.peer.conns:
-            with self._lock:
-                if call is None:
+            if call is None:
+                with self._lock:
                     self.late_replies += 1
-                else:  # another node answering our request: not its to answer
-                    self._link.decode_errors += 1  # (under the node lock, the link's)
-            if call is not None:
+            else:  # another node answering our request: not its to answer
+                self._link.count_bad()
                 self._warn_dropped(
                     "misrouted reply",
                     rec.peer,
@@ -579,7 +577,7 @@ class _Outgoing(PendingCell):
 
     def on_settled(self, value: object, exc: BaseException | None) -> None:
         """It ended (its winner calls this after completing its caller): it leaves the
-        node's tables, and a parked one is taken back; a cancelled one that was sent is
+        outbound tables, and a parked one is taken back; a cancelled one that was sent is
         told to the peer."""
         outbound, peer, route_id = self.outbound, self.peer, self.route_id
         # No lock (this runs for every request, on the thread that settled it, while

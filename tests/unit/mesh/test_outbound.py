@@ -19,6 +19,7 @@ from zlink_actors import (
     CancelledError,
     DeadlineExceededError,
     NotFoundError,
+    ProtocolError,
     UnavailableError,
     UnavailableReason,
 )
@@ -265,3 +266,18 @@ def test_close_ends_every_request_in_flight(harness: HostHarness) -> None:
         for done in pending:
             with pytest.raises(Exception, match="the call finished"):
                 done.result(WAIT)
+
+
+def test_an_undecodable_reply_ends_its_request_with_a_protocol_error(
+    harness: HostHarness,
+) -> None:
+    with _caller(harness) as c:
+        done = c.request()
+        (rec,) = c.received(1)
+        c.b.reply(b"A", rec.route_id, [b"\xc1 not an envelope"])
+        bad = c.ours.first(lambda r: r.kind is t.InboundKind.REPLY and r.route_id == rec.route_id)
+        c.outbound.bad_reply(bad, "undecodable")  # what the dispatcher does with it
+        with pytest.raises(ProtocolError, match="an undecodable reply: undecodable"):
+            done.result(WAIT)
+        assert c.link.decode_errors == 1
+        assert not c.peer.inflight
