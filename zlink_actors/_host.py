@@ -348,7 +348,7 @@ class Host(CallSurface):
                 on_state_change=on_state_change,
                 shut_host_down=self._shut_down_for_lost_lease,
             )
-            runtime.remote = self._mesh
+            runtime.remote = self._mesh.remote  # its `Outbound`: no forwarding frame
             if location is not None:
                 runtime.objects = self._mesh  # Spots and Actors are global (design/mesh.md §2)
             runtime.services.provide(MESH_NODE, self._mesh)

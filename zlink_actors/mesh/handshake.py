@@ -300,7 +300,7 @@ class Handshake(NodeState):
             self._peers.add(peer)
             self._changed.notify_all()
         if replaced is not None:
-            self._fail_inflight(
+            self.outbound.fail_inflight(
                 replaced, "restarted (another lifecycle generation)", UnavailableReason.PEER_LOST
             )
             if replaced.generation != hello.generation:
@@ -314,7 +314,8 @@ class Handshake(NodeState):
         on `conn` (told our ACK and DROPPED totals again), and first of all it is sent
         again, in order, every one-way of ours it has not acknowledged, then those held for
         its full targets (`Delivery.resend`). New one-ways wait for the peer's `flow` lock,
-        so they follow. False when it expired meanwhile (then it is replaced)."""
+        so they follow. Then our requests still pending for it go again
+        (`Outbound.resend`). False when it expired meanwhile (then it is replaced)."""
         with peer.flow:
             with self._lock:
                 if peer.expired or self._peers.by_rid.get(peer.routing_id) is not peer:
@@ -341,6 +342,7 @@ class Handshake(NodeState):
             peer.routing_id,
             resent,
         )
+        self.outbound.resend(peer, conn)
         return True
 
     def _conn_lost(self, conn: bytes, reason: str, silent: bool = False) -> None:
@@ -379,9 +381,9 @@ class Handshake(NodeState):
             # Its connection closed (its process ended: within milliseconds), or an
             # older peer: what it had not answered fails now. One that went silent may
             # come back with the same lifecycle: our requests to it stay pending within
-            # their own deadlines, and go again on resume (`Calls._resume`); they end
+            # their own deadlines, and go again on resume (`Outbound.resend`); they end
             # `PEER_LOST` if it is gone for good (`_expire`).
-            self._fail_inflight(peer, f"lost: {reason}", peer.lost_reason)
+            self.outbound.fail_inflight(peer, f"lost: {reason}", peer.lost_reason)
         self._wake_peer_waiters()
 
     def _receive_hello(self, rec: t.Inbound, env: Envelope) -> None:

@@ -45,6 +45,7 @@ from .config import (
 )
 from .loop_calls import pause
 from .objects import GlobalObjects
+from .outbound import Outbound
 from .peers import Peer
 from .shared import (
     CLOSE_POLL,
@@ -71,6 +72,12 @@ class MeshNode(GlobalObjects):
     _listed: dict[str, str] | None = None
     #: The last error of discovery's store work ("" once it succeeded again).
     _store_error = ""
+
+    @property
+    def remote(self) -> Outbound:
+        """The engine's remote SPI (`RemoteRoutes`) of this node: its `Outbound`, handed
+        to the runtime itself so that a call pays no forwarding frame."""
+        return self.outbound
 
     def start(self) -> None:
         """Bind the two endpoints, then dial `peers=` and start discovery. Runs before
@@ -235,13 +242,11 @@ class MeshNode(GlobalObjects):
         transport.close()
         self.link.flush()  # what the last second of dropped records held back
         with self._lock:
-            calls = list(self._calls)
             self._changed.notify_all()
             every = list(self._peers.by_rid.values())
         for peer in every:  # one-ways still waiting for a full target never went
             self.delivery.fail_target_waits(peer, shutting_down("the one-way was sent"))
-        for route in calls:
-            self.runtime.pending.finish(route, exc=shutting_down("the call finished"))
+        self.outbound.fail_all()
 
     def peers(self) -> list[PeerInfo]:
         with self._lock:
@@ -357,7 +362,7 @@ class MeshNode(GlobalObjects):
                 frames_out=stats.sent_frames if stats else 0,
                 decode_errors=link.decode_errors + (stats.dropped_frames if stats else 0),
                 dropped_messages=self.dropped_messages,
-                late_replies=self.late_replies,
+                late_replies=self.outbound.late_replies,
                 lease_admitting=self._lease_admitting(),
                 lease_state=self.shared.lease_state,
                 lease_generation=0 if keeper is None else keeper.generation,

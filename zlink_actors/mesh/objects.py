@@ -257,7 +257,7 @@ class GlobalObjects(Ownership):
             return await wait(sent)
         left = self.loop_calls.left(msg.due)
         key = (_SPOT, msg.spot_id)
-        asked = self._request(
+        asked = self.outbound.request_to(
             route, msg.payload, msg.metadata, msg.reply, left, msg.token, intent, key, msg.due
         )
         return await wait(asked)

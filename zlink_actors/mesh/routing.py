@@ -142,14 +142,15 @@ class Routing(Inbound):
         self.route_cache_misses = 0
         for cls in OPERATION_TYPES:
             self.codec.registry.add(cls)
+        if store is not None:
+            # Calls to Spots and Actors go through this route cache (`ObjectRoutes`).
+            self.outbound.route_objects(self)
+
+    # -- `ObjectRoutes`, registered with `Outbound.route_objects` (a store is set) -----
 
     def route(self, kind: ObjectKind, target: str) -> object:
-        if kind is not _SPOT and kind is not _ACTOR:
-            # Not `super()`: a node's or channel's route, on every such call, without
-            # building a super object (the layers are one line: the base is `Inbound`).
-            return Inbound.route(self, kind, target)
-        if self.authority is None:
-            return None  # a mesh without a Location Store: objects stay local
+        """The route to Spot or Actor (`kind`) `target`: a cached owner's `Route`, or
+        one to resolve first (`Resolve`)."""
         key = (kind, target)
         if key in self._queued:  # calls wait for its resolution: this one goes behind them
             self.route_cache_misses += 1
@@ -181,8 +182,11 @@ class Routing(Inbound):
     def send(
         self, route: object, payload: object, metadata: dict[str, object] | None
     ) -> Completion[None]:
+        """A one-way to a Spot or Actor: along a cached owner's `Route`, or once its
+        target is resolved, in call order (`_in_order`)."""
         if type(route) is not _Resolve:
-            return super().send(route, payload, metadata)
+            assert isinstance(route, Route)
+            return self._send(route, payload, metadata, None)
         kind, target = route.kind, route.target
         runtime = self.runtime
         handle, route_id = self.loop_calls.begin_call(None, None)
@@ -210,11 +214,14 @@ class Routing(Inbound):
         timeout: float,
         cancel: CancellationToken | None,
     ) -> Completion[Any]:
+        """A request to a Spot or Actor: along a cached owner's `Route` (its route is
+        dropped when the owner answers `UnavailableError`), or once its target is
+        resolved, in call order (`_in_order`)."""
         if isinstance(route, Route):
-            kind = route.kind
-            # What `Calls.request` does for the other kinds, without its frame.
-            key = (kind, route.target) if kind is _SPOT or kind is _ACTOR else None
-            return self._request(route, payload, metadata, reply, timeout, cancel, None, key)
+            key = (route.kind, route.target)
+            return self.outbound.request_to(
+                route, payload, metadata, reply, timeout, cancel, None, key
+            )
         assert type(route) is _Resolve
         kind, target = route.kind, route.target
         runtime = self.runtime
@@ -228,12 +235,17 @@ class Routing(Inbound):
             if found is _HERE:
                 return local_request(runtime, kind, target, payload, metadata, reply, left, cancel)
             assert isinstance(found, Route)
-            return self._request(
+            return self.outbound.request_to(
                 found, payload, metadata, reply, left, cancel, None, (kind, target), due
             )
 
         self._in_order(kind, target, step, _finisher(runtime, route_id, value=True), timeout)
         return handle
+
+    def forget(self, key: object) -> None:
+        """Drop the cached route `key` (its owner answered `UnavailableError`): the next
+        call resolves it again."""
+        self._routes.pop(key, None)
 
     def _in_order(
         self,
@@ -595,13 +607,14 @@ class Routing(Inbound):
         self._routes.pop((kind, env.target), None)
         with self._lock:
             self.forwarded_messages += 1
-        route = self.route(kind, env.target)
+        outbound = self.outbound
+        route = outbound.route(kind, env.target)
         done = (
             route
             if isinstance(route, Completion)
             else failed(NotFoundError(f"{kind} {env.target!r} is not held here"))
             if route is None
-            else self.send(route, payload, env.metadata)
+            else outbound.send(route, payload, env.metadata)
         )
 
         def sent(outcome: Completion[Any]) -> None:
@@ -627,7 +640,9 @@ class Routing(Inbound):
         """One of our own requests to `peer`, within what is left of `due`."""
         left = self.loop_calls.left(due)
         return await wait(
-            self._request(Route(peer, None, ""), op, None, reply, left, token, None, None, due)
+            self.outbound.request_to(
+                Route(peer, None, ""), op, None, reply, left, token, None, None, due
+            )
         )
 
 

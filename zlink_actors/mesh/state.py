@@ -1,8 +1,9 @@
 """The state of one MeshNode while it is still one class built in layers: it builds the
 parts every layer shares (`shared.NodeShared`, the context; `shared.Link`, the edge to
-the transport; `delivery.Delivery`, the one-ways it sends) and keeps aliases of their
-immutable members and of the methods the layers call most, plus the peer table, the
-handshake payload and the counters not moved to a part yet (docs/mesh.md). The layers
+the transport; `delivery.Delivery`, the one-ways it sends; `outbound.Outbound`, the
+calls it sends and their replies) and keeps aliases of their immutable members and of
+the methods the layers call most, plus the peer table, the handshake payload and the
+counters not moved to a part yet (docs/mesh.md). The layers
 build on it in one line, each module importing the one before: `state` -> `handshake`
 -> `calls` -> `inbound` -> `routing` -> `ownership` -> `objects` -> `node` (the last
 three with `operations`: the global objects; a contract in pyproject.toml keeps the
@@ -34,10 +35,7 @@ import msgspec
 import transports as t
 
 from .._core.completion import CompletionSource
-from .._core.errors import (
-    UnavailableError,
-    UnavailableReason,
-)
+from .._core.errors import UnavailableReason
 from .._engine.kernel import Runtime
 from .._engine.objects import ObjectKind
 from ..location.spi import LocationStore
@@ -50,8 +48,9 @@ from .config import (
     PeerState,
 )
 from .delivery import Delivery
+from .outbound import Outbound
 from .peers import Peer, PeerTable, Role
-from .shared import CHANNEL, HOLD_PER_PERMIT, NODE, Link, NodeShared
+from .shared import HOLD_PER_PERMIT, Link, NodeShared
 
 __all__ = [
     "MeshStatistics",
@@ -274,7 +273,6 @@ class NodeState:
         self.routing_id = routing_id
         self.codec = codec
         self.location = location
-        self.first = frozenset({CHANNEL, NODE})
         self.node_key = shared.node_key
         self.generation = shared.generation
         self.has_node_handler = node_handler
@@ -292,22 +290,20 @@ class NodeState:
         self._reply_error = link.reply_error
         self._reply_value = link.reply_value
         self._error_frames = link.error_frames
+        self._peers = peers = PeerTable()
         #: Sender-side one-ways (`delivery.py`); what a peer gone for good leaves of
-        #: our requests fails with them (`_fail_inflight`).
-        self.delivery = delivery = Delivery(shared, link, self._fail_inflight)
+        #: our requests fails with them (`Outbound.fail_inflight`).
+        self.delivery = delivery = Delivery(shared, link, self._fail_requests)
         self._encode = delivery.encode
         self._send = delivery.send
-        self._peers = PeerTable()
+        #: The calls this node sends and their replies (`outbound.py`): the engine's
+        #: remote SPI (`runtime.remote`).
+        self.outbound = Outbound(shared, link, peers, delivery)
         self._dials: dict[bytes, _Dial] = {}
         self._dial_numbers = itertools.count(1)
         self._handshakes = itertools.count(1)
-        #: Our requests in flight: route id -> its `calls._Outgoing` (peer, reply rule,
-        #: the route-cache key an `UnavailableError` reply drops).
-        self._calls: dict[int, Any] = {}
         #: The route cache of global objects ((kind, id) -> entry; `objects.py`).
         self._routes: dict[object, object] = {}
-        #: Those of them still parked for credit: route id -> their `admitted` future.
-        self._parked: dict[int, Future[None]] = {}
         #: Requests we serve: (sender routing id, route id) -> its answer
         #: (`inbound._Served`: the local request, the connection its reply goes on).
         self._serving: dict[tuple[str, int], Any] = {}
@@ -337,7 +333,6 @@ class NodeState:
         #: (objects claimed again, objects lost) since the node was last fenced.
         self._episode = (0, 0)
         self.dropped_messages = 0
-        self.late_replies = 0
         #: One-ways a peer sent again after a pause that had reached us already.
         self.duplicate_messages = 0
         #: Records read from the old connection of a peer found silent (it resends), and
@@ -468,18 +463,10 @@ class NodeState:
         with contextlib.suppress(RuntimeError):  # the loop has stopped: nobody waits
             self.runtime.io.loop.call_soon_threadsafe(wake)
 
-    def _fail_inflight(self, peer: Peer, why: str, reason: UnavailableReason) -> None:
-        with self._lock:
-            routes = list(peer.inflight)
-            peer.inflight.clear()
-        for route in routes:
-            self.runtime.pending.finish(
-                route, exc=UnavailableError(f"node {peer.routing_id!r} {why}", reason=reason)
-            )
-        # The one-ways waiting here for a full target of it were never sent. It may come
-        # back with the same lifecycle and resume (a frozen peer's connection may close
-        # too, on the transport's heartbeat): they stay, and go then (`Calls._resume`),
-        # or fail when it is gone for good (`_expire`: a new lifecycle, BYE, expiry).
+    def _fail_requests(self, peer: Peer, why: str, reason: UnavailableReason) -> None:
+        """`Delivery`'s hook for a peer gone for good: our requests to it fail too (the
+        requests' part is built after the one-ways' part, which it sends through)."""
+        self.outbound.fail_inflight(peer, why, reason)
 
     def _forget_told(self, conn: bytes) -> None:
         """Connection `conn` was lost, or a handshake (re)starts on it (a resumed peer

@@ -44,15 +44,15 @@ def _hosts(harness: HostHarness) -> tuple[z.Host, z.Host]:
 
 def _after_each_reply(monkeypatch: pytest.MonkeyPatch, host: z.Host, step: Any) -> None:
     """Run `step()` on `host`'s I/O thread right after it handled each reply."""
-    node = host._node()
-    receive = node._receive_reply
+    outbound = host._node().outbound
+    receive = outbound.receive_reply
 
-    def receive_then_step(rec: Any) -> None:
-        receive(rec)
+    def receive_then_step(rec: Any, env: Any) -> None:
+        receive(rec, env)
         if threading.current_thread().name.startswith("transports-io"):
             step()
 
-    monkeypatch.setattr(node, "_receive_reply", receive_then_step)
+    monkeypatch.setattr(outbound, "receive_reply", receive_then_step)
 
 
 def test_the_nodes_io_thread_keeps_its_wakes_until_it_sleeps(harness: HostHarness) -> None:

@@ -2,7 +2,7 @@
 `result_or_cancel` and the one settle of `PendingCell`.
 
 Every call with a result runs these: a local request (`RequestCall._admit`,
-`_request_sync`), a remote one (`mesh/calls.py` `_request`, `request_sync`), a request
+`_request_sync`), a remote one (`mesh/outbound.py` `request_to`, `request_sync`), a request
 another node sent (`deliver_request`), workers, creates and closes (`Runtime.begin`). The
 tests drive them on a real `PendingTable`, `DeadlineScan` and `TimerService` on a
 `ManualClock`; the Host is what `begin` reads of one (`_Host`). An interrupt is a real
