@@ -17,29 +17,35 @@ import pytest
 
 from tests.integration.mesh.nodes import ROOT, gone
 
-from .run import SHORT_FAULTS, ChaosConfig, partition_unavailable, run_chaos
+from .run import FENCE_FAULTS, SHORT_FAULTS, ChaosConfig, partition_unavailable, run_chaos
 
-SEED = 26
 SECONDS = 15.0
 
 
-def test_a_short_chaos_run_of_pauses_and_kills_breaks_no_rule(tmp_path: pathlib.Path) -> None:
+@pytest.mark.parametrize(
+    ("seed", "faults"),
+    [(26, SHORT_FAULTS), (27, FENCE_FAULTS)],
+    ids=["pauses-and-kills", "fences-and-kills"],
+)
+def test_a_short_chaos_run_breaks_no_rule(
+    tmp_path: pathlib.Path, seed: int, faults: tuple[str, ...]
+) -> None:
     lines: list[str] = []
     started = time.monotonic()
     report = run_chaos(
         ChaosConfig(
-            seed=SEED,
+            seed=seed,
             seconds=SECONDS,
-            faults=SHORT_FAULTS,
+            faults=faults,
             log_dir=str(tmp_path),
             settle=15.0,
             say=lines.append,
         )
     )
-    print(f"seed {SEED}, {time.monotonic() - started:.1f} s\n{report.render()}")
+    print(f"seed {seed}, {time.monotonic() - started:.1f} s\n{report.render()}")
     assert report.counts["calls"] > 500, report.render()
     assert sum(n for name, n in report.counts.items() if name.startswith("faults[")) >= 5
-    assert report.ok, f"seed {SEED}\n{report.render()}"
+    assert report.ok, f"seed {seed}\n{report.render()}"
 
 
 def _children(pid: int) -> list[tuple[int, str | None]]:
