@@ -80,12 +80,6 @@ ALLOWLIST: dict[str, tuple[str, ...]] = {
         "zlink_actors.mesh.routing imports zlink_actors.mesh.operations._Inflight",
         "zlink_actors.mesh.routing imports zlink_actors.mesh.operations._Resolve",
     ),
-    "the envelope decoder, called on the receive paths without a frame around it": (
-        "zlink_actors.mesh.calls reads zlink_actors.mesh.codec._ENVELOPE_DECODER",
-        "zlink_actors.mesh.delivery reads zlink_actors.mesh.codec._ENVELOPE_DECODER",
-        "zlink_actors.mesh.inbound reads zlink_actors.mesh.codec._ENVELOPE_DECODER",
-        "zlink_actors.mesh.routing reads zlink_actors.mesh.codec._ENVELOPE_DECODER",
-    ),
     "the PeerLost of a silent peer, raised by the I/O thread only (its public type is PeerLost)": (
         "transports._io imports transports._errors._SilentPeerLost",
     ),

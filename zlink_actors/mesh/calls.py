@@ -18,7 +18,7 @@ class Calls(Handshake):
     def _receive_notice(self, rec: t.Inbound) -> None:
         """FULL and OPEN of a target of the peer; the other notices as `Handshake`'s."""
         try:
-            env = wire._ENVELOPE_DECODER.decode(rec.frames[0])
+            env = wire.ENVELOPE_DECODER.decode(rec.frames[0])
         except Exception:  # `Handshake._receive_notice` decodes it again and says why
             env = None
         if env is None or env.command not in (wire.FULL, wire.OPEN):

@@ -43,6 +43,7 @@ __all__ = [
     "CANCEL",
     "COMMANDS",
     "DROPPED",
+    "ENVELOPE_DECODER",
     "FIN",
     "FULL",
     "HELD",
@@ -198,7 +199,9 @@ class Envelope(msgspec.Struct, array_like=True, frozen=True):
             raise ValueError(f"a request number is 0..2**64-1, got {self.seq!r}")
 
 
-_ENVELOPE_DECODER: Final = msgspec.msgpack.Decoder(Envelope)
+#: Decodes an envelope frame without the checks' frame around it: the receive paths
+#: call it directly (`decode_envelope` turns its errors into `ProtocolError`).
+ENVELOPE_DECODER: Final = msgspec.msgpack.Decoder(Envelope)
 _ENCODER: Final = msgspec.msgpack.Encoder()
 
 
@@ -280,7 +283,7 @@ def encode_send(
 def route_of(frame: bytes) -> int:
     """The `route` of envelope `frame` (ours: well formed), e.g. a one-way's sequence
     number, which a parked one-way's `Peer.unacked` entry reads back rather than keep."""
-    route: int = _ENVELOPE_DECODER.decode(frame).route
+    route: int = ENVELOPE_DECODER.decode(frame).route
     return route
 
 
@@ -288,7 +291,7 @@ def renumbered(frame: bytes, route: int) -> bytes:
     """The envelope `frame` (ours, as `encode_fields` made it) with `route` in place of
     its own: a one-way held back for a full target gets its sequence number only when
     it is handed to the transport (docs/mesh.md "One-ways across a pause")."""
-    return _ENCODER.encode(msgspec.structs.replace(_ENVELOPE_DECODER.decode(frame), route=route))
+    return _ENCODER.encode(msgspec.structs.replace(ENVELOPE_DECODER.decode(frame), route=route))
 
 
 def encode_request(
@@ -340,7 +343,7 @@ def decode_envelope(data: bytes | bytearray | memoryview) -> Envelope:
             out of range (see `Envelope`).
     """
     try:
-        return _ENVELOPE_DECODER.decode(data)
+        return ENVELOPE_DECODER.decode(data)
     except (msgspec.MsgspecError, RecursionError) as exc:  # RecursionError: deep metadata
         raise ProtocolError(f"malformed envelope: {_why(exc)}") from None
     except TypeError as exc:  # not a bytes-like object at all

@@ -508,7 +508,7 @@ class _SendsTo:
 
     def __call__(self, frames: Sequence[bytes]) -> bool:
         try:
-            env = wire._ENVELOPE_DECODER.decode(frames[0])
+            env = wire.ENVELOPE_DECODER.decode(frames[0])
         except Exception:
             return False
         return (

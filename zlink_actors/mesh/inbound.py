@@ -89,7 +89,7 @@ class Inbound(Calls):
     def _receive(self, rec: t.Inbound) -> None:
         if rec.kind is _REPLY:
             try:
-                env = wire._ENVELOPE_DECODER.decode(rec.frames[0])  # as below
+                env = wire.ENVELOPE_DECODER.decode(rec.frames[0])  # as below
             except Exception:
                 try:
                     found = wire.decode_envelope(rec.frames[0]) if rec.frames else None
@@ -115,7 +115,7 @@ class Inbound(Calls):
         try:
             # The decoder itself (`decode_envelope`'s frame saved, on every record);
             # whatever it refuses goes through `decode_envelope` for its ProtocolError.
-            env = wire._ENVELOPE_DECODER.decode(rec.frames[0])
+            env = wire.ENVELOPE_DECODER.decode(rec.frames[0])
         except Exception:
             try:
                 found = wire.decode_envelope(rec.frames[0]) if rec.frames else None
@@ -429,7 +429,7 @@ class Inbound(Calls):
     def _receive_notice(self, rec: t.Inbound) -> None:
         """HELD from a sender told FULL; the other notices as `Calls`'."""
         try:
-            env = wire._ENVELOPE_DECODER.decode(rec.frames[0])
+            env = wire.ENVELOPE_DECODER.decode(rec.frames[0])
         except Exception:  # the next handler decodes it again and says why
             env = None
         if env is None or env.command != wire.HELD:
@@ -582,7 +582,7 @@ class Inbound(Calls):
                 rec, peer = held.popleft()
             delivered += 1
             # Decoded once already, when it arrived.
-            self._receive_send(rec, wire._ENVELOPE_DECODER.decode(rec.frames[0]), peer)
+            self._receive_send(rec, wire.ENVELOPE_DECODER.decode(rec.frames[0]), peer)
         if delivered:
             log.warning(
                 "mesh %s: owner lease admitting: %d one-way message(s) held while fenced "

@@ -596,7 +596,7 @@ class Routing(Inbound):
         that still names this node ends it here); one that cannot be delivered there is
         lost, and its sender told (DROPPED)."""
         try:
-            env = wire._ENVELOPE_DECODER.decode(rec.frames[0])  # decoded once already
+            env = wire.ENVELOPE_DECODER.decode(rec.frames[0])  # decoded once already
             kind = KINDS[env.target_kind]
             payload = self.codec.decode_payload(
                 env.type_name, rec.frames[1] if len(rec.frames) > 1 else b""
