@@ -628,16 +628,15 @@ class Inbound(Calls):
             total = peer.dropped_in
             if not total or peer.state is PeerState.LOST:
                 return
-            conn = peer.dropped_conn = peer.conn
+            conn = peer.conn
             peer.dropped_told = total
         self._notify_quietly(conn, wire.encode_fields(wire.DROPPED, route=total), b"")
 
     @staticmethod
     def _dropped_untold(peer: Peer) -> bool:
-        """Whether `peer` may not have heard our last DROPPED total: it grew since, or it
-        went on a connection that was replaced since (lost with it, perhaps)."""
-        total = peer.dropped_in
-        return total > 0 and (total != peer.dropped_told or peer.dropped_conn != peer.conn)
+        """Whether `peer` may not have heard our DROPPED total: it grew since we last told
+        it, or the peer resumed since (`Handshake._resume` sets `dropped_told` to 0)."""
+        return peer.dropped_in != peer.dropped_told
 
     def _drop_message(self, rec: t.Inbound, peer: Peer, why: str, *, decode: bool) -> None:
         """A one-way from `peer` that cannot be delivered (`why`): counted, logged and its

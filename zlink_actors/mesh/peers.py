@@ -107,12 +107,11 @@ class Peer:
     in_seq: int = 0
     #: The last `in_seq` we acknowledged to it.
     acked_in: int = 0
-    #: Of its one-ways that we acknowledged: how many were never handled here, in all;
-    #: the total we last told it (DROPPED) and on which connection (a total told on a
-    #: connection since replaced is told again: the notice may have been lost with it).
+    #: Of its one-ways that we acknowledged: how many were never handled here, in all,
+    #: and the total we last told it (DROPPED; a resume sets it to 0, so the ticker
+    #: tells the total again: it may have been lost with the old connection).
     dropped_in: int = 0
     dropped_told: int = 0
-    dropped_conn: bytes = b""
     #: The DROPPED total it last told us (its notices carry running totals).
     dropped_seen: int = 0
     #: True once it is gone for good (a new lifecycle, BYE, or silent past
